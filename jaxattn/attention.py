@@ -1,0 +1,61 @@
+"""Scores, masks and multi-head self-attention for one configuration ``X: [n, d]``.
+
+All functions act on a single configuration; batches come from ``vmap``. ``lw`` is one weight set
+(:meth:`jaxattn.params.Layers.take`), so ``lw.q: [H, d_h, d]``, ``lw.o: [H, d, d_h]``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .params import Layers
+
+
+def allowed(n: int, causal, window) -> jax.Array:
+    """Boolean ``[n, n]`` mask, ``True`` where token i may attend to token j.
+
+    causal: ``j <= i``; window ``w > 0``: ``|i - j| < w`` (with causal, GPT-Neo's
+    ``i - w < j <= i``); ``w = 0``: no window. ``causal`` and ``window`` may be traced.
+    """
+    i = jnp.arange(n)[:, None]
+    j = jnp.arange(n)[None, :]
+    ok = jnp.where(causal, j <= i, True)
+    return ok & jnp.where(window > 0, jnp.abs(i - j) < window, True)
+
+
+def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False) -> jax.Array:
+    """Attention probabilities ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij`` of MATH.md §0).
+
+    ``a^h_ij = softmax_j(beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h> + mask_ij)``; with
+    ``uniform=True`` every allowed j gets the same weight (the Oja model D3).
+    """
+    n = X.shape[0]
+    ok = allowed(n, lw.causal, lw.window)
+    H = lw.q.shape[0]
+    if uniform:
+        w = ok.astype(X.dtype)
+        return jnp.broadcast_to(w / w.sum(-1, keepdims=True), (H, n, n))
+    q = jnp.einsum("nd,hkd->hnk", X, lw.q)
+    k = jnp.einsum("nd,hkd->hnk", X, lw.k)
+    if biases and lw.bq is not None:
+        q = q + lw.bq[:, None, :]
+    if biases and lw.bk is not None:
+        k = k + lw.bk[:, None, :]
+    scores = jnp.einsum("hik,hjk->hij", q, k) * (beta * lw.scale)
+    scores = jnp.where(ok[None], scores, -jnp.inf)
+    return jax.nn.softmax(scores, axis=-1)
+
+
+def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
+           return_probs: bool = False):
+    """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``."""
+    A = probabilities(X, lw, beta, biases=biases, uniform=uniform)
+    v = jnp.einsum("nd,hkd->hnk", X, lw.v)
+    if biases and lw.bv is not None:
+        v = v + lw.bv[:, None, :]
+    heads = jnp.einsum("hij,hjk->hik", A, v)  # [H, n, d_h]
+    out = jnp.einsum("hik,hdk->id", heads, lw.o)
+    if biases and lw.bo is not None:
+        out = out + lw.bo[None, :]
+    return (out, A) if return_probs else out

@@ -1,0 +1,223 @@
+"""The ``jaxattn`` command line.
+
+Every subcommand prints one clear line and exits with status 2 on bad input; results go to a
+run directory (resolved configuration with seed, versions and device, arrays, summary).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .errors import JaxattnError
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, non-zero exit
+        self.exit(EXIT_BAD_INPUT, f"jaxattn: error: {message}\n")
+
+
+def _formatter(prog):
+    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+
+
+# ---------------------------------------------------------------- configuration files
+def _load_config(path: str) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise JaxattnError(f"config file {path} does not exist")
+    text = p.read_text()
+    try:
+        cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        raise JaxattnError(f"config file {path} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise JaxattnError(f"config file {path} must hold a table of option = value")
+    return {k.replace("-", "_"): v for k, v in cfg.items()}
+
+
+def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser, defaults: dict) -> dict:
+    """Command line > config file > defaults. Unknown config keys are refused."""
+    cfg = _load_config(args.config) if getattr(args, "config", None) else {}
+    known = set(defaults)
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)}")
+    out = {}
+    for k, default in defaults.items():
+        v = getattr(args, k, None)
+        out[k] = v if v is not None else cfg.get(k, default)
+    return out
+
+
+# ---------------------------------------------------------------- simulate
+SIM_DEFAULTS = dict(
+    model="random", n=10, d=64, heads=4, depth=12, shared=True, weights="gaussian", value="random", mask="full",
+    steps=None, num_init=1000, seed=0, alpha=1.0, beta=1.0, init="sphere", norm="l2", ffn=False, pre_ln=False,
+    biases=False, uniform_attention=False, dtype="float32", chunk=1024, out="runs/simulate", progress=True,
+)
+
+
+def _add_simulate(sub):
+    p = sub.add_parser("simulate", formatter_class=_formatter,
+                       help="simulate token dynamics over many random initial conditions",
+                       description="Simulate the discrete dynamics D1-D6 (MATH.md §1) of a random or converted model "
+                                   "over many random initial conditions and keep consensus observables per step.")
+    d = SIM_DEFAULTS
+    g = p.add_argument_group("model")
+    g.add_argument("--model", help=f"'random', 'minilm' (built-in all-MiniLM-L6-v2) or a converted .safetensors file [{d['model']}]")
+    g.add_argument("--d", type=int, help=f"random model: token dimension [{d['d']}]")
+    g.add_argument("--heads", type=int, help=f"random model: number of heads H (d %% H == 0) [{d['heads']}]")
+    g.add_argument("--depth", type=int, help=f"random model: number of blocks [{d['depth']}]")
+    g.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"random model: one weight set for every block (ALBERT-like) or one per block [{d['shared']}]")
+    g.add_argument("--weights", choices=["gaussian", "uniform", "identity"], help=f"random model: Q/K distribution [{d['weights']}]")
+    g.add_argument("--value", choices=["random", "identity"], help=f"random model: value/output matrices [{d['value']}]")
+    g.add_argument("--mask", help=f"random model: 'full', 'causal' or 'local:W' [{d['mask']}]")
+    g = p.add_argument_group("dynamics")
+    g.add_argument("--steps", type=int, help="number of steps (default: the model's depth; more prolongs it)")
+    g.add_argument("--alpha", type=float, help=f"step size α [{d['alpha']}]")
+    g.add_argument("--beta", type=float, help=f"inverse temperature β multiplying the scores [{d['beta']}]")
+    g.add_argument("--norm", choices=["l2", "none", "layernorm"], help=f"normalisation after the update [{d['norm']}]")
+    g.add_argument("--ffn", action=argparse.BooleanOptionalAction, default=None, help="keep the FFN (converted models)")
+    g.add_argument("--pre-ln", action=argparse.BooleanOptionalAction, default=None,
+                   help="pre-norm models: keep ln_1 before attention")
+    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=None, help="include biases")
+    g.add_argument("--uniform-attention", action=argparse.BooleanOptionalAction, default=None,
+                   help="uniform attention a_ij = 1/n (the Oja model D3)")
+    g = p.add_argument_group("initial conditions and run")
+    g.add_argument("--n", type=int, help=f"tokens per initial condition [{d['n']}]")
+    g.add_argument("--num-init", type=int, help=f"number of random initial conditions [{d['num_init']}]")
+    g.add_argument("--init", choices=["sphere", "gaussian"], help=f"distribution of initial tokens [{d['init']}]")
+    g.add_argument("--seed", type=int, help=f"random seed (model and initial conditions) [{d['seed']}]")
+    g.add_argument("--dtype", choices=["float32", "float64"], help=f"precision [{d['dtype']}]")
+    g.add_argument("--chunk", type=int, help=f"initial conditions per chunk (memory, resume granularity) [{d['chunk']}]")
+    g.add_argument("--out", help=f"output run directory [{d['out']}]")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar")
+    g.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    p.set_defaults(func=cmd_simulate, defaults=SIM_DEFAULTS)
+
+
+def _dtype(name: str):
+    import jax
+    import jax.numpy as jnp
+
+    if name == "float64":
+        jax.config.update("jax_enable_x64", True)
+        return jnp.float64
+    if name != "float32":
+        raise JaxattnError(f"dtype must be float32 or float64, got {name!r}")
+    return jnp.float32
+
+
+def load_model_arg(spec: str, cfg: dict):
+    """Resolve ``--model``: 'random', 'minilm' or a converted file."""
+    import jax
+
+    from .sampling import random_model
+
+    if spec == "random":
+        for k in ("d", "heads", "depth", "n", "num_init"):
+            if not isinstance(cfg.get(k), int) or cfg[k] < 1:
+                raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg.get(k)!r}")
+        return random_model(jax.random.fold_in(jax.random.key(cfg["seed"]), 2**31 - 1), cfg["d"], cfg["heads"],
+                            cfg["depth"], shared=cfg["shared"], weights=cfg["weights"], value=cfg["value"],
+                            mask=cfg["mask"])
+    from .checkpoints import load_any
+
+    return load_any(spec)
+
+
+def cmd_simulate(args, cfg) -> int:
+    import numpy as np
+
+    from .discrete import Dynamics
+    from .results import provenance, save_arrays, write_json, atomic_write_text
+    from .sweep import Timer, finish, sweep
+
+    dtype = _dtype(cfg["dtype"])
+    model = load_model_arg(cfg["model"], cfg)
+    steps = model.depth if cfg["steps"] is None else cfg["steps"]
+    if not isinstance(steps, int) or steps < 0:
+        raise JaxattnError(f"--steps must be a non-negative integer, got {steps!r}")
+    for k in ("n", "num_init", "chunk"):
+        if not isinstance(cfg[k], int) or cfg[k] < 1:
+            raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg[k]!r}")
+    dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
+                   uniform=cfg["uniform_attention"])
+    out = Path(cfg["out"])
+    resolved = {**cfg, "steps": steps, "model_summary": model.summary().splitlines()}
+    with Timer() as t:
+        arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
+                       chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
+                       dtype=dtype, progress=cfg["progress"], fingerprint={k: v for k, v in resolved.items()
+                                                                           if k not in ("progress", "chunk", "out")})
+    save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
+    write_json(out / "config.json", {"command": "simulate", "config": resolved, **provenance(),
+                                     "seconds": round(t.seconds, 3)})
+    diam = arrays["observables.diameter"]
+    cosc = arrays["observables.cos_consensus"]
+    final = diam[:, -1]
+    q = np.quantile(final, [0.0, 0.5, 0.9, 1.0])
+    lines = [
+        "jaxattn simulate",
+        model.summary(),
+        f"run          {cfg['num_init']} initial conditions x {cfg['n']} tokens, {steps} steps, "
+        f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} dtype={cfg['dtype']} seed={cfg['seed']}",
+        f"time         {t.seconds:.2f} s ({cfg['num_init'] * steps / max(t.seconds, 1e-9):,.0f} condition-steps/s)",
+        f"diameter     step 0 mean {diam[:, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
+        f"90% {q[2]:.3g}  max {q[3]:.3g}",
+        f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, < 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% "
+        f"of initial conditions; mean 1-cos {cosc[:, -1].mean():.3g}",
+        f"output       {out}/ (config.json, observables.safetensors, summary.txt)",
+    ]
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(out / "summary.txt", text)
+    finish(out)
+    print(text, end="")
+    return 0
+
+
+# ---------------------------------------------------------------- entry point
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="jaxattn", description="Transformers as dynamical systems, simulated fast in JAX.",
+                     formatter_class=_formatter)
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"jaxattn {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    _add_simulate(sub)
+    for extra in _EXTRA_COMMANDS:
+        extra(sub)
+    return parser
+
+
+_EXTRA_COMMANDS: list = []
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = _resolve(args, parser, args.defaults) if hasattr(args, "defaults") else {}
+        return int(args.func(args, cfg) or 0)
+    except JaxattnError as e:
+        print(f"jaxattn: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        print(f"jaxattn: error: {e}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("jaxattn: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""Run directories: atomic files, provenance (configuration, seed, versions, device), arrays.
+
+Arrays are stored as safetensors (flat names such as ``observables.diameter``); every file is
+written to a temporary name in the same folder and renamed, so an interrupted run never leaves
+a half-written file behind.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+_PACKAGES = ("jaxattn", "jax", "jaxlib", "numpy", "flax", "diffrax", "safetensors", "transformers", "torch")
+
+
+def atomic_write_bytes(path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def atomic_write_text(path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode())
+
+
+def write_json(path, obj: Any) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def versions() -> dict:
+    out = {"python": sys.version.split()[0]}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def device_info() -> dict:
+    import jax
+
+    devs = jax.devices()
+    return {"backend": jax.default_backend(), "devices": [f"{d.platform}:{d.device_kind}" for d in devs],
+            "count": len(devs), "host": platform.node(), "machine": platform.machine(),
+            "x64": bool(jax.config.jax_enable_x64)}
+
+
+def provenance() -> dict:
+    """Versions, device and time of a run, recorded next to its configuration."""
+    return {"versions": versions(), "device": device_info(),
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+
+
+def config_hash(config: Mapping) -> str:
+    """A stable hash of a configuration (used to refuse resuming a run with other settings)."""
+    blob = json.dumps(config, sort_keys=True, default=_json_default).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, np.ndarray]:
+    """Nested dicts / tuples of arrays -> ``{"a.b.0": array}``."""
+    out: dict[str, np.ndarray] = {}
+    if isinstance(tree, Mapping):
+        for k, v in tree.items():
+            out.update(flatten(v, f"{prefix}{k}."))
+    elif isinstance(tree, (tuple, list)):
+        for i, v in enumerate(tree):
+            out.update(flatten(v, f"{prefix}{i}."))
+    elif tree is not None:
+        out[prefix[:-1] or "value"] = np.ascontiguousarray(np.asarray(tree))
+    return out
+
+
+def save_arrays(path, arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str] | None = None) -> Path:
+    """Atomically write a safetensors file of numpy arrays."""
+    from safetensors.numpy import save
+
+    data = {k: np.ascontiguousarray(v) for k, v in arrays.items()}
+    return atomic_write_bytes(path, save(data, metadata=dict(metadata or {})))
+
+
+def load_arrays(path) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load_file
+
+    return load_file(str(path))

@@ -1,0 +1,214 @@
+"""The discrete models D1–D5 against the NumPy reference, and their invariants."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn.errors import ConfigError
+
+from . import reference as ref
+
+
+def weight_sets(model):
+    lay = model.layers
+    sets = []
+    for g in range(lay.n_sets):
+        w = {name: np.asarray(getattr(lay, name)[g]) for name in ("q", "k", "v", "o")}
+        for name in ("bq", "bk", "bv", "bo"):
+            a = getattr(lay, name)
+            w[name] = None if a is None else np.asarray(a[g])
+        w["scale"] = float(lay.scale[g])
+        w["causal"] = bool(lay.causal[g])
+        w["window"] = int(lay.window[g])
+        sets.append(w)
+    return sets
+
+
+CASES = [
+    # (mask, heads, shared, biases)
+    ("full", 1, True, False),
+    ("full", 3, True, True),
+    ("causal", 2, False, False),
+    ("causal", 3, False, True),
+    ("local:2", 1, False, True),
+    ("local:3", 3, True, False),
+]
+
+
+@pytest.mark.parametrize("mask,heads,shared,biases", CASES)
+@pytest.mark.parametrize("dyn,norm", [(ja.D1, "l2"), (ja.D3, "l2"), (ja.D4, "none"), (ja.D5, "ellipsoid")])
+def test_matches_numpy_reference(mask, heads, shared, biases, dyn, norm):
+    d, n, depth, steps = 6, 5, 3, 5
+    key = jax.random.key(hash((mask, heads, shared, biases)) % 2**31)
+    model = ja.random_model(key, d, heads, depth, shared=shared, mask=mask, biases=biases)
+    if biases:
+        dyn = ja.Dynamics(norm=dyn.norm, uniform=dyn.uniform, biases=True)
+    S = None
+    if norm == "ellipsoid":
+        A = np.random.default_rng(1).normal(size=(d, d))
+        S = A @ A.T / d + np.eye(d)
+    X0 = np.asarray(ja.init_tokens(jax.random.key(2), 3, n, d, kind="ellipsoid" if S is not None else "sphere",
+                                   S=S, dtype=jnp.float64))
+    alpha, beta = 0.7, 1.3
+    res = ja.simulate(model, X0, steps, dynamics=dyn, alpha=alpha, beta=beta, S=S, trajectory=True,
+                      dtype=jnp.float64)
+    sets = weight_sets(model)
+    for b in range(X0.shape[0]):
+        want = ref.simulate(X0[b], sets, model.schedule, steps, alpha=alpha, beta=beta, norm=norm, S=S,
+                            biases=biases, uniform=dyn.uniform)
+        np.testing.assert_allclose(np.asarray(res.trajectory[b]), want, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(res.final), np.asarray(res.trajectory[:, -1]))
+
+
+def test_attention_probabilities_match_reference():
+    model = ja.random_model(jax.random.key(3), 8, 2, 1, mask="local:3", biases=True)
+    X = np.asarray(ja.init_tokens(jax.random.key(4), 1, 7, 8, dtype=jnp.float64))[0]
+    lw = model.layers.take(0)
+    got = ja.probabilities(jnp.asarray(X), lw, 0.8, biases=True)
+    w = weight_sets(model)[0]
+    want = ref.attention_probs(X, w["q"], w["k"], w["scale"], 0.8, True, 3, w["bq"], w["bk"])
+    np.testing.assert_allclose(np.asarray(got), want, atol=1e-14)
+    # local causal: token i attends exactly to j in (i - 3, i]
+    assert np.all((np.asarray(got) > 0) == np.tril(np.triu(np.ones((7, 7)), -2))[None])
+
+
+def test_single_head_unit_output_is_D2():
+    d = 5
+    model = ja.random_model(jax.random.key(5), d, 1, 2, unit_output=True)
+    np.testing.assert_array_equal(np.asarray(model.layers.o[0, 0]), np.eye(d))
+    X0 = ja.init_tokens(jax.random.key(6), 2, 4, d, dtype=jnp.float64)
+    res = ja.simulate(model, X0, 3, trajectory=True)
+    V = np.asarray(model.layers.v[0, 0])
+    Q = np.asarray(model.layers.q[0, 0])
+    K = np.asarray(model.layers.k[0, 0])
+    X = np.asarray(X0[0])
+    for _ in range(3):  # x_i <- N(x_i + Σ_j a_ij V x_j), a = softmax(<Qx_i, Kx_j>/sqrt(d))
+        S = (X @ Q.T) @ (X @ K.T).T / np.sqrt(d)
+        A = np.exp(S - S.max(1, keepdims=True))
+        A /= A.sum(1, keepdims=True)
+        Y = X + A @ X @ V.T
+        X = Y / np.linalg.norm(Y, axis=1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(res.final[0]), X, atol=1e-13)
+
+
+@pytest.mark.parametrize("mask", ["full", "causal", "local:2"])
+def test_unit_norm_after_every_step(mask):
+    model = ja.random_model(jax.random.key(7), 12, 3, 4, shared=False, mask=mask)
+    X0 = ja.init_tokens(jax.random.key(8), 16, 6, 12, kind="gaussian", dtype=jnp.float64)
+    res = ja.simulate(model, X0, 9, trajectory=True)
+    norms = np.linalg.norm(np.asarray(res.trajectory[:, 1:]), axis=-1)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-14)
+
+
+def test_ellipsoid_invariant():
+    d = 6
+    A = np.random.default_rng(2).normal(size=(d, d))
+    S = A @ A.T / d + 0.5 * np.eye(d)
+    model = ja.random_model(jax.random.key(9), d, 2, 3, shared=False)
+    X0 = ja.init_tokens(jax.random.key(10), 8, 5, d, kind="ellipsoid", S=S, dtype=jnp.float64)
+    res = ja.simulate(model, X0, 6, dynamics=ja.D5, S=S, trajectory=True)
+    X = np.asarray(res.trajectory)
+    np.testing.assert_allclose(np.einsum("...d,de,...e->...", X, S, X), 1.0, atol=1e-13)
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_principal_consensus_is_fixed_point(heads):
+    d, n = 6, 5
+    spectrum = [2.0, 1.0, 0.5, -0.1, -0.3, -0.6]
+    model = ja.random_model(jax.random.key(11), d, heads, 1, value="symmetric", spectrum=spectrum)
+    F = np.einsum("hdk,hke->de", np.asarray(model.layers.o[0]), np.asarray(model.layers.v[0]))
+    np.testing.assert_allclose(F, F.T, atol=1e-14)
+    lam, U = np.linalg.eigh(F)
+    np.testing.assert_allclose(lam, sorted(spectrum), atol=1e-12)
+    v1 = U[:, -1]
+    for sign in (1.0, -1.0):
+        X0 = np.tile(sign * v1, (n, 1))
+        res = ja.simulate(model, X0, 10, trajectory=True)
+        np.testing.assert_allclose(np.asarray(res.trajectory[0]), np.broadcast_to(X0, (11, n, d)), atol=1e-14)
+
+
+@pytest.mark.parametrize("mask", ["causal", "local:3"])
+def test_causality(mask):
+    d, n, t = 8, 7, 3
+    model = ja.random_model(jax.random.key(12), d, 2, 3, shared=False, mask=mask, biases=True)
+    X0 = np.asarray(ja.init_tokens(jax.random.key(13), 2, n, d, dtype=jnp.float64))
+    X1 = X0.copy()
+    X1[:, t + 1:] = np.asarray(ja.init_tokens(jax.random.key(14), 2, n, d, dtype=jnp.float64))[:, t + 1:]
+    a = ja.simulate(model, X0, 5, trajectory=True, dynamics=ja.Dynamics(biases=True)).trajectory
+    b = ja.simulate(model, X1, 5, trajectory=True, dynamics=ja.Dynamics(biases=True)).trajectory
+    np.testing.assert_array_equal(np.asarray(a[:, :, : t + 1]), np.asarray(b[:, :, : t + 1]))
+    assert np.abs(np.asarray(a[:, 1:, t + 1:] - b[:, 1:, t + 1:])).max() > 1e-3
+
+
+def test_batch_split_independence():
+    key = jax.random.key(15)
+    full = ja.init_tokens(key, 50, 4, 8)
+    parts = jnp.concatenate([ja.init_tokens(key, 20, 4, 8), ja.init_tokens(key, 30, 4, 8, start=20)])
+    np.testing.assert_array_equal(np.asarray(full), np.asarray(parts))
+    model = ja.random_model(jax.random.key(16), 8, 2, 3, shared=False, mask="causal")
+    X0 = ja.init_tokens(key, 50, 4, 8, dtype=jnp.float64)
+    whole = ja.simulate(model, X0, 7)
+    chunked = ja.simulate(model, X0, 7, batch_size=16)  # 3 chunks of 16 and a remainder of 2
+    single = ja.simulate(model, X0[37:38], 7)
+    np.testing.assert_allclose(np.asarray(chunked.final), np.asarray(whole.final), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(single.final[0]), np.asarray(whole.final[37]), rtol=0, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(chunked.observables["diameter"]),
+                               np.asarray(whole.observables["diameter"]), atol=1e-13)
+
+
+def test_prolonged_shared_model_cycles_schedule():
+    model = ja.random_model(jax.random.key(17), 6, 2, 3, shared=False)
+    X0 = ja.init_tokens(jax.random.key(18), 2, 4, 6, dtype=jnp.float64)
+    long = ja.simulate(model, X0, 6, trajectory=True).trajectory
+    once = ja.simulate(model, X0, 3).final
+    twice = ja.simulate(model, once, 3).final
+    np.testing.assert_allclose(np.asarray(long[:, 6]), np.asarray(twice), atol=1e-14)
+
+
+def test_float32_default_and_loose_agreement():
+    model = ja.random_model(jax.random.key(19), 16, 4, 4, shared=False, mask="causal")
+    X0 = ja.init_tokens(jax.random.key(20), 8, 6, 16)
+    assert X0.dtype == jnp.float32
+    r32 = ja.simulate(model, X0, 8)
+    r64 = ja.simulate(model, X0, 8, dtype=jnp.float64)
+    assert r32.final.dtype == jnp.float32 and r64.final.dtype == jnp.float64
+    np.testing.assert_allclose(np.asarray(r32.final), np.asarray(r64.final), atol=1e-4)
+
+
+def test_observables_only_kept():
+    model = ja.random_model(jax.random.key(21), 8, 2, 2)
+
+    res = ja.simulate(model, ja.init_tokens(jax.random.key(22), 5, 3, 8), 4, observe=_first_coord)
+    assert res.trajectory is None
+    assert res.observables.shape == (5, 5, 3)
+
+
+def _first_coord(X, k):
+    return X[:, 0]
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda: ja.random_model(jax.random.key(0), 10, 3), "not divisible"),
+    (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.zeros((1, 3, 5)), 2), "dimension 5"),
+    (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.ones((1, 3, 4)), -1), "non-negative"),
+    (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.ones((3, 4, 4, 4)), 1), r"\[B, n, d\]"),
+    (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.ones((1, 3, 4)), 1, dynamics=ja.D5), "needs the matrix S"),
+    (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.ones((1, 3, 4)), 1,
+                         dynamics=ja.Dynamics(ffn=True)), "no FFN"),
+    (lambda: ja.Dynamics(norm="l3"), "norm must be"),
+    (lambda: ja.parse_mask("local:0"), "positive window"),
+    (lambda: ja.parse_mask("sparse"), "mask must be"),
+])
+def test_bad_input_is_refused(call, match):
+    with pytest.raises(ConfigError, match=match):
+        call()
+
+
+def test_non_finite_weights_refused():
+    m = ja.random_model(jax.random.key(0), 4, 2)
+    q = np.array(m.layers.q)
+    q[0, 0, 0, 0] = np.nan
+    with pytest.raises(ConfigError, match="non-finite"):
+        ja.from_heads(q, m.layers.k, m.layers.v, m.layers.o)
