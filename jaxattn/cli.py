@@ -185,6 +185,43 @@ def cmd_simulate(args, cfg) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- convert / inspect
+def _add_convert(sub):
+    p = sub.add_parser("convert", formatter_class=_formatter, help="convert a Hugging Face checkpoint to canonical safetensors",
+                       description="Convert a Hugging Face checkpoint (ALBERT, BERT-family, GPT-2, GPT-Neo) to jaxattn's "
+                                   "canonical safetensors layout. SOURCE is a local folder with config.json and "
+                                   "model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id when online.")
+    p.add_argument("source", help="checkpoint folder or hub model id")
+    p.add_argument("--out", required=True, help="output .safetensors file (written atomically)")
+    p.add_argument("--dtype", choices=["source", "float32", "float64"], default="source",
+                   help="stored precision [source: keep the checkpoint's]")
+    p.add_argument("--revision", help="hub revision (branch, tag or commit) for a hub id")
+    p.set_defaults(func=cmd_convert)
+
+
+def cmd_convert(args, cfg) -> int:
+    from .checkpoints import convert, inspect
+
+    out = convert(args.source, args.out, dtype=args.dtype, revision=args.revision)
+    print(inspect(out))
+    print(f"written      {out}")
+    return 0
+
+
+def _add_inspect(sub):
+    p = sub.add_parser("inspect", formatter_class=_formatter, help="print the architecture summary of a converted file",
+                       description="Print the architecture summary and provenance of a converted .safetensors file.")
+    p.add_argument("path", help="converted .safetensors file")
+    p.set_defaults(func=cmd_inspect)
+
+
+def cmd_inspect(args, cfg) -> int:
+    from .checkpoints import inspect
+
+    print(inspect(args.path))
+    return 0
+
+
 # ---------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxattn", description="Transformers as dynamical systems, simulated fast in JAX.",
@@ -194,12 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jaxattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     _add_simulate(sub)
-    for extra in _EXTRA_COMMANDS:
-        extra(sub)
+    _add_convert(sub)
+    _add_inspect(sub)
     return parser
-
-
-_EXTRA_COMMANDS: list = []
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

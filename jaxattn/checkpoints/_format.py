@@ -1,0 +1,122 @@
+"""The canonical safetensors layout: a :class:`~jaxattn.params.Model` as flat tensors + metadata.
+
+Tensor names are the pytree paths of the model (``layers.q``, ``embeddings.word``,
+``final_ln_w``...), in the column convention of MATH.md §0. One metadata entry, ``jaxattn``,
+holds a JSON object with the format version, the static fields of the model (schedule, norm
+style, activation, LayerNorm eps, family) and the provenance of the conversion (source, sha256
+of the source files, options). Shared weights are stored once: a shared ALBERT holds one set
+and a schedule that repeats it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..errors import CheckpointError
+from ..params import Embeddings, Layers, Model, validate
+from ..results import atomic_write_bytes
+
+FORMAT_VERSION = 1
+_LAYER_FIELDS = ("q", "k", "v", "o", "causal", "window", "scale", "bq", "bk", "bv", "bo", "ln1_w", "ln1_b",
+                 "ln2_w", "ln2_b", "w1", "b1", "w2", "b2")
+_EMB_FIELDS = ("word", "position", "token_type", "ln_w", "ln_b", "proj_w", "proj_b")
+_REQUIRED = ("layers.q", "layers.k", "layers.v", "layers.o", "layers.causal", "layers.window", "layers.scale")
+
+
+def to_arrays(model: Model) -> dict[str, np.ndarray]:
+    """Flat ``{name: array}`` of every tensor of the model (None members are left out)."""
+    out = {}
+    for f in _LAYER_FIELDS:
+        a = getattr(model.layers, f)
+        if a is not None:
+            a = np.asarray(a)
+            out[f"layers.{f}"] = a.astype(np.uint8) if a.dtype == bool else a
+    if model.embeddings is not None:
+        for f in _EMB_FIELDS:
+            a = getattr(model.embeddings, f)
+            if a is not None:
+                out[f"embeddings.{f}"] = np.asarray(a)
+    for f in ("final_ln_w", "final_ln_b"):
+        a = getattr(model, f)
+        if a is not None:
+            out[f] = np.asarray(a)
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def static_meta(model: Model) -> dict:
+    return {"schedule": list(model.schedule), "norm_style": model.norm_style, "activation": model.activation,
+            "ln_eps": model.ln_eps, "family": model.family}
+
+
+def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Model:
+    """Inverse of :func:`to_arrays` + :func:`static_meta`; validates the result."""
+    missing = [k for k in _REQUIRED if k not in arrays]
+    if missing:
+        raise CheckpointError(f"converted file lacks tensor(s): {', '.join(missing)}")
+    known = {f"layers.{f}" for f in _LAYER_FIELDS} | {f"embeddings.{f}" for f in _EMB_FIELDS} | {"final_ln_w", "final_ln_b"}
+    extra = sorted(set(arrays) - known)
+    if extra:
+        raise CheckpointError(f"converted file has unexpected tensor(s): {', '.join(extra[:5])}")
+    get = lambda k: None if k not in arrays else np.asarray(arrays[k])
+    lay = {f: get(f"layers.{f}") for f in _LAYER_FIELDS}
+    lay["causal"] = lay["causal"].astype(bool)
+    emb = None
+    if "embeddings.word" in arrays:
+        emb = Embeddings(**{f: get(f"embeddings.{f}") for f in _EMB_FIELDS})
+    try:
+        model = Model(layers=Layers(**lay), schedule=tuple(int(s) for s in meta["schedule"]), embeddings=emb,
+                      final_ln_w=get("final_ln_w"), final_ln_b=get("final_ln_b"), norm_style=meta["norm_style"],
+                      activation=meta["activation"], ln_eps=float(meta["ln_eps"]), family=meta["family"])
+    except KeyError as e:
+        raise CheckpointError(f"converted file metadata lacks {e.args[0]!r}") from None
+    return validate(model)
+
+
+def save(model: Model, path, info: Mapping[str, Any] | None = None) -> Path:
+    """Write ``model`` in the canonical layout (atomically). ``info``: provenance to record."""
+    from safetensors.numpy import save as st_save
+
+    meta = {"format_version": FORMAT_VERSION, **static_meta(model), **dict(info or {})}
+    blob = st_save(to_arrays(model), metadata={"jaxattn": json.dumps(meta, sort_keys=True)})
+    return atomic_write_bytes(path, blob)
+
+
+def read_meta(path) -> dict:
+    """The ``jaxattn`` metadata of a converted file."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist or is not a file")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            raw = (f.metadata() or {}).get("jaxattn")
+    except Exception as e:  # safetensors raises its own error types for corrupt headers
+        raise CheckpointError(f"{path} is not a readable safetensors file ({type(e).__name__}: {e})") from None
+    if raw is None:
+        raise CheckpointError(f"{path} is a safetensors file but not a jaxattn model (no 'jaxattn' metadata); "
+                              "convert the checkpoint first with `jaxattn convert`")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path} has corrupt jaxattn metadata") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has format version {meta.get('format_version')}, "
+                              f"this jaxattn reads version {FORMAT_VERSION}")
+    return meta
+
+
+def load(path) -> Model:
+    """Load a converted file as a :class:`~jaxattn.params.Model` (arrays in their stored dtype)."""
+    from safetensors.numpy import load_file
+
+    meta = read_meta(path)
+    try:
+        arrays = load_file(str(path))
+    except Exception as e:
+        raise CheckpointError(f"{path} is truncated or corrupt ({type(e).__name__}: {e})") from None
+    return from_arrays(arrays, meta)
