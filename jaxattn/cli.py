@@ -222,6 +222,102 @@ def cmd_inspect(args, cfg) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- analyze / spectrum
+ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gaussian", alpha=1.0, beta=1.0, order="real",
+                        prolong=10, gammas="1,10,100,1000", ffn_study=True, dtype="float32", chunk=1024,
+                        out="runs/analyze", figures=True, progress=True)
+
+
+def _add_analyze(sub):
+    p = sub.add_parser("analyze", formatter_class=_formatter, help="run the power-method study on a model (the main job)",
+                       description="The power-method study (MATH.md §3-§5): spectra of every layer matrix F = Σ O_h V_h, "
+                                   "simplified D1 dynamics from many random initial conditions, per-layer ρ1, Δρ1, P1 "
+                                   "against the baselines over all eigendirections, a prolonged run for shared-weight "
+                                   "models, the same with FFN and affine LayerNorm, and rank-1 steering. Writes tables "
+                                   "(CSV), figures (PNG) and report.md into the output directory.")
+    d = ANALYZE_DEFAULTS
+    p.add_argument("model", nargs="?", help=f"'minilm' (built-in all-MiniLM-L6-v2), 'random', a converted .safetensors "
+                                            f"file or a checkpoint folder [{d['model']}]")
+    p.add_argument("--num-init", type=int, help=f"random initial conditions [{d['num_init']}]")
+    p.add_argument("--n", type=int, help=f"tokens per initial condition [{d['n']}]")
+    p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
+    p.add_argument("--init", choices=["gaussian", "sphere"], help=f"initial token distribution [{d['init']}]")
+    p.add_argument("--alpha", type=float, help=f"step size α [{d['alpha']}]")
+    p.add_argument("--beta", type=float, help=f"inverse temperature β [{d['beta']}]")
+    p.add_argument("--order", choices=["real", "modulus", "step"], help=f"principal eigenvalue: largest real part, "
+                                                                         f"modulus or |1+αλ| [{d['order']}]")
+    p.add_argument("--prolong", type=int, help=f"shared-weight models: also run PROLONG × depth steps [{d['prolong']}]")
+    p.add_argument("--gammas", help=f"comma-separated steering gains γ [{d['gammas']}]")
+    p.add_argument("--ffn-study", action=argparse.BooleanOptionalAction, default=None,
+                   help="also run with FFN and affine LayerNorm (models that have them)")
+    p.add_argument("--dtype", choices=["float32", "float64"], help=f"simulation precision (spectra are float64) [{d['dtype']}]")
+    p.add_argument("--chunk", type=int, help=f"initial conditions per chunk [{d['chunk']}]")
+    p.add_argument("--out", help=f"output run directory [{d['out']}]")
+    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None, help="write PNG figures")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show progress bars")
+    p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    # random-model options, used when MODEL is 'random'
+    for k, v in (("d", 64), ("heads", 4), ("depth", 12)):
+        p.add_argument(f"--{k}", type=int, help=f"MODEL=random: {k} [{v}]")
+    p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None, help="MODEL=random: shared weights")
+    p.add_argument("--mask", help="MODEL=random: 'full', 'causal' or 'local:W' [full]")
+    p.set_defaults(func=cmd_analyze, defaults={**ANALYZE_DEFAULTS, "d": 64, "heads": 4, "depth": 12, "shared": True,
+                                               "mask": "full", "weights": "gaussian", "value": "random"})
+
+
+def cmd_analyze(args, cfg) -> int:
+    from .experiments.power_method import StudyConfig, run_study
+
+    _dtype(cfg["dtype"])
+    try:
+        gammas = tuple(float(g) for g in str(cfg["gammas"]).split(",") if g.strip())
+    except ValueError:
+        raise JaxattnError(f"--gammas must be comma-separated numbers, got {cfg['gammas']!r}") from None
+    study = StudyConfig(num_init=cfg["num_init"], n=cfg["n"], seed=cfg["seed"], init=cfg["init"], alpha=cfg["alpha"],
+                        beta=cfg["beta"], order=cfg["order"], prolong=cfg["prolong"], gammas=gammas,
+                        ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], chunk=cfg["chunk"], progress=cfg["progress"],
+                        figures=cfg["figures"])
+    study.check()
+    model = load_model_arg(cfg["model"], cfg)
+    out = Path(cfg["out"])
+    tables = run_study(model, out, study, model_name=str(cfg["model"]))
+    main_rows = tables["main"]
+    holds = sum(r["holds"] for r in main_rows)
+    print(model.summary())
+    print(f"power-method analogy holds in {holds} of {len(main_rows)} layers "
+          f"(mean Δρ1 {sum(r['drho1'] for r in main_rows) / len(main_rows):+.4f}, "
+          f"mean P1 {sum(r['P1'] for r in main_rows) / len(main_rows):.3f})")
+    best = max(tables["steering"], key=lambda r: r["gamma"])
+    print(f"steering: γ = {best['gamma']:g} gives mean alignment {best['align_mean']:.4f} with the target direction")
+    print(f"report       {out / 'report.md'}")
+    return 0
+
+
+def _add_spectrum(sub):
+    p = sub.add_parser("spectrum", formatter_class=_formatter, help="print the spectra of a model's layer matrices",
+                       description="Eigenvalues of every layer matrix F = Σ_h O_h V_h (float64), the case analysis "
+                                   "(1 real dominant, 2 complex pair, 3 near-degenerate) and the spectral gaps.")
+    p.add_argument("model", help="'minilm', a converted .safetensors file or a checkpoint folder")
+    p.add_argument("--order", choices=["real", "modulus", "step"], default="real", help="principal-eigenvalue ordering")
+    p.add_argument("--alpha", type=float, default=1.0, help="α for --order step")
+    p.set_defaults(func=cmd_spectrum)
+
+
+def cmd_spectrum(args, cfg) -> int:
+    from .checkpoints import load_any
+    from .experiments.power_method import spectrum_rows
+    from .spectral import spectrum
+
+    model = load_any(args.model)
+    rows = spectrum_rows(spectrum(model, order=args.order, alpha=args.alpha), args.alpha)
+    print(model.summary())
+    print(f"{'set':>4} {'case':>4} {'Re λ1':>10} {'Im λ1':>10} {'Re λ2':>10} {'gap':>10} {'|<v1,v2>|':>10} {'radius':>10}")
+    for r in rows:
+        print(f"{r['weight_set']:>4} {r['case']:>4} {r['lambda1_re']:>10.4g} {r['lambda1_im']:>10.4g} "
+              f"{r['lambda2_re']:>10.4g} {r['gap']:>10.4g} {r['v1_v2_collinearity']:>10.3f} {r['spectral_radius']:>10.4g}")
+    return 0
+
+
 # ---------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxattn", description="Transformers as dynamical systems, simulated fast in JAX.",
@@ -231,8 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"jaxattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     _add_simulate(sub)
+    _add_analyze(sub)
     _add_convert(sub)
     _add_inspect(sub)
+    _add_spectrum(sub)
     return parser
 
 

@@ -133,27 +133,29 @@ def _no_obs(X, k):
     return ()
 
 
-def _run_one(X0, model, alpha, beta, S, *, steps, dyn, observe, trajectory):
+def _run_one(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory):
+    obs = observe if aux is None else (lambda X, k: observe(X, k, aux))
+
     def body(X, k):
         Xn = step(X, k, model, dyn, alpha, beta, S)
-        out = (observe(Xn, k + 1), Xn if trajectory else None)
+        out = (obs(Xn, k + 1), Xn if trajectory else None)
         return Xn, out
 
-    first = (observe(X0, jnp.int32(0)), X0 if trajectory else None)
+    first = (obs(X0, jnp.int32(0)), X0 if trajectory else None)
     XT, rest = jax.lax.scan(body, X0, jnp.arange(steps, dtype=jnp.int32))
     both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
     return both[0], XT, both[1]
 
 
 @functools.partial(jax.jit, static_argnames=("steps", "dyn", "observe", "trajectory", "batch_size"))
-def _simulate(X0, model, alpha, beta, S, *, steps, dyn, observe, trajectory, batch_size):
-    one = lambda x: _run_one(x, model, alpha, beta, S, steps=steps, dyn=dyn, observe=observe,
+def _simulate(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory, batch_size):
+    one = lambda x: _run_one(x, model, alpha, beta, S, aux, steps=steps, dyn=dyn, observe=observe,
                              trajectory=trajectory)
     return jax.lax.map(one, X0, batch_size=batch_size)
 
 
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-             observe: Optional[Callable] = None, trajectory: bool = False,
+             observe: Optional[Callable] = None, aux: Any = None, trajectory: bool = False,
              batch_size: Optional[int] = None, dtype=None) -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
@@ -167,6 +169,8 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         observe: ``observe(X: [n, d], k: int32) -> pytree`` evaluated at steps ``0..steps``; only
             what it returns is kept. A module-level function is reused across calls without
             recompiling (a fresh lambda recompiles). Default: :func:`jaxattn.metrics.consensus_observables`.
+        aux: a pytree of arrays handed to ``observe(X, k, aux)`` as jit inputs (directions,
+            tables...): changing them does not recompile, and they are not baked in as constants.
         trajectory: also keep every configuration (``[B, steps + 1, n, d]``; memory grows with B).
         batch_size: run the batch in chunks of this size (memory flat in B); default: all at once.
         dtype: computation dtype (default: that of X0; float32 unless float64 is asked for).
@@ -197,7 +201,7 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     B = X0.shape[0]
     bs = None if batch_size is None or batch_size >= B else int(batch_size)
     obs, final, traj = _simulate(X0.astype(dtype), model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype),
-                                 S, steps=int(steps), dyn=dynamics,
+                                 S, aux, steps=int(steps), dyn=dynamics,
                                  observe=observe or consensus_observables, trajectory=trajectory,
                                  batch_size=bs)
     return Simulation(obs, final, traj)

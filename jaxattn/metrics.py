@@ -6,6 +6,8 @@ simulation, so that large sweeps never materialise whole trajectories.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -60,3 +62,95 @@ def rho(X: jax.Array, v: jax.Array) -> jax.Array:
 def rho_subspace(X: jax.Array, U: jax.Array) -> jax.Array:
     """Correlation with a subspace of orthonormal basis ``U: [d, r]``: ``||Uᵀ x_i|| / ||x_i||``."""
     return jnp.linalg.norm(X @ U, axis=-1) / jnp.linalg.norm(X, axis=-1)
+
+
+def numerical_rank(A: jax.Array, rtol: float = 1e-6) -> jax.Array:
+    """Numerical rank of each ``[n, n]`` matrix in ``A: [..., n, n]`` (singular values above
+    ``rtol · σ_max``): 1 at consensus, 2 at bipartite consensus."""
+    s = jnp.linalg.svd(A, compute_uv=False)
+    return jnp.sum(s > rtol * s[..., :1], axis=-1)
+
+
+def boolean_distance(A: jax.Array) -> jax.Array:
+    """Max-entry distance of ``A`` to the nearest Boolean matrix (entrywise rounding),
+    the quantity of Geshkovski et al. Thm 2.1."""
+    return jnp.max(jnp.abs(A - jnp.round(A)), axis=(-2, -1))
+
+
+class AlignmentTables(NamedTuple):
+    """Directions the alignment observables correlate with, as plain arrays (jit inputs).
+
+    ``G`` weight sets, ``T`` steps; complex vectors are stored as ``[..., d, 2]`` (real, imaginary).
+    """
+
+    set_of_step: jax.Array  # [T] int32: weight set applied at step t -> t+1
+    v1: jax.Array  # [G, d, 2] principal eigenvector (imaginary part 0 unless case 2)
+    sub: jax.Array  # [G, d, 2] orthonormal basis of the 2-D subspace
+    dirs: jax.Array  # [G, d, d] orthonormalised eigendirection bases (columns)
+    groups: jax.Array  # [G, d, d] one-hot: column c of dirs belongs to eigendirection j
+    n_dirs: jax.Array  # [G] number of eigendirections
+    phi: jax.Array  # [T, d, 2] principal eigenvector of the cumulative product Φ(t)
+    beta: jax.Array  # [] inverse temperature (for the attention-rank observable)
+
+
+def alignment_tables(spec, schedule, steps: int, phi_u1=None, beta=1.0, dtype=jnp.float32) -> AlignmentTables:
+    """Build :class:`AlignmentTables` from a :class:`jaxattn.spectral.Spectrum`.
+
+    ``schedule`` is the model's; step t uses set ``schedule[t % len(schedule)]``.
+    ``phi_u1: [T', d]`` eigenvectors of Φ (default: v1 of each step's layer).
+    """
+    import numpy as np
+
+    depth = len(schedule)
+    sos = np.asarray([schedule[t % depth] for t in range(max(steps, 1))], np.int32)
+    cplx = lambda v: np.stack([v.real, v.imag], axis=-1)
+    G, d, _ = spec.directions.shape
+    onehot = np.zeros((G, d, d))
+    for g in range(G):
+        onehot[g, np.arange(d), spec.direction_group[g]] = 1.0
+    if phi_u1 is None:
+        phi = spec.v1[sos]
+    else:
+        phi = np.asarray(phi_u1)
+        phi = np.concatenate([phi, np.repeat(phi[-1:], max(len(sos) - len(phi), 0), axis=0)])[: len(sos)]
+    as_ = lambda a: jnp.asarray(a, dtype)
+    return AlignmentTables(set_of_step=jnp.asarray(sos), v1=as_(cplx(spec.v1)), sub=as_(spec.subspace),
+                           dirs=as_(spec.directions), groups=as_(onehot), n_dirs=as_(spec.n_directions),
+                           phi=as_(cplx(phi)), beta=jnp.asarray(beta, dtype))
+
+
+def alignment_observables(X: jax.Array, t, tab: AlignmentTables, layers=None) -> dict:
+    """Per-token correlations at state ``t`` with the directions of the layer that maps
+    ``t -> t+1`` (``*_before``) and of the layer that mapped ``t-1 -> t`` (``*_after``), so that
+    ``Δρ(k) = after[k+1] − before[k]`` (MATH.md eq. 4) needs no trajectory. Also the
+    correlation with Φ(t−1)'s eigenvector, consensus measures and, given ``layers``, the mean
+    numerical rank of the attention matrices applied at ``t``.
+    """
+    T = tab.set_of_step.shape[0]
+    g_before = tab.set_of_step[jnp.minimum(t, T - 1)]
+    g_after = tab.set_of_step[jnp.maximum(t - 1, 0)]
+    nx = jnp.linalg.norm(X, axis=-1)
+
+    def r1(g):
+        return jnp.linalg.norm(X @ tab.v1[g], axis=-1) / nx
+
+    def r2(g):
+        return jnp.linalg.norm(X @ tab.sub[g], axis=-1) / nx
+
+    def rbar(g):
+        p = (X @ tab.dirs[g]) ** 2
+        return jnp.sum(jnp.sqrt(p @ tab.groups[g]), axis=-1) / tab.n_dirs[g] / nx
+
+    out = {
+        "rho1_before": r1(g_before), "rho1_after": r1(g_after),
+        "rho2_before": r2(g_before), "rho2_after": r2(g_after),
+        "rhobar_before": rbar(g_before), "rhobar_after": rbar(g_after),
+        "rho_phi": jnp.linalg.norm(X @ tab.phi[jnp.maximum(t - 1, 0)], axis=-1) / nx,
+        "diameter": diameter(X), "cos_consensus": cos_consensus(X),
+    }
+    if layers is not None:
+        from .attention import probabilities
+
+        A = probabilities(X, layers.take(g_before), tab.beta)
+        out["attn_rank"] = jnp.mean(numerical_rank(A).astype(X.dtype))
+    return out

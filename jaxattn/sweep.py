@@ -28,7 +28,7 @@ from .sampling import init_tokens
 
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
           chunk: int = 1024, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-          dtype=jnp.float32, observe: Optional[Callable] = None, keep_final: bool = True,
+          dtype=jnp.float32, observe: Optional[Callable] = None, aux=None, keep_final: bool = True,
           progress: bool = True, fingerprint: Optional[dict] = None) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
@@ -71,7 +71,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         else:
             X0 = init_tokens(key, size, n, d, kind="ellipsoid" if S is not None and init == "ellipsoid" else init,
                              S=S, start=start, dtype=dtype)
-            res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
+            res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe, aux=aux,
                            dtype=dtype)
             part = flatten({"observables": res.observables})
             if keep_final:

