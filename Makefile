@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/jaxattn simulate --num-init 4096 --out runs/demo
+	$(VENV)/bin/jaxattn analyze --out runs/demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -140,7 +140,7 @@ def cmd_simulate(args, cfg) -> int:
 
     from .discrete import Dynamics
     from .results import provenance, save_arrays, write_json, atomic_write_text
-    from .sweep import Timer, finish, sweep
+    from ._sweep import Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
     model = load_model_arg(cfg["model"], cfg)

@@ -151,6 +151,8 @@ def _run_one(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory)
 def _simulate(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory, batch_size):
     one = lambda x: _run_one(x, model, alpha, beta, S, aux, steps=steps, dyn=dyn, observe=observe,
                              trajectory=trajectory)
+    if batch_size is None:  # note: lax.map without batch_size would run the samples one by one
+        return jax.vmap(one)(X0)
     return jax.lax.map(one, X0, batch_size=batch_size)
 
 

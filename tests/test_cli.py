@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-import jaxattn.sweep as sweep_mod
+import jaxattn._sweep as sweep_mod
 from jaxattn.cli import main
 from jaxattn.results import load_arrays
 

@@ -20,14 +20,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..discrete import D1, FAITHFUL, Dynamics
+from ..discrete import D1, FAITHFUL, Dynamics, simulate
 from ..errors import ConfigError
 from ..metrics import alignment_observables, alignment_tables
 from ..params import Model
 from ..results import atomic_write_text, provenance, save_arrays, write_json
 from ..spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from ..steering import precompensate, steer
-from ..sweep import Timer, sweep
+from .._sweep import Timer, sweep
 
 
 @dataclasses.dataclass
@@ -100,6 +100,26 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
     return rows
 
 
+def alignment(model: Model, X0, steps: Optional[int] = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
+              order: str = "real", batch_size: Optional[int] = None, dtype=None, run: str = "main") -> list[dict]:
+    """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
+    eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
+
+    Computed as observables inside the jitted simulation: no trajectory is kept.
+    Returns one row (dict) per step, as in ``layers.csv``.
+    """
+    steps = model.depth if steps is None else steps
+    spec = spectrum(model, order=order, alpha=alpha)
+    Fs = layer_matrices(model)[[model.schedule[k % model.depth] for k in range(steps)]]
+    _, u1 = cumulative_products(Fs, order, alpha)
+    X0 = jnp.asarray(X0)
+    tab = alignment_tables(spec, model.schedule, steps, u1, beta, X0.dtype if dtype is None else dtype)
+    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, observe=_alignment_observe,
+                   aux=(tab, model.layers), batch_size=batch_size, dtype=dtype)
+    obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
+    return layer_table(obs, spec, model.schedule, steps, run)
+
+
 def _csv(rows: list[dict]) -> str:
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
@@ -168,7 +188,6 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
 
     X0 = init_tokens(jax.random.key(cfg.seed), min(cfg.num_init, 1000), cfg.n, model.d_model, kind=cfg.init,
                      dtype=dtype)
-    from ..discrete import simulate
 
     def align(m, dyn, target):
         res = simulate(m, X0, m.depth, dynamics=dyn, alpha=cfg.alpha, beta=cfg.beta, dtype=dtype)
