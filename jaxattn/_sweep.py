@@ -69,8 +69,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         if path is not None and path.exists():
             part = load_arrays(path)
         else:
-            X0 = init_tokens(key, size, n, d, kind="ellipsoid" if S is not None and init == "ellipsoid" else init,
-                             S=S, start=start, dtype=dtype)
+            X0 = init_tokens(key, size, n, d, kind=init, S=S, start=start, dtype=dtype)
             res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe, aux=aux,
                            dtype=dtype)
             part = flatten({"observables": res.observables})

@@ -198,7 +198,8 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     dtype = jnp.dtype(dtype) if dtype is not None else X0.dtype
     if not jnp.issubdtype(dtype, jnp.floating):
         dtype = jnp.dtype(jnp.float32)
-    model = model.astype(dtype)
+    # embeddings and the final norm play no part in the dynamics: leave them out of the jit inputs
+    model = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
     S = None if S is None else jnp.asarray(S, dtype)
     B = X0.shape[0]
     bs = None if batch_size is None or batch_size >= B else int(batch_size)

@@ -75,7 +75,7 @@ def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: Optional[i
     if steps < 0:
         raise ConfigError(f"steps must be >= 0, got {steps}")
     dtype = X.dtype if dtype is None else jnp.dtype(dtype)
-    m = model.astype(dtype)
+    m = model.replace(embeddings=None).astype(dtype)  # the blocks need no embedding table
     return _forward(X.astype(dtype), m, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), dyn=dynamics,
                     steps=int(steps), final_norm=final_norm)
 

@@ -332,3 +332,9 @@ def test_cli_convert_and_inspect(tiny, tmp_path, capsys):
     assert ck.load(out).layers.q.dtype == np.float64
     assert main(["inspect", str(out)]) == 0
     assert "sha256       model.safetensors" in capsys.readouterr().out
+
+
+def test_unreachable_hub_id_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointError, match="neither a local checkpoint folder nor a reachable hub model id"):
+        ck.convert_source("no-such-org/no-such-model")
