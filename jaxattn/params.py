@@ -151,8 +151,8 @@ class Model:
             f"depth        {self.depth} blocks, {lay.n_sets} weight set(s)"
             + ("  (shared weights)" if self.shared else ""),
             f"norm style   {self.norm_style}-norm   activation {self.activation}   ln_eps {self.ln_eps:g}",
-            f"attention    " + ", ".join(sorted(set(kinds))) + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
-            f"has          " + (", ".join(has) if has else "attention weights only"),
+            "attention    " + ", ".join(sorted(set(kinds))) + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
+            "has          " + (", ".join(has) if has else "attention weights only"),
         ]
         if lay.w1 is not None:
             lines.append(f"ffn          {lay.w1.shape[1]} hidden units")

@@ -8,7 +8,6 @@ of ``F'`` is about ``(β wᵀu, u)``: tokens leaving the last layer align with `
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import jax
 import jax.numpy as jnp

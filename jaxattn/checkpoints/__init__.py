@@ -6,7 +6,6 @@ family to the canonical layout is documented in :mod:`jaxattn.checkpoints._commo
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Optional

@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import io
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -159,7 +160,12 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
     finals: dict[str, np.ndarray] = {}
     timings = {}
 
+    def say(msg):
+        if cfg.progress:
+            print(f"[analyze] {msg}", file=sys.stderr, flush=True)
+
     def study(run: str, steps: int, dyn: Dynamics, m: Model = model, phi=u1):
+        say(f"{run}: {cfg.num_init} initial conditions x {cfg.n} tokens, {steps} steps")
         tab = alignment_tables(spectrum(m, order=cfg.order, alpha=cfg.alpha) if m is not model else spec,
                                m.schedule, steps, phi, cfg.beta, dtype)
         with Timer() as t:
@@ -179,6 +185,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
     if cfg.ffn_study and has_ffn:
         study("ffn_layernorm", depth, FAITHFUL)
 
+    say(f"steering the last layer with gains {', '.join(f'{g:g}' for g in cfg.gammas)}")
     # steering: rank-1 modification of the last layer towards a random unit u
     rng = np.random.default_rng(cfg.seed + 1)
     u = rng.normal(size=model.d_model)
