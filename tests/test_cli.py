@@ -36,7 +36,7 @@ def test_simulate_writes_a_complete_run(tmp_path, capsys):
                  "--no-shared", "--mask", "causal", "--chunk", "40", "--seed", "3", "--out", str(out2),
                  "--no-progress"]) == 0
     b = load_arrays(out2 / "observables.safetensors")
-    np.testing.assert_allclose(b["final"], arrays["final"], atol=2e-6)
+    np.testing.assert_allclose(b["final"], arrays["final"], atol=1e-5)  # float32, other batch shapes
 
 
 def test_config_file_and_precedence(tmp_path, capsys):
