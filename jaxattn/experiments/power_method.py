@@ -155,7 +155,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
     lyap = lyapunov_exponents(Fs)
     common = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init, alpha=cfg.alpha,
                   beta=cfg.beta, dtype=dtype, progress=cfg.progress, keep_final=True)
-    fp = {"model": model_name, "cfg": dataclasses.asdict(cfg)}
+    # what decides the numbers (not progress bars or figures): a resumed run must match it
+    fp = {"model": model_name, "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
     tables: dict[str, list] = {}
     finals: dict[str, np.ndarray] = {}
     timings = {}
