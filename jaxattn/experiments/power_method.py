@@ -165,19 +165,16 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         if cfg.progress:
             print(f"[analyze] {msg}", file=sys.stderr, flush=True)
 
-    def study(run: str, steps: int, dyn: Dynamics, m: Model = model, phi=u1):
+    def study(run: str, steps: int, dyn: Dynamics, phi=u1):
         say(f"{run}: {cfg.num_init} initial conditions x {cfg.n} tokens, {steps} steps")
-        tab = alignment_tables(spectrum(m, order=cfg.order, alpha=cfg.alpha) if m is not model else spec,
-                               m.schedule, steps, phi, cfg.beta, dtype)
+        tab = alignment_tables(spec, model.schedule, steps, phi, cfg.beta, dtype)
         with Timer() as t:
-            arrays = sweep(m, steps=steps, dynamics=dyn, observe=_alignment_observe, aux=(tab, m.layers),
+            arrays = sweep(model, steps=steps, dynamics=dyn, observe=_alignment_observe, aux=(tab, model.layers),
                            out_dir=out / "sweeps" / run, fingerprint={**fp, "run": run}, **common)
         timings[run] = round(t.seconds, 3)
-        s = spectrum(m, order=cfg.order, alpha=cfg.alpha) if m is not model else spec
-        tables[run] = layer_table(arrays, s, m.schedule, steps, run)
+        tables[run] = layer_table(arrays, spec, model.schedule, steps, run)
         finals[f"{run}.rho1_final"] = arrays["observables.rho1_after"][:, -1].reshape(-1)
         finals[f"{run}.rho2_final"] = arrays["observables.rho2_after"][:, -1].reshape(-1)
-        return arrays
 
     study("main", depth, D1)
     if model.shared and cfg.prolong > 1:
