@@ -42,7 +42,7 @@ def _load_config(path: str) -> dict:
     return {k.replace("-", "_"): v for k, v in cfg.items()}
 
 
-def _resolve(args: argparse.Namespace, parser: argparse.ArgumentParser, defaults: dict) -> dict:
+def _resolve(args: argparse.Namespace, defaults: dict) -> dict:
     """Command line > config file > defaults. Unknown config keys are refused."""
     cfg = _load_config(args.config) if getattr(args, "config", None) else {}
     known = set(defaults)
@@ -123,7 +123,7 @@ def load_model_arg(spec: str, cfg: dict):
     from .sampling import random_model
 
     if spec == "random":
-        for k in ("d", "heads", "depth", "n", "num_init"):
+        for k in ("d", "heads", "depth"):
             if not isinstance(cfg.get(k), int) or cfg[k] < 1:
                 raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg.get(k)!r}")
         return random_model(jax.random.fold_in(jax.random.key(cfg["seed"]), 2**31 - 1), cfg["d"], cfg["heads"],
@@ -142,13 +142,13 @@ def cmd_simulate(args, cfg) -> int:
     from ._sweep import Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
+    for k in ("n", "num_init", "chunk"):
+        if not isinstance(cfg[k], int) or cfg[k] < 1:
+            raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg[k]!r}")
     model = load_model_arg(cfg["model"], cfg)
     steps = model.depth if cfg["steps"] is None else cfg["steps"]
     if not isinstance(steps, int) or steps < 0:
         raise JaxattnError(f"--steps must be a non-negative integer, got {steps!r}")
-    for k in ("n", "num_init", "chunk"):
-        if not isinstance(cfg[k], int) or cfg[k] < 1:
-            raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg[k]!r}")
     dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
                    uniform=cfg["uniform_attention"])
     out = Path(cfg["out"])
@@ -337,7 +337,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        cfg = _resolve(args, parser, args.defaults) if hasattr(args, "defaults") else {}
+        cfg = _resolve(args, args.defaults) if hasattr(args, "defaults") else {}
         return int(args.func(args, cfg) or 0)
     except JaxattnError as e:
         print(f"jaxattn: error: {e}", file=sys.stderr)

@@ -129,10 +129,6 @@ class Simulation(NamedTuple):
     trajectory: Optional[jax.Array]  # [B, steps + 1, n, d] when asked for, else None
 
 
-def _no_obs(X, k):
-    return ()
-
-
 def _run_one(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory):
     obs = observe if aux is None else (lambda X, k: observe(X, k, aux))
 

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 
 def _unit(X):
@@ -104,8 +105,6 @@ def alignment_tables(spec, schedule, steps: int, phi_u1=None, beta=1.0, dtype=jn
     ``schedule`` is the model's; step t uses set ``schedule[t % len(schedule)]``.
     ``phi_u1: [T', d]`` eigenvectors of Φ (default: v1 of each step's layer).
     """
-    import numpy as np
-
     depth = len(schedule)
     sos = np.asarray([schedule[t % depth] for t in range(max(steps, 1))], np.int32)
     cplx = lambda v: np.stack([v.real, v.imag], axis=-1)
@@ -134,23 +133,18 @@ def alignment_observables(X: jax.Array, t, tab: AlignmentTables, layers=None) ->
     T = tab.set_of_step.shape[0]
     g_before = tab.set_of_step[jnp.minimum(t, T - 1)]
     g_after = tab.set_of_step[jnp.maximum(t - 1, 0)]
-    nx = jnp.linalg.norm(X, axis=-1)
 
-    def r1(g):
-        return jnp.linalg.norm(X @ tab.v1[g], axis=-1) / nx
-
-    def r2(g):
-        return jnp.linalg.norm(X @ tab.sub[g], axis=-1) / nx
-
+    # a complex unit vector v stored as [d, 2] = (Re v, Im v): |v^H x| = ||[Re v, Im v]ᵀ x||,
+    # so every correlation below is rho_subspace with a 2-column (or wider) basis
     def rbar(g):
         p = (X @ tab.dirs[g]) ** 2
-        return jnp.sum(jnp.sqrt(p @ tab.groups[g]), axis=-1) / tab.n_dirs[g] / nx
+        return jnp.sum(jnp.sqrt(p @ tab.groups[g]), axis=-1) / tab.n_dirs[g] / jnp.linalg.norm(X, axis=-1)
 
     out = {
-        "rho1_before": r1(g_before), "rho1_after": r1(g_after),
-        "rho2_before": r2(g_before), "rho2_after": r2(g_after),
+        "rho1_before": rho_subspace(X, tab.v1[g_before]), "rho1_after": rho_subspace(X, tab.v1[g_after]),
+        "rho2_before": rho_subspace(X, tab.sub[g_before]), "rho2_after": rho_subspace(X, tab.sub[g_after]),
         "rhobar_before": rbar(g_before), "rhobar_after": rbar(g_after),
-        "rho_phi": jnp.linalg.norm(X @ tab.phi[jnp.maximum(t - 1, 0)], axis=-1) / nx,
+        "rho_phi": rho_subspace(X, tab.phi[jnp.maximum(t - 1, 0)]),
         "diameter": diameter(X), "cos_consensus": cos_consensus(X),
     }
     if layers is not None:

@@ -132,8 +132,8 @@ class Model:
     def astype(self, dtype) -> "Model":
         """Cast every floating array (weights, scales) to ``dtype``."""
 
-        def cast(a):
-            return a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) else a
+        def cast(a):  # no copy when already of that dtype (models are cast on every simulate call)
+            return a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != dtype else a
 
         return jax.tree_util.tree_map(cast, self)
 

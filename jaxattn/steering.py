@@ -71,10 +71,10 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
         gi = lay.n_sets
         sched = list(model.schedule)
         sched[b] = gi
-    else:
-        new = jax.tree_util.tree_map(np.array, lay)
+    else:  # the other tensors are never mutated: share them, copy only o below
+        new = lay
         gi, sched = g, list(model.schedule)
-    o_all = np.asarray(new.o).copy()
+    o_all = np.array(new.o)
     o_all[gi] = o_new
     new = new.replace(o=o_all)
     steered = validate(model.replace(layers=new, schedule=tuple(sched)))

@@ -169,7 +169,10 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         say(f"{run}: {cfg.num_init} initial conditions x {cfg.n} tokens, {steps} steps")
         tab = alignment_tables(spec, model.schedule, steps, phi, cfg.beta, dtype)
         with Timer() as t:
-            arrays = sweep(model, steps=steps, dynamics=dyn, observe=_alignment_observe, aux=(tab, model.layers),
+            # the attention-rank observable recomputes D1's attention (no biases, no pre-norm):
+            # only meaningful for D1 runs, so other runs leave it out (NaN in the table)
+            layers = model.layers if dyn == D1 else None
+            arrays = sweep(model, steps=steps, dynamics=dyn, observe=_alignment_observe, aux=(tab, layers),
                            out_dir=out / "sweeps" / run, fingerprint={**fp, "run": run}, **common)
         timings[run] = round(t.seconds, 3)
         tables[run] = layer_table(arrays, spec, model.schedule, steps, run)
