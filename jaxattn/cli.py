@@ -330,7 +330,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_convert(sub)
     _add_inspect(sub)
     _add_spectrum(sub)
+    _register_command_modules(sub)
     return parser
+
+
+def _register_command_modules(sub) -> None:
+    import importlib
+
+    from .commands import MODULES
+
+    for name in MODULES:
+        try:
+            mod = importlib.import_module(f".commands.{name}", __package__)
+        except ModuleNotFoundError as e:
+            if e.name != f"{__package__}.commands.{name}":
+                raise
+            continue
+        mod.register(sub)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
