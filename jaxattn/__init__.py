@@ -1,18 +1,22 @@
 """jaxattn: transformers as dynamical systems, simulated fast in JAX.
 
-Conventions (MATH.md §0): a configuration is ``X: [n, d]`` (row i = token i), a batch
+Conventions: a configuration is ``X: [n, d]`` (row i = token i), a batch
 ``[B, n, d]``; weights are stored in the column convention (``nn.Linear.weight`` orientation):
 per head ``Q, K, V: [H, d_h, d]`` and ``O: [H, d, d_h]``, so ``F = Σ_h O_h V_h``.
 
 Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :func:`simulate`
-(batched discrete dynamics D1–D6), :func:`sweep` (chunked, resumable), :func:`spectrum`,
+(batched discrete dynamics D1–D6), :func:`solve` (continuous-time flows C1–C3 with diffrax),
+:func:`sweep` (chunked, resumable), :func:`spectrum`,
 :func:`alignment`, :func:`steer`, :func:`hidden_states` (faithful forward pass).
 """
 
-from . import metrics, nn
-from .attention import allowed, attend, probabilities
+from . import geometry, metrics, nn
+from .attention import KERNELS, allowed, attend, probabilities
 from .checkpoints import builtin_path, convert, load, load_any, save
+from ._runner import Context
+from .continuous import Solution, solve
 from .discrete import D1, D3, D4, D5, FAITHFUL, Dynamics, Simulation, block, layer_index, simulate, step
+from .fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
 from .errors import CheckpointError, ConfigError, JaxattnError
 from .experiments.power_method import StudyConfig, alignment, run_study
 from .faithful import embed, forward, hidden_states
@@ -27,7 +31,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "D1", "D3", "D4", "D5", "FAITHFUL", "Dynamics", "Simulation", "block", "layer_index", "simulate", "step", "sweep",
-    "allowed", "attend", "probabilities", "metrics", "nn",
+    "C1", "C2", "C3", "C3_RESCALED", "OJA", "Flow", "Solution", "solve", "velocity", "Context",
+    "KERNELS", "allowed", "attend", "probabilities", "geometry", "metrics", "nn",
     "builtin_path", "convert", "load", "load_any", "save",
     "CheckpointError", "ConfigError", "JaxattnError",
     "StudyConfig", "alignment", "run_study", "embed", "forward", "hidden_states",

@@ -24,16 +24,28 @@ def allowed(n: int, causal, window) -> jax.Array:
     return ok & jnp.where(window > 0, jnp.abs(i - j) < window, True)
 
 
-def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False) -> jax.Array:
-    """Attention probabilities ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij`` of MATH.md §0).
+KERNELS = ("softmax", "uniform", "unnormalised")
 
-    ``a^h_ij = softmax_j(beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h> + mask_ij)``; with
-    ``uniform=True`` every allowed j gets the same weight (the Oja model D3).
+
+def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
+                  kernel: str = "softmax") -> jax.Array:
+    """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
+
+    Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs. Kernels:
+
+    * ``'softmax'``: ``a^h_ij = softmax_j(e^h_ij)`` (rows sum to 1);
+    * ``'uniform'``: every allowed ``j`` gets the same weight (the multi-agent Oja model);
+    * ``'unnormalised'``: ``a^h_ij = exp(e^h_ij) / n`` on the allowed pairs (rows do not sum to 1;
+      the default of the clustering papers' public code). ``uniform=True`` is ``kernel='uniform'``.
     """
+    if uniform:
+        kernel = "uniform"
+    if kernel not in KERNELS:
+        raise ValueError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
     n = X.shape[0]
     ok = allowed(n, lw.causal, lw.window)
     H = lw.q.shape[0]
-    if uniform:
+    if kernel == "uniform":
         w = ok.astype(X.dtype)
         return jnp.broadcast_to(w / w.sum(-1, keepdims=True), (H, n, n))
     q = jnp.einsum("nd,hkd->hnk", X, lw.q)
@@ -43,14 +55,14 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, u
     if biases and lw.bk is not None:
         k = k + lw.bk[:, None, :]
     scores = jnp.einsum("hik,hjk->hij", q, k) * (beta * lw.scale)
+    if kernel == "unnormalised":
+        return jnp.where(ok[None], jnp.exp(scores), 0.0) / n
     scores = jnp.where(ok[None], scores, -jnp.inf)
     return jax.nn.softmax(scores, axis=-1)
 
 
-def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
-           return_probs: bool = False):
-    """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``."""
-    A = probabilities(X, lw, beta, biases=biases, uniform=uniform)
+def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False) -> jax.Array:
+    """``Σ_h O_h Σ_j A[h, i, j] (V_h x_j + b^v_h) (+ b^o)`` for given weights ``A: [H, n, n]``."""
     v = jnp.einsum("nd,hkd->hnk", X, lw.v)
     if biases and lw.bv is not None:
         v = v + lw.bv[:, None, :]
@@ -58,4 +70,12 @@ def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform:
     out = jnp.einsum("hik,hdk->id", heads, lw.o)
     if biases and lw.bo is not None:
         out = out + lw.bo[None, :]
+    return out
+
+
+def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
+           kernel: str = "softmax", return_probs: bool = False):
+    """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``."""
+    A = probabilities(X, lw, beta, biases=biases, uniform=uniform, kernel=kernel)
+    out = apply(X, A, lw, biases=biases)
     return (out, A) if return_probs else out

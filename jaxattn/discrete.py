@@ -1,17 +1,19 @@
-"""Discrete-time models D1–D6 of MATH.md §1 and the batched simulator.
+"""Discrete-time models D1–D6 (layers as time steps) and the batched simulator.
 
 One block map covers every model; a :class:`Dynamics` (static, hashable) says which pieces are on:
 
 =========  ==========================================================================
 D1         ``Dynamics()``: ``x_i <- N(x_i + α Σ_h O_h Σ_j a^h_ij V_h x_j)``
 D2         D1 on a single-head model with ``O = I`` (``random_model(..., unit_output=True)``)
-D3         ``Dynamics(uniform=True)``: ``a_ij = 1/n`` (multi-agent Oja)
+D3         ``Dynamics(attention="uniform")``: ``a_ij = 1/n`` (multi-agent Oja)
 D4         ``Dynamics(norm="none")`` on a model with score scale 1 (no normalisation)
 D5         ``Dynamics(norm="ellipsoid")`` with ``S``: ``N_S`` in place of ``N``
 D6         ``FAITHFUL``: affine LayerNorm, FFN, biases, the model's own pre/post-norm layout
 =========  ==========================================================================
 
-Intermediate settings (MATH.md "The paper's simplification") are any other combination.
+Intermediate settings between D1 and D6 (the power-method paper's simplification drops the FFN
+and replaces LayerNorm by L2) are any other combination; ``attention='unnormalised'`` uses the
+kernel ``exp(β s <Q x_i, K x_j>) / n`` of the clustering papers' code.
 The block of a model with ``norm_style='post'`` (BERT, ALBERT, synthetic) is
 ``y = Norm1(x + α Attn(x))``, then with the FFN ``x' = Norm2(y + FFN(y))``.
 With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``, then
@@ -22,7 +24,6 @@ With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``,
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -30,8 +31,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import nn
-from .attention import attend
+from ._runner import Context, cast_floats, resolve_dtype, run
+from .attention import KERNELS, apply, probabilities
 from .errors import ConfigError
+from .geometry import FLAT, SPHERE, Geometry, check_spd
 from .params import Layers, Model
 
 NORMS = ("l2", "ellipsoid", "none", "layernorm")
@@ -39,21 +42,33 @@ NORMS = ("l2", "ellipsoid", "none", "layernorm")
 
 @dataclasses.dataclass(frozen=True)
 class Dynamics:
-    """Which pieces of a block are on (static configuration, hashable)."""
+    """Which pieces of a block are on (static configuration, hashable).
+
+    ``attention`` is the kernel (``'softmax'``, ``'uniform'`` or ``'unnormalised'``, see
+    :func:`jaxattn.attention.probabilities`); ``uniform=True`` is kept as a synonym of
+    ``attention='uniform'``.
+    """
 
     norm: str = "l2"
     ffn: bool = False
     pre_ln: bool = False
     biases: bool = False
     uniform: bool = False
+    attention: str = "softmax"
 
     def __post_init__(self):
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.attention not in KERNELS:
+            raise ConfigError(f"attention must be one of {KERNELS}, got {self.attention!r}")
+        if self.uniform and self.attention == "softmax":
+            object.__setattr__(self, "attention", "uniform")
+        if self.uniform != (self.attention == "uniform"):
+            object.__setattr__(self, "uniform", self.attention == "uniform")
 
 
 D1 = Dynamics()
-D3 = Dynamics(uniform=True)
+D3 = Dynamics(attention="uniform")
 D4 = Dynamics(norm="none")
 D5 = Dynamics(norm="ellipsoid")
 FAITHFUL = Dynamics(norm="layernorm", ffn=True, pre_ln=True, biases=True)
@@ -64,28 +79,38 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None) -> None:
     if dyn.ffn and model.layers.w1 is None:
         raise ConfigError("ffn=True but the model has no FFN weights (synthetic models are attention-only)")
     if dyn.norm == "ellipsoid":
-        if S is None:
-            raise ConfigError("norm='ellipsoid' needs the matrix S")
-        S = np.asarray(S)
-        d = model.d_model
-        if S.shape != (d, d):
-            raise ConfigError(f"S must be [{d}, {d}], got {S.shape}")
-        if not np.allclose(S, S.T) or np.linalg.eigvalsh((S + S.T) / 2).min() <= 0:
-            raise ConfigError("S must be symmetric positive definite")
+        check_spd(S, model.d_model)
+
+
+def geometry_of(dyn: Dynamics, S=None) -> Optional[Geometry]:
+    """The token space a dynamics retracts onto (``None`` for the affine LayerNorm)."""
+    return {"l2": SPHERE, "none": FLAT, "ellipsoid": Geometry("ellipsoid", S)}.get(dyn.norm)
+
+
+def attention_input(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics) -> jax.Array:
+    """What attention reads: ``X``, or ``Norm1(X)`` for a pre-norm model with ``pre_ln``."""
+    if model.norm_style == "pre" and dyn.pre_ln:
+        return _norm(X, lw.ln1_w, lw.ln1_b, model, dyn)
+    return X
+
+
+def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, beta) -> jax.Array:
+    """The attention weights ``[H, n, n]`` the block applies at state ``X``."""
+    return probabilities(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases, kernel=dyn.attention)
+
+
+def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
+    if dyn.norm == "layernorm":
+        return nn.layer_norm(y, w, b, model.ln_eps)
+    return geometry_of(dyn, S).retract(y)
 
 
 def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
-          return_probs: bool = False):
-    """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``."""
+          return_probs: bool = False, probs: Optional[jax.Array] = None):
+    """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
-    def norm(y, w, b):
-        if dyn.norm == "l2":
-            return nn.l2(y)
-        if dyn.norm == "ellipsoid":
-            return nn.ellipsoid(y, S)
-        if dyn.norm == "none":
-            return y
-        return nn.layer_norm(y, w, b, model.ln_eps)
+    ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them.
+    """
 
     def ffn(y):
         act = nn.activation(model.activation)
@@ -97,14 +122,15 @@ def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=
             out = out + lw.b2[None, :]
         return out
 
+    norm = lambda y, w, b: _norm(y, w, b, model, dyn, S)
+    h = attention_input(X, lw, model, dyn)
+    A = probabilities(h, lw, beta, biases=dyn.biases, kernel=dyn.attention) if probs is None else probs
+    upd = apply(h, A, lw, biases=dyn.biases)
     if model.norm_style == "post":
-        upd, A = attend(X, lw, beta, biases=dyn.biases, uniform=dyn.uniform, return_probs=True)
         y = norm(X + alpha * upd, lw.ln1_w, lw.ln1_b)
         if dyn.ffn:
             y = norm(y + ffn(y), lw.ln2_w, lw.ln2_b)
     else:
-        h = norm(X, lw.ln1_w, lw.ln1_b) if dyn.pre_ln else X
-        upd, A = attend(h, lw, beta, biases=dyn.biases, uniform=dyn.uniform, return_probs=True)
         y = X + alpha * upd
         y = y + ffn(norm(y, lw.ln2_w, lw.ln2_b)) if dyn.ffn else norm(y, lw.ln2_w, lw.ln2_b)
     return (y, A) if return_probs else y
@@ -122,39 +148,95 @@ def step(X: jax.Array, k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
 
 
 class Simulation(NamedTuple):
-    """Result of :func:`simulate`. Leading axes ``[B, steps + 1]`` (step 0 is the initial state)."""
+    """Result of :func:`simulate`. Leading axes ``[B, T]``: ``T`` saved steps (all ``steps + 1``
+    by default, step 0 being the initial state; see ``save``)."""
 
     observables: Any
     final: jax.Array  # [B, n, d]
-    trajectory: Optional[jax.Array]  # [B, steps + 1, n, d] when asked for, else None
+    trajectory: Optional[jax.Array]  # [B, T, n, d] when asked for, else None
 
 
-def _run_one(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory):
-    obs = observe if aux is None else (lambda X, k: observe(X, k, aux))
+def saved_steps(steps: int, save=None) -> np.ndarray:
+    """Step indices at which :func:`simulate` evaluates observables for a ``save`` option:
+    ``None`` every step ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'``
+    the last step only."""
+    if save is None:
+        save = 1
+    if save == "last":
+        return np.asarray([steps])
+    if isinstance(save, bool) or not isinstance(save, (int, np.integer)) or save < 1:
+        raise ConfigError(f"save must be None, a positive integer or 'last', got {save!r}")
+    return np.asarray(sorted(set(range(0, steps, int(save))) | {steps}))
 
-    def body(X, k):
-        Xn = step(X, k, model, dyn, alpha, beta, S)
-        out = (obs(Xn, k + 1), Xn if trajectory else None)
-        return Xn, out
 
-    first = (obs(X0, jnp.int32(0)), X0 if trajectory else None)
-    XT, rest = jax.lax.scan(body, X0, jnp.arange(steps, dtype=jnp.int32))
-    both = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
-    return both[0], XT, both[1]
+@dataclasses.dataclass(frozen=True)
+class _MapProgram:
+    """One initial condition through ``steps`` block maps (see :mod:`jaxattn._runner`).
 
+    Observations at steps ``0, m, 2m, ... < steps`` and at ``steps``: an outer scan over segments
+    of ``m`` steps whose first step shares its attention weights with the observable.
+    """
 
-@functools.partial(jax.jit, static_argnames=("steps", "dyn", "observe", "trajectory", "batch_size"))
-def _simulate(X0, model, alpha, beta, S, aux, *, steps, dyn, observe, trajectory, batch_size):
-    one = lambda x: _run_one(x, model, alpha, beta, S, aux, steps=steps, dyn=dyn, observe=observe,
-                             trajectory=trajectory)
-    if batch_size is None:  # note: lax.map without batch_size would run the samples one by one
-        return jax.vmap(one)(X0)
-    return jax.lax.map(one, X0, batch_size=batch_size)
+    dyn: Dynamics
+    steps: int
+    every: int  # m; 0 = observe the last step only
+    observe: Callable
+    trajectory: bool
+
+    def __call__(self, X0, p):
+        model, alpha, beta, S, aux = p
+        dyn = self.dyn
+
+        def lw_at(k):
+            return model.layers.take(layer_index(model, k))
+
+        def plain(X, k):
+            return block(X, lw_at(k), model, dyn, alpha, beta, S), None
+
+        def observed(X, k):
+            lw = lw_at(k)
+            A = attention_weights(X, lw, model, dyn, beta)
+            out = self.observe(k, X, Context(aux, lambda: A))
+            return block(X, lw, model, dyn, alpha, beta, S, probs=A), (out, X if self.trajectory else None)
+
+        def run_plain(X, k0, length):
+            if length == 0:
+                return X
+            X, _ = jax.lax.scan(plain, X, k0 + jnp.arange(length, dtype=jnp.int32))
+            return X
+
+        m = self.every
+        q = self.steps // m if m else 0
+        X = X0
+        seen = None
+        if q:
+            def segment(X, j):
+                k0 = j * m
+                X, rec = observed(X, k0)
+                return run_plain(X, k0 + 1, m - 1), rec
+
+            X, seen = jax.lax.scan(segment, X, jnp.arange(q, dtype=jnp.int32))
+        r = self.steps - q * m
+        if m and r:  # a last, shorter segment: observed at its start like the others
+            X, rec = observed(X, jnp.int32(q * m))
+            X = run_plain(X, jnp.int32(q * m + 1), r - 1)
+            rec = jax.tree_util.tree_map(lambda a: a[None], rec)
+            seen = rec if seen is None else jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), seen, rec)
+        elif r:
+            X = run_plain(X, jnp.int32(0), r)
+        kT = jnp.int32(self.steps)
+        last = (self.observe(kT, X, Context(aux, lambda: attention_weights(X, lw_at(kT), model, dyn, beta))),
+                X if self.trajectory else None)
+        if seen is None:
+            obs, traj = jax.tree_util.tree_map(lambda a: a[None], last)
+        else:
+            obs, traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), seen, last)
+        return obs, X, traj
 
 
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
              observe: Optional[Callable] = None, aux: Any = None, trajectory: bool = False,
-             batch_size: Optional[int] = None, dtype=None) -> Simulation:
+             batch_size: Optional[int] = None, dtype=None, save=None) -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
     Args:
@@ -164,18 +246,24 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         dynamics: which model (see the module docstring).
         alpha: step size α; beta: inverse temperature β (both traced: changing them does not
             recompile). S: ``[d, d]`` matrix for ellipsoid normalisation.
-        observe: ``observe(X: [n, d], k: int32) -> pytree`` evaluated at steps ``0..steps``; only
-            what it returns is kept. A module-level function is reused across calls without
-            recompiling (a fresh lambda recompiles). Default: :func:`jaxattn.metrics.consensus_observables`.
-        aux: a pytree of arrays handed to ``observe(X, k, aux)`` as jit inputs (directions,
-            tables...): changing them does not recompile, and they are not baked in as constants.
-        trajectory: also keep every configuration (``[B, steps + 1, n, d]``; memory grows with B).
-        batch_size: run the batch in chunks of this size (memory flat in B); default: all at once.
+        observe: ``observe(t, X: [n, d], ctx) -> pytree`` evaluated at the saved steps (``t`` the
+            step index, ``ctx.aux`` = ``aux``, ``ctx.attention()`` the attention weights
+            ``[H, n, n]`` of the step taken from ``X``); only what it returns is kept. A
+            module-level function is reused across calls without recompiling (a fresh lambda
+            recompiles). Default: :func:`jaxattn.metrics.consensus_observables`.
+        aux: a pytree of arrays handed to the observable as ``ctx.aux`` (jit inputs: changing
+            them does not recompile, and they are not baked in as constants).
+        trajectory: also keep the configuration at every saved step (``[B, T, n, d]``).
+        batch_size: conditions per compiled block (default: a fixed width per backend). Memory is
+            flat in ``B``; the numbers of a condition do not depend on ``B`` or on how a sweep is
+            split, for a given ``batch_size``.
         dtype: computation dtype (default: that of X0; float32 unless float64 is asked for).
+        save: where to evaluate observables: ``None`` every step, an integer ``m`` every m-th
+            step and the last, ``'last'`` the last only (see :func:`saved_steps`).
 
     Returns:
-        :class:`Simulation` with observables ``[B, steps + 1, ...]``, the final state and,
-        on request, the trajectory.
+        :class:`Simulation` with observables ``[B, T, ...]``, the final state and, on request,
+        the trajectory.
     """
     from .metrics import consensus_observables  # late import: metrics imports this module's users
 
@@ -186,21 +274,17 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         raise ConfigError(f"X0 must be [B, n, d] or [n, d], got shape {tuple(X0.shape)}")
     if X0.shape[-1] != model.d_model:
         raise ConfigError(f"tokens have dimension {X0.shape[-1]} but the model has d={model.d_model}")
-    if not isinstance(steps, (int, np.integer)) or steps < 0:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
-    if batch_size is not None and batch_size < 1:
-        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     check_dynamics(model, dynamics, S)
-    dtype = jnp.dtype(dtype) if dtype is not None else X0.dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        dtype = jnp.dtype(jnp.float32)
+    dtype = resolve_dtype(dtype, X0)
+    saved_steps(int(steps), save)  # validates save
+    every = 0 if save == "last" else int(save or 1)
     # embeddings and the final norm play no part in the dynamics: leave them out of the jit inputs
     model = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
     S = None if S is None else jnp.asarray(S, dtype)
-    B = X0.shape[0]
-    bs = None if batch_size is None or batch_size >= B else int(batch_size)
-    obs, final, traj = _simulate(X0.astype(dtype), model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype),
-                                 S, aux, steps=int(steps), dyn=dynamics,
-                                 observe=observe or consensus_observables, trajectory=trajectory,
-                                 batch_size=bs)
+    program = _MapProgram(dyn=dynamics, steps=int(steps), every=every, observe=observe or consensus_observables,
+                          trajectory=bool(trajectory))
+    params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype))
+    obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size)
     return Simulation(obs, final, traj)

@@ -55,8 +55,9 @@ def first_token_consensus(X: jax.Array) -> jax.Array:
     return 1.0 - jnp.mean(U @ U[0])
 
 
-def consensus_observables(X: jax.Array, k=None) -> dict:
-    """Default observables of :func:`jaxattn.simulate`: diameter and cosine consensus."""
+def consensus_observables(t, X: jax.Array, ctx=None) -> dict:
+    """Default observables of :func:`jaxattn.simulate` and :func:`jaxattn.solve` (signature
+    ``(t, X, ctx)``): diameter and cosine consensus."""
     return {"diameter": diameter(X), "cos_consensus": cos_consensus(X)}
 
 
@@ -123,13 +124,15 @@ def alignment_tables(spec, schedule, steps: int, phi_u1=None, beta=1.0, dtype=jn
                            phi=as_(cplx(phi)), beta=jnp.asarray(beta, dtype))
 
 
-def alignment_observables(X: jax.Array, t, tab: AlignmentTables, layers=None) -> dict:
+def alignment_observables(t, X: jax.Array, ctx) -> dict:
     """Per-token correlations at state ``t`` with the directions of the layer that maps
     ``t -> t+1`` (``*_before``) and of the layer that mapped ``t-1 -> t`` (``*_after``), so that
     ``Δρ(k) = after[k+1] − before[k]`` (MATH.md eq. 4) needs no trajectory. Also the
-    correlation with Φ(t−1)'s eigenvector, consensus measures and, given ``layers``, the mean
-    numerical rank of the attention matrices applied at ``t``.
+    correlation with Φ(t−1)'s eigenvector, consensus measures and the mean numerical rank of the
+    attention matrices applied at ``t`` (those of the step taken from state ``t``).
+    ``ctx.aux`` is the :class:`AlignmentTables`.
     """
+    tab = ctx.aux
     T = tab.set_of_step.shape[0]
     g_before = tab.set_of_step[jnp.minimum(t, T - 1)]
     g_after = tab.set_of_step[jnp.maximum(t - 1, 0)]
@@ -147,9 +150,5 @@ def alignment_observables(X: jax.Array, t, tab: AlignmentTables, layers=None) ->
         "rho_phi": rho_subspace(X, tab.phi[jnp.maximum(t - 1, 0)]),
         "diameter": diameter(X), "cos_consensus": cos_consensus(X),
     }
-    if layers is not None:
-        from .attention import probabilities
-
-        A = probabilities(X, layers.take(g_before), tab.beta)
-        out["attn_rank"] = jnp.mean(numerical_rank(A).astype(X.dtype))
+    out["attn_rank"] = jnp.mean(numerical_rank(ctx.attention()).astype(X.dtype))
     return out

@@ -1,0 +1,105 @@
+"""The batched runner shared by maps (:func:`jaxattn.simulate`) and flows (:func:`jaxattn.solve`).
+
+A *program* solves one initial condition ``X0: [n, d]`` and returns a pytree (observables, final
+state, ...). It is a frozen dataclass, so it is hashable and compares by value: two calls with
+equal programs share one compiled executable. The runner owns what both kinds of model need once:
+
+* **Batching with fixed compiled shapes.** The batch is padded to a multiple of a lane width
+  ``lanes`` and run as ``lax.map`` over blocks of ``lanes`` conditions, each block ``vmap``-ed. The
+  program XLA compiles therefore sees ``[lanes, n, d]`` whatever the batch size, so the numbers of
+  condition ``i`` are bit-identical however a sweep is split into chunks (XLA picks different
+  kernels for different shapes, which changed float32 results by ~1e-7 when chunks had their own
+  shapes). The default lane width depends only on the backend.
+* **dtype** casting of the states and of every floating parameter.
+* **Observables** ``observe(t, X, ctx)``: ``t`` is the step index of a map or the time of a flow,
+  ``ctx.aux`` the user's pytree of arrays, ``ctx.attention()`` the attention weights ``[H, n, n]``
+  applied at this state. Maps hand the weights their step already computed; elsewhere the call
+  computes them, and an observable that never calls it costs nothing (XLA removes dead code).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .errors import ConfigError
+
+#: Conditions per vmapped block by backend (see the module docstring).
+DEFAULT_LANES = {"cpu": 64, "gpu": 8192, "cuda": 8192, "rocm": 8192, "tpu": 8192}
+
+
+class Context(NamedTuple):
+    """What an observable ``observe(t, X, ctx)`` receives besides the time and the state."""
+
+    aux: Any
+    attention: Callable[[], jax.Array]
+
+
+def default_lanes() -> int:
+    return DEFAULT_LANES.get(jax.default_backend(), 1024)
+
+
+def lanes_for(batch: int, batch_size: Optional[int]) -> int:
+    """The lane width used for a batch: ``batch_size`` when given, else the backend default.
+
+    Never clamped to the batch: a batch smaller than the lane width is padded, so a condition's
+    numbers do not depend on the size of the batch it was run in.
+    """
+    if batch_size is None:
+        return default_lanes()
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+@functools.partial(jax.jit, static_argnames=("program", "lanes"))
+def _run(program, X0, params, *, lanes):
+    B = X0.shape[0]
+    blocks = X0.reshape((B // lanes, lanes) + X0.shape[1:])
+    one = lambda x: program(x, params)
+    out = jax.lax.map(jax.vmap(one), blocks)
+    return jax.tree_util.tree_map(lambda a: a.reshape((B,) + a.shape[2:]), out)
+
+
+def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None) -> Any:
+    """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
+
+    ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
+    not recompile. Returns the program's pytree with a leading axis ``B``.
+    """
+    B = X0.shape[0]
+    lanes = lanes_for(B, batch_size)
+    pad = (-B) % lanes
+    if pad:  # pad with copies of the first condition: finite, and dropped below
+        X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad,) + X0.shape[1:])])
+    out = _run(program, X0, params, lanes=lanes)
+    if pad:
+        out = jax.tree_util.tree_map(lambda a: a[:B], out)
+    return out
+
+
+def cast_floats(tree: Any, dtype) -> Any:
+    """Cast every floating leaf of ``tree`` to ``dtype`` (integers and booleans unchanged)."""
+
+    def cast(a):
+        a = jnp.asarray(a)
+        return a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != dtype else a
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
+def resolve_dtype(dtype, X0) -> jnp.dtype:
+    """The computation dtype: ``dtype`` if given, else that of ``X0``; float32 for non-floats.
+
+    Refuses float64 when JAX runs without x64 (it would silently compute in float32).
+    """
+    dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(X0).dtype
+    if not jnp.issubdtype(dt, jnp.floating):
+        dt = jnp.dtype(jnp.float32)
+    if dt == jnp.float64 and not jax.config.jax_enable_x64:
+        raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
+    return dt
