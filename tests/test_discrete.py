@@ -185,7 +185,7 @@ def test_observables_only_kept():
     assert res.observables.shape == (5, 5, 3)
 
 
-def _first_coord(X, k):
+def _first_coord(t, X, ctx):
     return X[:, 0]
 
 

@@ -60,11 +60,6 @@ class StudyConfig:
             raise ConfigError(f"init must be 'gaussian' or 'sphere', got {self.init!r}")
 
 
-def _alignment_observe(X, t, aux):
-    tab, layers = aux
-    return alignment_observables(X, t, tab, layers)
-
-
 def _dtype(name):
     return jnp.float64 if name == "float64" else jnp.float32
 
@@ -115,8 +110,8 @@ def alignment(model: Model, X0, steps: Optional[int] = None, *, dynamics: Dynami
     _, u1 = cumulative_products(Fs, order, alpha)
     X0 = jnp.asarray(X0)
     tab = alignment_tables(spec, model.schedule, steps, u1, beta, X0.dtype if dtype is None else dtype)
-    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, observe=_alignment_observe,
-                   aux=(tab, model.layers), batch_size=batch_size, dtype=dtype)
+    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, observe=alignment_observables,
+                   aux=tab, batch_size=batch_size, dtype=dtype)
     obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
     return layer_table(obs, spec, model.schedule, steps, run)
 
@@ -169,10 +164,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         say(f"{run}: {cfg.num_init} initial conditions x {cfg.n} tokens, {steps} steps")
         tab = alignment_tables(spec, model.schedule, steps, phi, cfg.beta, dtype)
         with Timer() as t:
-            # the attention-rank observable recomputes D1's attention (no biases, no pre-norm):
-            # only meaningful for D1 runs, so other runs leave it out (NaN in the table)
-            layers = model.layers if dyn == D1 else None
-            arrays = sweep(model, steps=steps, dynamics=dyn, observe=_alignment_observe, aux=(tab, layers),
+            # the attention rank comes from the weights each step applies, for every dynamics
+            arrays = sweep(model, steps=steps, dynamics=dyn, observe=alignment_observables, aux=tab,
                            out_dir=out / "sweeps" / run, fingerprint={**fp, "run": run}, **common)
         timings[run] = round(t.seconds, 3)
         tables[run] = layer_table(arrays, spec, model.schedule, steps, run)
