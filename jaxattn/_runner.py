@@ -56,27 +56,52 @@ def lanes_for(batch: int, batch_size: Optional[int]) -> int:
     return int(batch_size)
 
 
-@functools.partial(jax.jit, static_argnames=("program", "lanes"))
-def _run(program, X0, params, *, lanes):
-    B = X0.shape[0]
-    blocks = X0.reshape((B // lanes, lanes) + X0.shape[1:])
-    one = lambda x: program(x, params)
-    out = jax.lax.map(jax.vmap(one), blocks)
-    return jax.tree_util.tree_map(lambda a: a.reshape((B,) + a.shape[2:]), out)
+@functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))
+def _run(program, X0, params, *, lanes, mesh):
+    def local(X0, params):  # the conditions of one device, in blocks of `lanes`
+        B = X0.shape[0]
+        blocks = X0.reshape((B // lanes, lanes) + X0.shape[1:])
+        out = jax.lax.map(jax.vmap(lambda x: program(x, params)), blocks)
+        return jax.tree_util.tree_map(lambda a: a.reshape((B,) + a.shape[2:]), out)
+
+    if mesh is None:
+        return local(X0, params)
+    spec = jax.sharding.PartitionSpec(mesh.axis_names[0])
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, jax.sharding.PartitionSpec()), out_specs=spec,
+                         check_vma=False)(X0, params)
 
 
-def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None) -> Any:
+def mesh_of(devices) -> Optional[jax.sharding.Mesh]:
+    """A one-axis mesh (``'conditions'``) over ``devices``; ``None`` for a single device."""
+    devices = list(devices) if devices is not None else []
+    if len(devices) <= 1:
+        return None
+    return jax.sharding.Mesh(np.asarray(devices), ("conditions",))
+
+
+def replicate(tree: Any, mesh: Optional[jax.sharding.Mesh]) -> Any:
+    """Place ``tree`` on every device of ``mesh`` once (weights of a sweep), or leave it as is."""
+    if mesh is None:
+        return tree
+    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None, devices=None) -> Any:
     """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
 
     ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
-    not recompile. Returns the program's pytree with a leading axis ``B``.
+    not recompile. With several ``devices`` the batch is split over them (``shard_map``: each device
+    runs its own blocks of the same width, so a condition's numbers do not depend on the number of
+    devices). Returns the program's pytree with a leading axis ``B``.
     """
     B = X0.shape[0]
     lanes = lanes_for(B, batch_size)
-    pad = (-B) % lanes
+    mesh = mesh_of(devices)
+    width = lanes * (1 if mesh is None else mesh.size)
+    pad = (-B) % width
     if pad:  # pad with copies of the first condition: finite, and dropped below
         X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad,) + X0.shape[1:])])
-    out = _run(program, X0, params, lanes=lanes)
+    out = _run(program, X0, params, lanes=lanes, mesh=mesh)
     if pad:
         out = jax.tree_util.tree_map(lambda a: a[:B], out)
     return out

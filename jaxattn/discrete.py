@@ -236,7 +236,7 @@ class _MapProgram:
 
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
              observe: Optional[Callable] = None, aux: Any = None, trajectory: bool = False,
-             batch_size: Optional[int] = None, dtype=None, save=None) -> Simulation:
+             batch_size: Optional[int] = None, dtype=None, save=None, devices=None) -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
     Args:
@@ -260,6 +260,7 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         dtype: computation dtype (default: that of X0; float32 unless float64 is asked for).
         save: where to evaluate observables: ``None`` every step, an integer ``m`` every m-th
             step and the last, ``'last'`` the last only (see :func:`saved_steps`).
+        devices: split the batch over these devices (e.g. ``jax.local_devices()``); default one.
 
     Returns:
         :class:`Simulation` with observables ``[B, T, ...]``, the final state and, on request,
@@ -286,5 +287,5 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     program = _MapProgram(dyn=dynamics, steps=int(steps), every=every, observe=observe or consensus_observables,
                           trajectory=bool(trajectory))
     params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype))
-    obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size)
+    obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices)
     return Simulation(obs, final, traj)

@@ -7,12 +7,14 @@ split into chunks or shards (``start`` gives the global index of a chunk's first
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+import dataclasses
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._runner import run
 from .errors import ConfigError
 from .params import Model, from_heads
 
@@ -135,14 +137,27 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
     if kind == "ellipsoid" and S is None:
         raise ConfigError("kind='ellipsoid' needs the matrix S")
     idx = jnp.arange(start, start + batch)
+    S = None if S is None else jnp.asarray(S, dtype)
+    # drawn through the batched runner: every condition is computed in blocks of the same width,
+    # so its tokens are bit-identical whatever the batch size or chunking (a plain vmap over the
+    # whole batch lets XLA vectorise the normalisation differently for different batch sizes)
+    return run(_Draw(n, d, kind, jnp.dtype(dtype)), idx, (key, S))
 
-    def one(i):
-        g = jax.random.normal(jax.random.fold_in(key, i), (n, d), dtype)
-        if kind == "gaussian":
+
+@dataclasses.dataclass(frozen=True)
+class _Draw:
+    """Initial condition ``i`` from ``fold_in(key, i)`` (a runner program, see :mod:`jaxattn._runner`)."""
+
+    n: int
+    d: int
+    kind: str
+    dtype: Any
+
+    def __call__(self, i, p):
+        key, S = p
+        g = jax.random.normal(jax.random.fold_in(key, i), (self.n, self.d), self.dtype)
+        if self.kind == "gaussian":
             return g
-        if kind == "sphere":
+        if self.kind == "sphere":
             return g / jnp.linalg.norm(g, axis=-1, keepdims=True)
-        s = jnp.asarray(S, dtype)
-        return g / jnp.sqrt(jnp.einsum("nd,de,ne->n", g, s, g))[:, None]
-
-    return jax.vmap(one)(idx)
+        return g / jnp.sqrt(jnp.einsum("nd,de,ne->n", g, S, g))[:, None]

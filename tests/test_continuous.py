@@ -111,7 +111,9 @@ def test_causal_first_token_fixed_and_others_converge_to_it():
     X0 = ja.init_tokens(jax.random.key(10), 8, n, d, dtype=jnp.float64)
     sol = ja.solve(model, X0, 60.0, flow=ja.C2, trajectory=True, ts=np.linspace(0, 60, 7))
     traj = np.asarray(sol.trajectory)
-    np.testing.assert_array_equal(traj[:, :, 0], np.broadcast_to(np.asarray(X0)[:, None, 0], traj[:, :, 0].shape))
+    # its velocity is zero up to the rounding of the tangent projection: it stays put to an ulp over t = 60
+    np.testing.assert_allclose(traj[:, :, 0], np.broadcast_to(np.asarray(X0)[:, None, 0], traj[:, :, 0].shape),
+                               rtol=0, atol=5e-16)
     first = np.asarray(sol.observables["cos_consensus"])
     assert np.all(first[:, -1] < first[:, 0]) and np.median(first[:, -1]) < 1e-3
 

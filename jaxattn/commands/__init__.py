@@ -5,4 +5,4 @@ and sets ``func=run`` (``run(args, cfg) -> int``); :mod:`jaxattn.cli` calls ever
 listed in :data:`MODULES`. A module that is not present yet is skipped.
 """
 
-MODULES = ("solve", "consensus", "clusters", "stability")
+MODULES = ("solve", "sweep", "consensus", "clusters", "stability")

@@ -1,0 +1,293 @@
+"""Grids into the sweep store: same numbers however the work is split, resumption, integrity, errors."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn import grid
+from jaxattn.errors import ConfigError
+from jaxattn.store import open_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = {"num_init": 150, "chunk": 64, "seed": [0, 3],
+        "model": {"d": 8, "heads": 2, "depth": 3, "shared": False, "mask": ["full", "causal"]},
+        "dynamics": {"beta": 1.5}, "init": {"n": 5}}
+
+
+def _cfg(**over):
+    cfg = json.loads(json.dumps(BASE))
+    for k, v in over.items():
+        sec, _, key = k.rpartition("__")
+        (cfg.setdefault(sec, {}) if sec else cfg)[key] = v
+    return cfg
+
+
+def _arrays(path):
+    sw = open_sweep(path)
+    return [sw.arrays(p) for p in range(len(sw))]
+
+
+def _assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert sorted(x) == sorted(y)
+        for k in x:
+            np.testing.assert_array_equal(x[k], y[k], err_msg=k)
+
+
+def test_grid_values_equal_direct_simulation(tmp_path):
+    sw = grid.sweep_grid(_cfg(keep_final=True), tmp_path / "s", progress=False)
+    assert len(sw) == 4 and sw.summary["computed"] == 600
+    p = grid.expand(grid.validate_config(_cfg()))[3]  # seed 3, causal
+    assert p["params"] == {"seed": 3, "model.mask": "causal"}
+    model = ja.random_model(jax.random.fold_in(jax.random.key(3), 2**31 - 1), 8, 2, 3, shared=False, mask="causal",
+                            dtype=jnp.float32)
+    X0 = ja.init_tokens(jax.random.key(3), 150, 5, 8)
+    ref = ja.simulate(model, X0, 3, beta=1.5)
+    arr = sw.arrays(3)
+    np.testing.assert_array_equal(arr["observables.diameter"], np.asarray(ref.observables["diameter"]))
+    np.testing.assert_array_equal(arr["final"], np.asarray(ref.final))
+    table = sw.table()
+    assert len(table) == 600 and table["finished"].all()
+    summ = sw.table(summary=True)
+    assert list(summ["conditions"]) == [150] * 4
+    np.testing.assert_allclose(summ.loc[3, "diameter_mean"], np.asarray(ref.observables["diameter"])[:, -1].mean(),
+                               rtol=1e-6)
+
+
+def test_chunk_size_does_not_change_numbers(tmp_path):
+    a = grid.sweep_grid(_cfg(chunk=64), tmp_path / "a", progress=False)
+    b = grid.sweep_grid(_cfg(chunk=100), tmp_path / "b", progress=False)
+    _assert_same(_arrays(a.store.root), _arrays(b.store.root))
+
+
+def test_continuous_points_and_result_codes(tmp_path):
+    cfg = _cfg(dynamics__kind="continuous", dynamics__t1=[1.0, 2.0], dynamics__saves=3, num_init=40)
+    sw = grid.sweep_grid(cfg, tmp_path / "c", progress=False)
+    assert len(sw) == 8
+    arr = sw.arrays(1)
+    assert arr["observables.diameter"].shape == (40, 3) and np.all(arr["result"] == 0)
+    p = grid.expand(grid.validate_config(cfg))[1]
+    model = ja.random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), 8, 2, 3, shared=False,
+                            mask=p["model.mask"], dtype=jnp.float32)
+    X0 = ja.init_tokens(jax.random.key(p["seed"]), 40, 5, 8)
+    ref = ja.solve(model, X0, p["dynamics.t1"], beta=1.5, ts=np.linspace(0, p["dynamics.t1"], 3))
+    np.testing.assert_array_equal(arr["observables.diameter"], np.asarray(ref.observables["diameter"]))
+
+
+_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import jaxattn.grid as g
+    cfg, out = json.loads(sys.argv[1]), sys.argv[2]
+    g.sweep_grid(cfg, out, progress=False)
+""")
+
+
+def _env(**extra):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+    env.pop("XLA_FLAGS", None)
+    env.update(extra)
+    return env
+
+
+def test_eight_devices_and_two_processes_give_the_same_numbers(tmp_path):
+    cfg = _cfg()  # every run in a fresh process with the same settings (this one has x64 on)
+    subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(tmp_path / "one")], env=_env(), check=True)
+    env8 = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(tmp_path / "eight")], env=env8, check=True)
+    _assert_same(_arrays(tmp_path / "one"), _arrays(tmp_path / "eight"))
+    assert "cpu" in json.loads((tmp_path / "eight" / "summary-0.json").read_text())["devices"][7]
+    port = str(20000 + os.getpid() % 20000)
+    procs = [subprocess.Popen([sys.executable, "-m", "jaxattn.cli", "sweep", str(tmp_path / "cfg.json"), "--out",
+                               str(tmp_path / "two"), "--quiet", "--num-processes", "2", "--process-id", str(i),
+                               "--coordinator", f"localhost:{port}"], env=_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for i in range(2) if (tmp_path / "cfg.json").write_text(json.dumps(cfg)) or True]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    parts = [json.loads((tmp_path / "two" / f"summary-{i}.json").read_text())["computed"] for i in range(2)]
+    assert sum(parts) == 600 and min(parts) > 0  # both processes worked
+    _assert_same(_arrays(tmp_path / "one"), _arrays(tmp_path / "two"))
+
+
+def test_sigkill_then_resume_computes_only_the_missing_chunks(tmp_path):
+    cfg = _cfg(num_init=3000, chunk=100, seed=0, model__mask="full", model__depth=40, dynamics__steps=400)
+    out = tmp_path / "k"
+    p = subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(out)], env=_env())
+    deadline = time.time() + 240
+    while time.time() < deadline and len(list((out / "done").rglob("*.json"))) < 3:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    done = len(list((out / "done").rglob("*.json")))
+    assert 3 <= done < 30, done
+    for path in (out, tmp_path / "ref"):  # resume, and an uninterrupted run, in the same kind of process
+        subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(path)], env=_env(), check=True)
+    summary = json.loads((out / "summary-0.json").read_text())
+    assert summary["resumed"] == done * 100 and summary["computed"] == 3000 - done * 100
+    _assert_same(_arrays(out), _arrays(tmp_path / "ref"))
+
+
+def test_corrupt_chunks_are_detected_and_recomputed(tmp_path):
+    cfg = _cfg(seed=0, model__mask="full")
+    sw = grid.sweep_grid(cfg, tmp_path / "s", progress=False)
+    good = _arrays(tmp_path / "s")
+    chunk_dir = tmp_path / "s" / "data.zarr" / "p0000" / "observables" / "diameter" / "c"
+    files = sorted(chunk_dir.rglob("*"))
+    files = [f for f in files if f.is_file()]
+    data = bytearray(files[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # flipped bytes
+    files[0].write_bytes(bytes(data))
+    files[1].write_bytes(files[1].read_bytes()[:5])  # truncated
+    assert not sw.finished(0).all()
+    again = grid.sweep_grid(cfg, tmp_path / "s", progress=False)
+    assert again.summary["computed"] == 128 and again.summary["resumed"] == 150 - 128
+    _assert_same(good, _arrays(tmp_path / "s"))
+
+
+def test_another_configuration_is_refused_and_nothing_touched(tmp_path):
+    out = tmp_path / "s"
+    grid.sweep_grid(_cfg(), out, progress=False)
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="another configuration"):
+        grid.sweep_grid(_cfg(dynamics__beta=2.0), out, progress=False)
+    after = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    assert before == after
+
+
+def test_second_writer_with_the_same_process_id_is_refused(tmp_path):
+    from filelock import FileLock
+
+    out = tmp_path / "s"
+    grid.sweep_grid(_cfg(num_init=10), out, progress=False)
+    with FileLock(str(out / "locks" / "process-0.lock")):
+        code = (f"import jaxattn.grid as g, json; g.sweep_grid(json.loads({json.dumps(json.dumps(_cfg(num_init=10)))}),"
+                f" {str(out)!r}, progress=False)")
+        r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True)
+    assert r.returncode != 0 and "already writing" in r.stderr
+
+
+_TRACES = []
+
+
+def _counting(X, ctx):
+    _TRACES.append(1)
+    return ja.metrics.diameter(X)
+
+
+def test_points_differing_in_alpha_and_beta_compile_once(tmp_path, monkeypatch):
+    monkeypatch.setitem(grid.OBSERVABLES, "diameter", _counting)
+    cfg = _cfg(seed=0, model__mask="full", num_init=20, chunk=32, dynamics__alpha=[0.25, 0.5, 1.0, 2.0],
+               dynamics__beta=[0.5, 1.0, 1.5, 2.0, 3.0, 4.0], observables=["diameter"])
+    _TRACES.clear()
+    sw = grid.sweep_grid(cfg, tmp_path / "s", progress=False)
+    assert len(sw) == 24
+    grid_traces = len(_TRACES)
+    _TRACES.clear()  # one new program (another number of steps): the traces of exactly one compilation
+    grid.sweep_grid({**cfg, "dynamics": {"steps": 5}}, tmp_path / "one", progress=False)
+    assert len(_TRACES) > 0 and grid_traces == len(_TRACES)
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({"num_iit": 3}, "unknown key 'num_iit'"),
+    ({"model": {"dd": 3}}, r"unknown key 'model.dd'"),
+    ({"dynamics": {"alpha": "fast"}}, r"dynamics.alpha: expected"),
+    ({"dynamics": {"beta": [1.0, float("nan")]}}, r"dynamics.beta\[1\]: must be finite"),
+    ({"model": {"mask": 5}}, "model.mask: expected str"),
+    ({"model": {"shared": "false"}}, "model.shared: expected bool"),
+    ({"num_init": True}, "num_init: expected int"),
+    ({"num_init": 0}, "num_init: must be > 0"),
+    ({"seed": 2**70}, "seed: must be in"),
+    ({"model": {"d": 10, "heads": 3}}, "not divisible"),
+    ({"model": {"source": "minilm", "d": 7}}, "model.d only applies"),
+    ({"chunk": [1, 2]}, "chunk: takes a single value"),
+    ({"dynamics": {"kind": "continuous", "solver": "rk99"}}, "dynamics.solver"),
+    ({"observables": ["energy"]}, "unknown observable"),
+    ({"init": {"kind": "cube"}}, "init.kind: must be one of"),
+])
+def test_bad_configurations_name_the_key(cfg, match, tmp_path):
+    with pytest.raises(ConfigError, match=match):
+        grid.sweep_grid(cfg, tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
+
+
+def _cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "jaxattn.cli", *args], env=_env(), capture_output=True, text=True,
+                          cwd=cwd)
+
+
+def test_cli_sweep_and_solve(tmp_path):
+    (tmp_path / "g.toml").write_text('num_init = 20\n[model]\nd = 4\nheads = 1\ndepth = 2\n'
+                                     '[dynamics]\nbeta = [1.0, 2.0]\n')
+    r = _cli("sweep", str(tmp_path / "g.toml"), "--out", str(tmp_path / "g"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    assert "2 grid point(s)" in r.stdout
+    r = _cli("solve", "--num-init", "30", "--n", "4", "--d", "6", "--heads", "2", "--depth", "2", "--no-shared",
+             "--t1", "3", "--saves", "4", "--out", str(tmp_path / "s"), "--quiet")
+    assert r.returncode == 0, r.stderr
+    cfg = json.loads((tmp_path / "s" / "config.json").read_text())
+    assert cfg["command"] == "solve" and cfg["config"]["dynamics"]["t1"] == 3 and "versions" in cfg
+    assert "30 of 30 solves succeeded" in (tmp_path / "s" / "summary.txt").read_text()
+    sw = open_sweep(tmp_path / "s")
+    assert sw.arrays(0)["observables.diameter"].shape == (30, 4)
+    # the same command resumes (nothing recomputed) and a changed one is refused
+    r = _cli("solve", "--num-init", "30", "--n", "4", "--d", "6", "--heads", "2", "--depth", "2", "--no-shared",
+             "--t1", "3", "--saves", "4", "--out", str(tmp_path / "s"), "--quiet")
+    assert r.returncode == 0 and "30 resumed" in r.stdout
+
+
+@pytest.mark.parametrize("args,match", [
+    (["solve", "--t1", "-1"], "dynamics.t1: must be > 0"),
+    (["solve", "--rtol", "0"], "dynamics.rtol: must be > 0"),
+    (["solve", "--solver", "euler", "--t1", "1"], "fixed step size"),
+    (["solve", "--heads", "3"], "not divisible"),
+    (["solve", "--model", "minilm", "--d", "7"], "model.d only applies"),
+    (["solve", "--space", "ellipse"], "dynamics.space: must be one of"),
+    (["sweep", "missing.toml"], "does not exist"),
+])
+def test_cli_bad_input_one_line_exit_2_nothing_left(args, match, tmp_path):
+    out = tmp_path / "o"
+    r = _cli(*args, "--out", str(out), "--quiet", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("jaxattn: error:") and match in r.stderr
+    assert not out.exists()
+
+
+def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkeypatch):
+    import errno
+
+    from jaxattn import store
+
+    out = tmp_path / "s"
+    cfg = _cfg(seed=0, model__mask="full")
+    calls = []
+    real = store.SweepStore.write_chunk
+
+    def failing(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(store.SweepStore, "write_chunk", failing)
+    from jaxattn.commands.sweep import execute
+
+    class Args:
+        process_id = num_processes = coordinator = None
+
+    with pytest.raises(ConfigError, match="disk is full"):
+        execute(cfg, out, Args, True)
+    monkeypatch.setattr(store.SweepStore, "write_chunk", real)
+    sw = grid.sweep_grid(cfg, out, progress=False)
+    assert sw.summary["resumed"] == 64 and sw.summary["computed"] == 150 - 64
