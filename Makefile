@@ -27,7 +27,9 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/flows.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -26,6 +26,8 @@ from .sampling import init_tokens, random_model, symmetric_with_spectrum
 from .spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from .steering import precompensate, steer
 from ._sweep import sweep
+from .grid import sweep_grid
+from .store import open_sweep
 
 __version__ = "0.1.0"
 
@@ -40,5 +42,5 @@ __all__ = [
     "Embeddings", "Layers", "Model", "from_heads", "parse_mask", "validate",
     "init_tokens", "random_model", "symmetric_with_spectrum",
     "Spectrum", "cumulative_products", "layer_matrices", "lyapunov_exponents", "spectrum",
-    "precompensate", "steer", "__version__",
+    "precompensate", "steer", "sweep_grid", "open_sweep", "__version__",
 ]
