@@ -28,6 +28,10 @@ import numpy as np
 
 from .errors import ConfigError
 
+#: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
+#: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
+PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
+
 #: Conditions per vmapped block by backend (see the module docstring).
 DEFAULT_LANES = {"cpu": 64, "gpu": 8192, "cuda": 8192, "rocm": 8192, "tpu": 8192}
 
@@ -86,14 +90,23 @@ def replicate(tree: Any, mesh: Optional[jax.sharding.Mesh]) -> Any:
     return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
-def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None, devices=None) -> Any:
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None, devices=None,
+        precision: str = "highest") -> Any:
     """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
 
     ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
     not recompile. With several ``devices`` the batch is split over them (``shard_map``: each device
     runs its own blocks of the same width, so a condition's numbers do not depend on the number of
-    devices). Returns the program's pytree with a leading axis ``B``.
+    devices). ``precision`` is the matrix-product policy (:data:`PRECISIONS`). Returns the program's
+    pytree with a leading axis ``B``.
     """
+    xla_precision = check_precision(precision)
     B = X0.shape[0]
     lanes = lanes_for(B, batch_size)
     mesh = mesh_of(devices)
@@ -101,7 +114,8 @@ def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None
     pad = (-B) % width
     if pad:  # pad with copies of the first condition: finite, and dropped below
         X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad,) + X0.shape[1:])])
-    out = _run(program, X0, params, lanes=lanes, mesh=mesh)
+    with jax.default_matmul_precision(xla_precision):  # part of the compilation cache key
+        out = _run(program, X0, params, lanes=lanes, mesh=mesh)
     if pad:
         out = jax.tree_util.tree_map(lambda a: a[:B], out)
     return out

@@ -313,6 +313,7 @@ def test_save_every_and_last():
     (dict(ts=[0.0, 5.0]), "within"),
     (dict(max_steps=0), "max_steps"),
     (dict(weights_fn=lambda t: 3.0), "Layers"),
+    (dict(precision="fp8"), "precision must be one of highest, tf32, bf16"),
 ])
 def test_bad_input_is_refused(kwargs, match):
     model = ja.random_model(jax.random.key(0), 4, 2, 1)

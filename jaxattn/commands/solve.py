@@ -15,7 +15,7 @@ from ..errors import ConfigError
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
 KEYS = {
-    "": ("num_init", "chunk", "seed", "dtype", "keep_final", "observables"),
+    "": ("num_init", "chunk", "seed", "dtype", "matmul_precision", "keep_final", "observables"),
     "model": ("source", "d", "heads", "depth", "shared", "mask", "weights", "value", "scale"),
     "dynamics": ("space", "rescaled", "attention", "beta", "t1", "saves", "solver", "rtol", "atol", "dt",
                  "max_steps", "layer_time"),
