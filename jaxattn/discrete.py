@@ -31,10 +31,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import nn
-from ._runner import Context, cast_floats, resolve_dtype, run
+from ._runner import Context, cast_floats, check_precision, resolve_dtype, run
 from .attention import KERNELS, apply, probabilities
 from .errors import ConfigError
 from .geometry import FLAT, SPHERE, Geometry, check_spd
+from .kernels import choose, fused_simulate
 from .params import Layers, Model
 
 NORMS = ("l2", "ellipsoid", "none", "layernorm")
@@ -237,7 +238,7 @@ class _MapProgram:
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
              observe: Optional[Callable] = None, aux: Any = None, trajectory: bool = False,
              batch_size: Optional[int] = None, dtype=None, save=None, devices=None,
-             precision: str = "highest") -> Simulation:
+             precision: str = "highest", kernel: str = "auto") -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
     Args:
@@ -264,6 +265,8 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         devices: split the batch over these devices (e.g. ``jax.local_devices()``); default one.
         precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend,
             the default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
+        kernel: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.kernels` where it applies,
+            on a GPU), ``'fused'`` (force it; interpret mode on a CPU) or ``'plain'``.
 
     Returns:
         :class:`Simulation` with observables ``[B, T, ...]``, the final state and, on request,
@@ -289,6 +292,14 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     S = None if S is None else jnp.asarray(S, dtype)
     program = _MapProgram(dyn=dynamics, steps=int(steps), every=every, observe=observe or consensus_observables,
                           trajectory=bool(trajectory))
+    one_device = devices is None or len(list(devices)) <= 1
+    choice = choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1]) if one_device or kernel == "plain" \
+        else "plain"
+    if choice == "fused":
+        with jax.default_matmul_precision(check_precision(precision)):
+            obs, final = fused_simulate(model, X0.astype(dtype), int(steps), dyn=dynamics, alpha=alpha, beta=beta,
+                                        S=S, save=save)
+        return Simulation(obs, final, None)
     params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype))
     obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
                            precision=precision)

@@ -92,6 +92,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "dtype": Key((str,), "float32", choices=("float32", "float64"), help="simulation precision"),
         "matmul_precision": Key((str,), "highest", choices=("highest", "tf32", "bf16"),
                                 help="matrix products of float32 runs (tf32/bf16 are faster on GPUs)"),
+        "kernel": Key((str,), "auto", choices=("auto", "fused", "plain"),
+                      help="discrete: fused Pallas kernel where it applies (auto: on a GPU), or force one path"),
         "keep_final": Key((bool,), False, help="also store the final states [N, n, d]", axis=False),
         "observables": Key((list,), ["diameter", "cos_consensus"], help="observables saved at every saved time",
                            axis=False),
@@ -308,7 +310,8 @@ def _run_chunk(p: dict, model, X0, devices, lanes):
     from .discrete import Dynamics, simulate
     from .fields import Flow
 
-    obs = Observables(tuple(p["observables"]))
+    default = tuple(p["observables"]) == ("diameter", "cos_consensus")  # the fused kernel computes these on chip
+    obs = None if default else Observables(tuple(p["observables"]))
     dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
     if p["dynamics.kind"] == "discrete":
         dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
@@ -316,7 +319,7 @@ def _run_chunk(p: dict, model, X0, devices, lanes):
         steps = model.depth if p["dynamics.steps"] is None else p["dynamics.steps"]
         res = simulate(model, X0, steps, dynamics=dyn, alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
                        observe=obs, save=p["dynamics.save"], dtype=dtype, devices=devices, batch_size=lanes,
-                       precision=p["matmul_precision"])
+                       precision=p["matmul_precision"], kernel=p["kernel"])
         return {"observables": res.observables, "final": res.final}
     flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"])
     sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], observe=obs,
@@ -325,6 +328,20 @@ def _run_chunk(p: dict, model, X0, devices, lanes):
                 layer_time=p["dynamics.layer_time"], dtype=dtype, devices=devices, batch_size=lanes,
                 precision=p["matmul_precision"])
     return {"observables": sol.observables, "final": sol.final, "result": sol.result, "num_steps": sol.num_steps}
+
+
+def _kernel_choice(p: dict, model) -> str:
+    """The path a point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
+    if p["dynamics.kind"] == "continuous":
+        return "diffrax"
+    from .discrete import Dynamics
+    from .kernels import choose
+
+    dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
+                   biases=p["dynamics.biases"], attention=p["dynamics.attention"])
+    default = tuple(p["observables"]) == ("diameter", "cos_consensus")
+    obs = None if default else Observables(tuple(p["observables"]))
+    return choose(p["kernel"], model, dyn, obs, False, p["dynamics.save"], p["init.n"])
 
 
 def saved_times(p: dict, depth: int) -> np.ndarray:
@@ -383,7 +400,7 @@ def sweep_grid(config, out, *, process_id: Optional[int] = None, num_processes: 
     for p in points:
         m = _model_of(p, models)
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
-                           "times": saved_times(p, m.depth).tolist()})
+                           "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
     manifest = {"fingerprint": fingerprint({"config": decisive, "lanes": lanes}), "config": cfg, "chunk": chunk,
                 "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
                                                     "processes": nproc}}

@@ -1,0 +1,86 @@
+"""The fused Pallas kernel (interpret mode on the CPU) against the plain JAX path, and its selection."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn import kernels
+from jaxattn.errors import ConfigError
+
+CASES = [
+    # mask, heads, shared, dynamics
+    ("full", 4, False, ja.D1),
+    ("causal", 2, True, ja.D1),
+    ("local:3", 1, False, ja.D1),
+    ("causal", 2, False, ja.D3),
+    ("full", 1, True, ja.D4),
+    ("local:2", 4, False, ja.Dynamics(attention="unnormalised")),
+    ("full", 2, False, ja.D5),
+]
+
+
+@pytest.mark.parametrize("mask,heads,shared,dyn", CASES)
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 2e-6), (jnp.float64, 1e-13)])
+def test_fused_matches_plain(mask, heads, shared, dyn, dtype, tol):
+    d, n = 8, 5
+    model = ja.random_model(jax.random.key(0), d, heads, 3, shared=shared, mask=mask)
+    S = None
+    if dyn.norm == "ellipsoid":
+        A = np.random.default_rng(0).normal(size=(d, d))
+        S = A @ A.T / d + np.eye(d)
+    X0 = ja.init_tokens(jax.random.key(1), 19, n, d, kind="ellipsoid" if S is not None else "sphere", S=S,
+                        dtype=dtype)
+    kw = dict(dynamics=dyn, alpha=0.8, beta=1.3, S=S, dtype=dtype)
+    fused = ja.simulate(model, X0, 5, kernel="fused", **kw)
+    plain = ja.simulate(model, X0, 5, kernel="plain", **kw)
+    np.testing.assert_allclose(np.asarray(fused.final), np.asarray(plain.final), rtol=0, atol=tol)
+    for name in ("diameter", "cos_consensus"):
+        np.testing.assert_allclose(np.asarray(fused.observables[name]), np.asarray(plain.observables[name]),
+                                   rtol=0, atol=5 * tol)
+    last = ja.simulate(model, X0, 5, kernel="fused", save="last", **kw)
+    assert last.observables["diameter"].shape == (19, 1)
+    np.testing.assert_allclose(np.asarray(last.final), np.asarray(plain.final), rtol=0, atol=tol)
+    np.testing.assert_allclose(np.asarray(last.observables["diameter"][:, 0]),
+                               np.asarray(plain.observables["diameter"][:, -1]), rtol=0, atol=5 * tol)
+
+
+def _custom(t, X, ctx):
+    return X[:, 0]
+
+
+def test_selection():
+    model = ja.random_model(jax.random.key(0), 8, 2, 2)
+    big = ja.random_model(jax.random.key(0), 256, 2, 1)
+    args = dict(observe=None, trajectory=False, save=None, n=10)
+    assert kernels.choose("auto", model, ja.D1, **args) == ("fused" if jax.default_backend() == "gpu" else "plain")
+    assert kernels.choose("plain", model, ja.D1, **args) == "plain"
+    assert kernels.choose("fused", model, ja.D1, **args) == "fused"
+    refusals = [
+        (dict(model=model, dyn=ja.Dynamics(biases=True)), "attention-only"),
+        (dict(model=model, dyn=ja.D1, observe=_custom), "default observables"),
+        (dict(model=model, dyn=ja.D1, trajectory=True), "no trajectory"),
+        (dict(model=model, dyn=ja.D1, save=3), "every step or the last"),
+        (dict(model=big, dyn=ja.D1), "d <= 128"),
+        (dict(model=model, dyn=ja.D1, n=500), "n <= 128"),
+    ]
+    for over, match in refusals:
+        kw = {**args, **over}
+        assert kernels.choose("auto", kw.pop("model"), kw.pop("dyn"), **kw) == "plain"
+        kw = {**args, **over}
+        with pytest.raises(ConfigError, match=match):
+            kernels.choose("fused", kw.pop("model"), kw.pop("dyn"), **kw)
+    with pytest.raises(ConfigError, match="kernel must be"):
+        kernels.choose("triton", model, ja.D1, **args)
+
+
+def test_sweep_records_the_kernel_and_agrees(tmp_path):
+    from jaxattn import grid
+
+    cfg = {"num_init": 40, "chunk": 32, "model": {"d": 8, "heads": 2, "depth": 3, "shared": False},
+           "init": {"n": 5}, "kernel": ["plain", "fused"]}
+    sw = grid.sweep_grid(cfg, tmp_path / "s", progress=False)
+    assert [p["kernel"] for p in sw.points] == ["plain", "fused"]
+    a, b = sw.arrays(0), sw.arrays(1)
+    np.testing.assert_allclose(a["observables.diameter"], b["observables.diameter"], rtol=0, atol=2e-6)
