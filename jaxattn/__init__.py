@@ -15,7 +15,7 @@ from .attention import KERNELS, allowed, attend, probabilities
 from .checkpoints import builtin_path, convert, load, load_any, save
 from ._runner import Context
 from .continuous import Solution, solve
-from .discrete import D1, D3, D4, D5, FAITHFUL, Dynamics, Simulation, block, layer_index, simulate, step
+from .discrete import D1, D3, D4, D5, FAITHFUL, NO_FFN, Dynamics, Simulation, block, layer_index, simulate, step
 from .fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
 from .errors import CheckpointError, ConfigError, JaxattnError
 from .experiments.power_method import StudyConfig, alignment, run_study
@@ -27,12 +27,14 @@ from .spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_ex
 from .steering import precompensate, steer
 from ._sweep import sweep
 from .grid import sweep_grid
+from .passes import repeated_passes
+from . import observables, prompts
 from .store import open_sweep
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "D1", "D3", "D4", "D5", "FAITHFUL", "Dynamics", "Simulation", "block", "layer_index", "simulate", "step", "sweep",
+    "D1", "D3", "D4", "D5", "FAITHFUL", "NO_FFN", "Dynamics", "repeated_passes", "observables", "prompts", "Simulation", "block", "layer_index", "simulate", "step", "sweep",
     "C1", "C2", "C3", "C3_RESCALED", "OJA", "Flow", "Solution", "solve", "velocity", "Context",
     "KERNELS", "allowed", "attend", "probabilities", "geometry", "metrics", "nn",
     "builtin_path", "convert", "load", "load_any", "save",

@@ -47,7 +47,10 @@ class Dynamics:
 
     ``attention`` is the kernel (``'softmax'``, ``'uniform'`` or ``'unnormalised'``, see
     :func:`jaxattn.attention.probabilities`); ``uniform=True`` is kept as a synonym of
-    ``attention='uniform'``.
+    ``attention='uniform'``. ``drop_ln2`` removes the FFN of a pre-norm model the way the
+    GPT-Consensus code does (the block becomes ``x + Attn(LN1 x)``, ``ln_2`` unused); without it a
+    pre-norm block with the FFN off still normalises after the update (the power-method paper's
+    simplification). See :data:`NO_FFN`.
     """
 
     norm: str = "l2"
@@ -56,6 +59,7 @@ class Dynamics:
     biases: bool = False
     uniform: bool = False
     attention: str = "softmax"
+    drop_ln2: bool = False  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
 
     def __post_init__(self):
         if self.norm not in NORMS:
@@ -73,12 +77,17 @@ D3 = Dynamics(attention="uniform")
 D4 = Dynamics(norm="none")
 D5 = Dynamics(norm="ellipsoid")
 FAITHFUL = Dynamics(norm="layernorm", ffn=True, pre_ln=True, biases=True)
+#: A real pre-norm model with its FFN removed as in the GPT-Consensus code: ``x + Attn(LN1 x)``.
+NO_FFN = Dynamics(norm="layernorm", ffn=False, pre_ln=True, biases=True, drop_ln2=True)
 
 
 def check_dynamics(model: Model, dyn: Dynamics, S=None) -> None:
     """Refuse combinations the model cannot run, with one clear line."""
     if dyn.ffn and model.layers.w1 is None:
         raise ConfigError("ffn=True but the model has no FFN weights (synthetic models are attention-only)")
+    if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
+        raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
+                          "ffn=False on a pre-norm model")
     if dyn.norm == "ellipsoid":
         check_spd(S, model.d_model)
 
@@ -133,7 +142,10 @@ def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=
             y = norm(y + ffn(y), lw.ln2_w, lw.ln2_b)
     else:
         y = X + alpha * upd
-        y = y + ffn(norm(y, lw.ln2_w, lw.ln2_b)) if dyn.ffn else norm(y, lw.ln2_w, lw.ln2_b)
+        if dyn.ffn:
+            y = y + ffn(norm(y, lw.ln2_w, lw.ln2_b))
+        elif not dyn.drop_ln2:
+            y = norm(y, lw.ln2_w, lw.ln2_b)
     return (y, A) if return_probs else y
 
 

@@ -37,7 +37,7 @@ def applies(model, dyn, observe, trajectory: bool, save) -> Optional[str]:
     """``None`` if the fused kernel can run this simulation, else the reason it cannot."""
     from .metrics import consensus_observables
 
-    if dyn.ffn or dyn.biases or dyn.pre_ln or dyn.norm == "layernorm":
+    if dyn.ffn or dyn.biases or dyn.pre_ln or dyn.drop_ln2 or dyn.norm == "layernorm":
         return "the fused kernel runs attention-only dynamics (no FFN, biases, pre-norm or LayerNorm)"
     if observe not in (None, consensus_observables):
         return "the fused kernel computes the default observables (diameter, cos_consensus) only"
