@@ -19,6 +19,7 @@ from .discrete import D1, D3, D4, D5, FAITHFUL, NO_FFN, Dynamics, Simulation, bl
 from .fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
 from .errors import CheckpointError, ConfigError, JaxattnError
 from .experiments.power_method import StudyConfig, alignment, run_study
+from .experiments.consensus import ConsensusConfig
 from .faithful import embed, forward, hidden_states
 from .metrics import alignment_observables, alignment_tables, consensus_observables
 from .params import Embeddings, Layers, Model, from_heads, parse_mask, validate
@@ -39,7 +40,7 @@ __all__ = [
     "KERNELS", "allowed", "attend", "probabilities", "geometry", "metrics", "nn",
     "builtin_path", "convert", "load", "load_any", "save",
     "CheckpointError", "ConfigError", "JaxattnError",
-    "StudyConfig", "alignment", "run_study", "embed", "forward", "hidden_states",
+    "StudyConfig", "ConsensusConfig", "alignment", "run_study", "embed", "forward", "hidden_states",
     "alignment_observables", "alignment_tables", "consensus_observables",
     "Embeddings", "Layers", "Model", "from_heads", "parse_mask", "validate",
     "init_tokens", "random_model", "symmetric_with_spectrum",

@@ -35,7 +35,7 @@ def random_prompts(key, model: Model, num: int, n: int, start: int = 0) -> np.nd
     positions = model.embeddings.position.shape[0]
     if n > positions:
         raise ConfigError(f"prompts of {n} tokens exceed the model's {positions} positions")
-    draw = jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(key, i), (n,), 0, vocab))
+    draw = jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(key, i), (n,), 0, vocab, dtype=jnp.int32))
     return np.asarray(draw(jnp.arange(start, start + num)))
 
 

@@ -1,0 +1,59 @@
+"""`jaxattn consensus`: a complete run directory on a tiny GPT-2, and clear refusals."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("transformers")
+
+import jaxattn as ja  # noqa: E402
+from jaxattn.cli import main  # noqa: E402
+
+from . import hf_models  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def gpt2_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2")
+    hf_models.build("gpt2", folder)
+    return ja.convert(str(folder), str(folder / "gpt2.safetensors"))
+
+
+def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
+    out = tmp_path / "c"
+    rc = main(["consensus", str(gpt2_file), "--passes", "4", "--prompts", "6", "--tokens", "9", "--synthetic-num", "6",
+               "--t1", "20", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "passes.csv", "summary.csv", "synthetic.csv", "report.md", "passes.png", "synthetic.png"} <= names
+    for png in ("passes.png", "synthetic.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = list(csv.DictReader(open(out / "passes.csv")))
+    assert len(rows) == 4 * (4 * 3 + 1)  # 4 runs x (passes x depth + 1) layers
+    summary = list(csv.DictReader(open(out / "summary.csv")))
+    report = (out / "report.md").read_text()
+    for r in summary:
+        assert f"| {r['run']} | {float(r['first_token_start']):.4f} |" in report
+    syn = list(csv.DictReader(open(out / "synthetic.csv")))
+    last = {r["setting"]: r for r in syn if float(r["t"]) == 20.0}
+    assert float(last["causal_two_heads"]["first_token_mean"]) < 1e-6  # consensus on the first token
+    hem = [float(r["hemisphere_min"]) for r in syn if r["setting"] == "hemisphere"]
+    assert min(np.diff(hem)) > -1e-12  # the Lyapunov function never decreases
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["command"] == "consensus" and cfg["config"]["passes"] == 4 and "versions" in cfg
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--passes", "0"], "passes must be"),
+    (["--tokens", "500"], "exceed"),
+    (["--synthetic-d", "1"], "synthetic_d"),
+    (["--t1", "nan"], "t1 must be"),
+])
+def test_consensus_bad_input(gpt2_file, tmp_path, capsys, args, match):
+    out = tmp_path / "c"
+    rc = main(["consensus", str(gpt2_file), "--out", str(out), "--no-progress", "--prompts", "2", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("jaxattn: error:") and match in err and err.count("\n") == 1
+    assert not out.exists()
