@@ -67,7 +67,7 @@ SIM_DEFAULTS = dict(
 def _add_simulate(sub):
     p = sub.add_parser("simulate", formatter_class=_formatter,
                        help="simulate token dynamics over many random initial conditions",
-                       description="Simulate the discrete dynamics D1-D6 (MATH.md §1) of a random or converted model "
+                       description="Simulate the discrete dynamics D1-D6 of a random or converted model "
                                    "over many random initial conditions and keep consensus observables per step.")
     d = SIM_DEFAULTS
     g = p.add_argument_group("model")
@@ -229,7 +229,7 @@ ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gauss
 
 def _add_analyze(sub):
     p = sub.add_parser("analyze", formatter_class=_formatter, help="run the power-method study on a model (the main job)",
-                       description="The power-method study (MATH.md §3-§5): spectra of every layer matrix F = Σ O_h V_h, "
+                       description="The power-method study: spectra of every layer matrix F = Σ O_h V_h, "
                                    "simplified D1 dynamics from many random initial conditions, per-layer ρ1, Δρ1, P1 "
                                    "against the baselines over all eigendirections, a prolonged run for shared-weight "
                                    "models, the same with FFN and affine LayerNorm, and rank-1 steering. Writes tables "

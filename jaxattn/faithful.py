@@ -1,4 +1,4 @@
-"""Faithful forward passes (MATH.md D6): real prompts in, every hidden state out.
+"""Faithful forward passes (D6): real prompts in, every hidden state out.
 
 ``hidden_states`` follows transformers' convention so the two can be compared entry by entry:
 entry 0 is the input of the first block (after ALBERT's ``embedding_hidden_mapping_in``),

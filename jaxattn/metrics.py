@@ -1,4 +1,4 @@
-"""Metrics of MATH.md §4 for one configuration ``X: [n, d]`` (batches come from ``vmap``).
+"""Metrics for one configuration ``X: [n, d]`` (batches come from ``vmap``).
 
 Every function here is pure JAX and cheap enough to run as an observable inside the jitted
 simulation, so that large sweeps never materialise whole trajectories.
@@ -127,7 +127,7 @@ def alignment_tables(spec, schedule, steps: int, phi_u1=None, beta=1.0, dtype=jn
 def alignment_observables(t, X: jax.Array, ctx) -> dict:
     """Per-token correlations at state ``t`` with the directions of the layer that maps
     ``t -> t+1`` (``*_before``) and of the layer that mapped ``t-1 -> t`` (``*_after``), so that
-    ``Δρ(k) = after[k+1] − before[k]`` (MATH.md eq. 4) needs no trajectory. Also the
+    ``Δρ(k) = after[k+1] − before[k]`` (eq. 4 of the power-method paper) needs no trajectory. Also the
     correlation with Φ(t−1)'s eigenvector, consensus measures and the mean numerical rank of the
     attention matrices applied at ``t`` (those of the step taken from state ``t``).
     ``ctx.aux`` is the :class:`AlignmentTables`.

@@ -1,6 +1,6 @@
 """Model and layer pytrees.
 
-Weight convention (MATH.md §0, the ``nn.Linear.weight`` orientation): tokens are columns, arrays
+Weight convention (the ``nn.Linear.weight`` orientation, see docs/models.md): tokens are columns, arrays
 are row-major, so a configuration is ``X: [n, d]`` and per head
 
 * ``q: [G, H, d_h, d]``, ``k``, ``v`` likewise, so that ``queries_h = X @ q[g, h].T``;

@@ -50,7 +50,7 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
                  mask: str = "full", scale: Optional[float] = None, biases: bool = False,
                  bias_std: float = 0.1, unit_output: bool = False, uniform_range=(-1.0, 1.0),
                  dtype=None) -> Model:
-    """A synthetic attention-only model (the D1/D2 setting of MATH.md §1).
+    """A synthetic attention-only model (the D1/D2 setting).
 
     Args:
         key: PRNG key.

@@ -1,4 +1,4 @@
-"""Spectral analysis of the layer matrices ``F = Σ_h O_h V_h`` (MATH.md §3).
+"""Spectral analysis of the layer matrices ``F = Σ_h O_h V_h``.
 
 Eigen-decompositions of non-symmetric matrices run on the host in float64 with LAPACK (through
 NumPy, batched over layers), independently of whether JAX has float64 enabled, and outside the
@@ -110,7 +110,7 @@ def _directions(lam: np.ndarray, vec: np.ndarray, imag_tol: float):
 
 def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: float = 1e-3,
              collinear_tol: float = 0.9, imag_tol: float = 1e-9) -> Spectrum:
-    """Eigen-decomposition of every layer matrix with the case analysis of MATH.md §3.
+    """Eigen-decomposition of every layer matrix with the case analysis (1 real dominant, 2 complex pair, 3 no strict dominance).
 
     Args:
         model_or_F: a :class:`Model` or stacked matrices ``[G, d, d]`` (or one ``[d, d]``).

@@ -1,4 +1,4 @@
-"""Rank-1 steering of the last layer (MATH.md §5).
+"""Rank-1 steering of the last layer.
 
 ``O' = O + β u zᵀ`` with ``zᵀ = wᵀ Vstack⁻¹`` (least squares when ``Vstack`` is singular), so
 that ``F' = O' Vstack = F + β u wᵀ``; ``β = γ · |λ1(F)|``. For large β the principal eigenpair

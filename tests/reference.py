@@ -1,6 +1,6 @@
-"""Plain NumPy reference for the discrete models (loops, no JAX), written from MATH.md alone.
+"""Plain NumPy reference for the discrete models (loops, no JAX), written from the equations of docs/models.md alone.
 
-Weights follow MATH.md §0 in the column convention: Q_h, K_h, V_h are [d_h, d], O_h is [d, d_h],
+Weights follow the column convention: Q_h, K_h, V_h are [d_h, d], O_h is [d, d_h],
 and token x_i is a column vector. Nothing here imports jaxattn.
 """
 

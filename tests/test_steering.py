@@ -1,4 +1,4 @@
-"""Rank-1 steering (MATH.md §5): the exact spectral shift, the new principal pair, alignment."""
+"""Rank-1 steering: the exact spectral shift, the new principal pair, alignment."""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,6 @@
 """What every family adapter shares: strict tensor access and head splitting.
 
-The mapping from each Hugging Face family to the canonical layout (MATH.md §0, column
+The mapping from each Hugging Face family to the canonical layout (column
 convention, per head ``Q, K, V: [H, d_h, d]``, ``O: [H, d, d_h]``):
 
 ==========  =================================  ===========================================
@@ -16,7 +16,7 @@ GPT-Neo     attn.attention.{q,k,v}_proj        as BERT (nn.Linear, no q/k/v bias
 ==========  =================================  ===========================================
 
 So ``F = Σ_h O_h V_h`` is ``output.dense.weight @ value.weight`` (BERT/ALBERT/GPT-Neo) and
-``(W_v_conv @ c_proj.weight).T`` (GPT-2), as MATH.md §3 states.
+``(W_v_conv @ c_proj.weight).T`` (GPT-2).
 """
 
 from __future__ import annotations

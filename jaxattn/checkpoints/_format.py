@@ -1,7 +1,7 @@
 """The canonical safetensors layout: a :class:`~jaxattn.params.Model` as flat tensors + metadata.
 
 Tensor names are the pytree paths of the model (``layers.q``, ``embeddings.word``,
-``final_ln_w``...), in the column convention of MATH.md §0. One metadata entry, ``jaxattn``,
+``final_ln_w``...), in the column convention (docs/models.md). One metadata entry, ``jaxattn``,
 holds a JSON object with the format version, the static fields of the model (schedule, norm
 style, activation, LayerNorm eps, family) and the provenance of the conversion (source, sha256
 of the source files, options). Shared weights are stored once: a shared ALBERT holds one set

@@ -1,4 +1,4 @@
-"""The power-method study (Li & Altafini; MATH.md §3–§5), the main job of ``jaxattn analyze``.
+"""The power-method study (Li & Altafini), the main job of ``jaxattn analyze``.
 
 For one model: spectra of every layer matrix; the simplified D1 dynamics (α = 1, L2, no FFN)
 from many random Gaussian initial conditions; per layer ρ1, Δρ1, P1 against the baselines
