@@ -121,6 +121,48 @@ def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None
     return out
 
 
+def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
+    """``X0`` as a real ``[B, n, d]`` array (``[n, d]`` is taken as ``B = 1``), refused with one clear
+    line if it is missing, complex, non-finite, empty, of the wrong shape, or has zero-norm tokens
+    where the dynamics normalise them."""
+    if X0 is None:
+        raise ConfigError("X0 is None: give initial configurations [B, n, d]")
+    X0 = np.asarray(X0) if not isinstance(X0, jax.Array) else X0
+    if jnp.iscomplexobj(X0):
+        raise ConfigError("X0 is complex: tokens must be real")
+    if not (jnp.issubdtype(X0.dtype, jnp.floating) or jnp.issubdtype(X0.dtype, jnp.integer)):
+        raise ConfigError(f"X0 must hold real numbers, got dtype {X0.dtype}")
+    if X0.ndim == 2:
+        X0 = X0[None]
+    if X0.ndim != 3:
+        raise ConfigError(f"X0 must be [B, n, d] or [n, d], got shape {tuple(X0.shape)}")
+    if X0.shape[-1] != d:
+        raise ConfigError(f"tokens have dimension {X0.shape[-1]} but the model has d={d}")
+    if X0.shape[0] == 0 or X0.shape[1] == 0:
+        raise ConfigError(f"X0 holds no configuration or no token (shape {tuple(X0.shape)})")
+    host = np.asarray(X0)
+    if not np.all(np.isfinite(host)):
+        raise ConfigError("X0 has non-finite values (NaN or inf)")
+    if normalised and np.any(np.all(host == 0, axis=-1)):
+        raise ConfigError("X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
+    if not normalised and not np.any(host):
+        raise ConfigError("X0 is all zeros: every model stays there")
+    return jnp.asarray(X0)
+
+
+def check_scalar(name: str, v) -> float:
+    """A finite real number (β, α, times...), refused otherwise (arrays, booleans, NaN, inf)."""
+    if isinstance(v, bool) or np.ndim(v) != 0:
+        raise ConfigError(f"{name} must be a finite number, got {v!r}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a finite number, got {v!r}") from None
+    if not np.isfinite(f):
+        raise ConfigError(f"{name} must be finite, got {v!r}")
+    return f
+
+
 def cast_floats(tree: Any, dtype) -> Any:
     """Cast every floating leaf of ``tree`` to ``dtype`` (integers and booleans unchanged)."""
 

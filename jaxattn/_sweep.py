@@ -1,14 +1,17 @@
-"""Chunked, resumable sweeps over many random initial conditions.
+"""Chunked, resumable runs of one configuration over many random initial conditions (``simulate``
+and ``analyze``), on the verified store of :mod:`jaxattn.store`.
 
-The conditions ``0..N-1`` are cut into chunks; each finished chunk is saved atomically in
-``out_dir/chunks/``. Running the same sweep again into the same folder skips finished chunks,
-so an interrupted sweep resumes where it stopped. Condition ``i`` is always drawn from
-``fold_in(key(seed), i)``: the numbers do not depend on the chunk size.
+The conditions ``0..N-1`` are cut into chunks; each finished chunk is written to
+``out_dir/.jaxattn-sweep/`` with a checksum. Running the same sweep again into the same folder skips
+the chunks that verify and recomputes the others (half-written, truncated, zeroed); a folder holding
+a run with another configuration — any option that changes the numbers, the weights themselves
+included (their sha256 is part of the fingerprint) — is refused rather than mixed. Condition ``i``
+is always drawn from ``fold_in(key(seed), i)`` and computed in blocks of a fixed width, so the
+numbers do not depend on the chunk size. :func:`finish` removes only the folder the tool created.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import time
@@ -22,72 +25,82 @@ import numpy as np
 from .discrete import D1, Dynamics, simulate
 from .errors import ConfigError
 from .params import Model
-from .results import config_hash, flatten, load_arrays, save_arrays, write_json
+from .results import config_hash, flatten, weights_sha256
 from .sampling import init_tokens
+from .store import SweepStore, chunk_ranges
+
+STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
+MAX_CONDITIONS = 10**10
 
 
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
           chunk: int = 1024, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
           dtype=jnp.float32, observe: Optional[Callable] = None, aux=None, keep_final: bool = True,
-          progress: bool = True, fingerprint: Optional[dict] = None) -> dict[str, np.ndarray]:
+          progress: bool = True, fingerprint: Optional[dict] = None, stats: Optional[dict] = None) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
-    Returns flat arrays: ``observables.<name>: [num_init, steps + 1, ...]`` and, with
-    ``keep_final``, ``final: [num_init, n, d]``. With ``out_dir`` every chunk is saved and
-    reused on a later call with the same ``fingerprint`` (a dict describing the run; a
-    different one in the same folder is refused rather than silently mixed).
+    Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
+    ``final: [num_init, n, d]``. With ``out_dir`` every chunk is stored and verified and an
+    interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
+    numbers. ``stats`` (a dict) receives ``computed`` and ``resumed`` condition counts.
     """
-    if num_init < 1:
-        raise ConfigError(f"the number of initial conditions must be >= 1, got {num_init}")
-    if chunk < 1:
-        raise ConfigError(f"chunk must be >= 1, got {chunk}")
+    for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    if num_init > MAX_CONDITIONS:
+        raise ConfigError(f"num_init = {num_init} is beyond {MAX_CONDITIONS:.0e} conditions; split the sweep")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model
     key = jax.random.key(seed)
-    starts = list(range(0, num_init, chunk))
-    chunk_dir = None
+    store = None
     if out_dir is not None:
-        chunk_dir = Path(out_dir) / "chunks"
-        stamp = {"fingerprint": fingerprint or {}, "num_init": num_init, "chunk": chunk, "n": n,
-                 "steps": steps, "seed": seed}
-        h = config_hash(stamp)
-        marker = chunk_dir / "sweep.json"
-        if marker.exists():
-            old = json.loads(marker.read_text())
-            if old.get("hash") != h:
-                raise ConfigError(f"{out_dir} holds an unfinished run with another configuration; "
-                                  "choose another output directory or delete it")
-        write_json(marker, {"hash": h, **stamp})
-    bar = None
-    if progress and len(starts) > 1:
-        from tqdm.auto import tqdm
+        stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
+                 "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": repr(dynamics),
+                 "alpha": float(alpha), "beta": float(beta), "dtype": jnp.dtype(dtype).name, "keep_final": keep_final,
+                 "observe": getattr(observe, "__qualname__", repr(observe)),
+                 "S": None if S is None else np.asarray(S, np.float64).tolist()}
+        store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
+                                                        "points": [{"num_init": num_init, "params": {}}],
+                                                        "stamp": stamp})
+        store.lock(0)
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=num_init, unit="cond", desc="simulate", file=sys.stderr)
-    parts = []
-    for start in starts:
-        size = min(chunk, num_init - start)
-        path = None if chunk_dir is None else chunk_dir / f"chunk_{start:09d}.safetensors"
-        if path is not None and path.exists():
-            part = load_arrays(path)
-        else:
-            X0 = init_tokens(key, size, n, d, kind=init, S=S, start=start, dtype=dtype)
-            res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe, aux=aux,
-                           dtype=dtype)
-            part = flatten({"observables": res.observables})
-            if keep_final:
-                part["final"] = np.asarray(res.final)
-            if path is not None:
-                save_arrays(path, part)
-        parts.append(part)
-        if bar is not None:
+    bar = tqdm(total=num_init, unit="cond", desc="simulate", file=sys.stderr, disable=not progress, smoothing=0.1)
+    parts, computed, resumed = [], 0, 0
+    try:
+        for c, start, size in chunk_ranges(num_init, chunk):
+            if store is not None and store.chunk_done(0, c, start, size):
+                g = store.group["p0000"]
+                part = {"observables." + k: np.asarray(a[start:start + size]) for k, a in g["observables"].arrays()}
+                if keep_final:
+                    part["final"] = np.asarray(g["final"][start:start + size])
+                resumed += size
+            else:
+                X0 = init_tokens(key, chunk, n, d, kind=init, S=S, start=start, dtype=dtype)  # full shape: one program
+                res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
+                               aux=aux, dtype=dtype)
+                part = {k: v[:size] for k, v in flatten({"observables": res.observables}).items()}
+                if keep_final:
+                    part["final"] = np.asarray(res.final)[:size]
+                if store is not None:
+                    store.write_chunk(0, c, start, {k.replace("observables.", "observables/", 1): v
+                                                    for k, v in part.items()}, num_init, chunk)
+                computed += size
+            parts.append(part)
             bar.update(size)
-    if bar is not None:
+    finally:
         bar.close()
+        if store is not None:
+            store.release()
+    if stats is not None:
+        stats.update(computed=computed, resumed=resumed)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def finish(out_dir) -> None:
-    """Remove the chunk files once the merged results are safely written."""
-    shutil.rmtree(Path(out_dir) / "chunks", ignore_errors=True)
+    """Remove the chunk store once the merged results are safely written (only the tool's folder)."""
+    shutil.rmtree(Path(out_dir) / STORE, ignore_errors=True)
 
 
 class Timer:

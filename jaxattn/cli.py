@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import tomllib
 from pathlib import Path
@@ -42,18 +43,64 @@ def _load_config(path: str) -> dict:
     return {k.replace("-", "_"): v for k, v in cfg.items()}
 
 
+def _check_type(key: str, value, default):
+    """Config-file values must have the type of the option's default (no silent coercion)."""
+    if value is None or default is None:
+        return value
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and not math.isfinite(value):
+            raise JaxattnError(f"config value {key} must be finite, got {value!r}")
+    else:
+        ok = isinstance(value, type(default))
+    if not ok:
+        raise JaxattnError(f"config value {key} must be {type(default).__name__}, got {value!r}")
+    return value
+
+
 def _resolve(args: argparse.Namespace, defaults: dict) -> dict:
-    """Command line > config file > defaults. Unknown config keys are refused."""
+    """Command line > config file > defaults. Unknown config keys are refused; values are type-checked.
+    A finished run's own ``config.json`` is accepted as a config (its ``config`` table is replayed)."""
     cfg = _load_config(args.config) if getattr(args, "config", None) else {}
+    if "command" in cfg and isinstance(cfg.get("config"), dict):  # a run directory's config.json
+        if cfg["command"] != args.command:
+            raise JaxattnError(f"{args.config} is the config of a `{cfg['command']}` run, not `{args.command}`")
+        cfg = {k: v for k, v in cfg["config"].items() if k in defaults}
     known = set(defaults)
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)}")
+    for k, v in cfg.items():
+        _check_type(k, v, defaults[k])
     out = {}
     for k, default in defaults.items():
         v = getattr(args, k, None)
         out[k] = v if v is not None else cfg.get(k, default)
+    out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in cfg}
     return out
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """An output directory: not a file; a finished run in it is refused unless ``--overwrite`` (then the
+    directory is replaced as a whole); an unfinished one resumes."""
+    if out.exists() and not out.is_dir():
+        raise JaxattnError(f"--out {out} exists and is not a directory")
+    if (out / "config.json").is_file():
+        if not overwrite:
+            raise JaxattnError(f"--out {out} holds a finished run; choose another directory or pass --overwrite "
+                               "to replace it")
+        import shutil
+
+        shutil.rmtree(out)
+
+
+def _check_number(name: str, v) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise JaxattnError(f"--{name} must be a finite number, got {v!r}")
 
 
 # ---------------------------------------------------------------- simulate
@@ -61,13 +108,16 @@ SIM_DEFAULTS = dict(
     model="random", n=10, d=64, heads=4, depth=12, shared=True, weights="gaussian", value="random", mask="full",
     steps=None, num_init=1000, seed=0, alpha=1.0, beta=1.0, init="sphere", norm="l2", ffn=False, pre_ln=False,
     biases=False, uniform_attention=False, dtype="float32", chunk=1024, out="runs/simulate", progress=True,
+    keep_final=False, overwrite=False,
 )
+#: Options that only describe a random model (refused with a converted one: it brings its own).
+RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask")
 
 
 def _add_simulate(sub):
     p = sub.add_parser("simulate", formatter_class=_formatter,
                        help="simulate token dynamics over many random initial conditions",
-                       description="Simulate the discrete dynamics D1-D6 of a random or converted model "
+                       description="Simulate the discrete dynamics D1-D6 (docs/models.md) of a random or converted model "
                                    "over many random initial conditions and keep consensus observables per step.")
     d = SIM_DEFAULTS
     g = p.add_argument_group("model")
@@ -77,7 +127,9 @@ def _add_simulate(sub):
     g.add_argument("--depth", type=int, help=f"random model: number of blocks [{d['depth']}]")
     g.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None,
                    help=f"random model: one weight set for every block (ALBERT-like) or one per block [{d['shared']}]")
-    g.add_argument("--weights", choices=["gaussian", "uniform", "identity"], help=f"random model: Q/K distribution [{d['weights']}]")
+    g.add_argument("--weights", choices=["gaussian", "uniform", "identity"],
+                   help=f"random model: law of the entries of Q, K (and V, O unless --value identity): gaussian "
+                        f"N(0, 1/d), uniform in [-1, 1], identity (Q = K = I) [{d['weights']}]")
     g.add_argument("--value", choices=["random", "identity"], help=f"random model: value/output matrices [{d['value']}]")
     g.add_argument("--mask", help=f"random model: 'full', 'causal' or 'local:W' [{d['mask']}]")
     g = p.add_argument_group("dynamics")
@@ -85,12 +137,14 @@ def _add_simulate(sub):
     g.add_argument("--alpha", type=float, help=f"step size α [{d['alpha']}]")
     g.add_argument("--beta", type=float, help=f"inverse temperature β multiplying the scores [{d['beta']}]")
     g.add_argument("--norm", choices=["l2", "none", "layernorm"], help=f"normalisation after the update [{d['norm']}]")
-    g.add_argument("--ffn", action=argparse.BooleanOptionalAction, default=None, help="keep the FFN (converted models)")
+    g.add_argument("--ffn", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"keep the FFN (converted models) [{d['ffn']}]")
     g.add_argument("--pre-ln", action=argparse.BooleanOptionalAction, default=None,
-                   help="pre-norm models: keep ln_1 before attention")
-    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=None, help="include biases")
+                   help=f"pre-norm models (GPT-2, GPT-Neo): keep ln_1 before attention [{d['pre_ln']}]")
+    g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"include biases (converted models) [{d['biases']}]")
     g.add_argument("--uniform-attention", action=argparse.BooleanOptionalAction, default=None,
-                   help="uniform attention a_ij = 1/n (the Oja model D3)")
+                   help=f"uniform attention a_ij = 1/n (the Oja model D3) [{d['uniform_attention']}]")
     g = p.add_argument_group("initial conditions and run")
     g.add_argument("--n", type=int, help=f"tokens per initial condition [{d['n']}]")
     g.add_argument("--num-init", type=int, help=f"number of random initial conditions [{d['num_init']}]")
@@ -99,8 +153,14 @@ def _add_simulate(sub):
     g.add_argument("--dtype", choices=["float32", "float64"], help=f"precision [{d['dtype']}]")
     g.add_argument("--chunk", type=int, help=f"initial conditions per chunk (memory, resume granularity) [{d['chunk']}]")
     g.add_argument("--out", help=f"output run directory [{d['out']}]")
-    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar")
-    g.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    g.add_argument("--keep-final", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"also store the final states [B, n, d] [{d['keep_final']}]")
+    g.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"replace a finished run in --out as a whole [{d['overwrite']}]")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"show a progress bar [{d['progress']}]")
+    g.add_argument("--config", help="JSON or TOML file of option = value, or a finished run's config.json "
+                                    "(command-line options win)")
     p.set_defaults(func=cmd_simulate, defaults=SIM_DEFAULTS)
 
 
@@ -126,9 +186,18 @@ def load_model_arg(spec: str, cfg: dict):
         for k in ("d", "heads", "depth"):
             if not isinstance(cfg.get(k), int) or cfg[k] < 1:
                 raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg.get(k)!r}")
+        import jax.numpy as jnp
+
+        if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or not 0 <= cfg["seed"] < 2**63:
+            raise JaxattnError(f"--seed must be an integer in [0, 2^63), got {cfg['seed']!r}")
+        # drawn in float32 whatever --dtype: one seed names one model
         return random_model(jax.random.fold_in(jax.random.key(cfg["seed"]), 2**31 - 1), cfg["d"], cfg["heads"],
                             cfg["depth"], shared=cfg["shared"], weights=cfg["weights"], value=cfg["value"],
-                            mask=cfg["mask"])
+                            mask=cfg["mask"], dtype=jnp.float32)
+    given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
+    if given:
+        raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "
+                           "dimensions, heads, depth and masks)")
     from .checkpoints import load_any
 
     return load_any(spec)
@@ -137,30 +206,48 @@ def load_model_arg(spec: str, cfg: dict):
 def cmd_simulate(args, cfg) -> int:
     import numpy as np
 
-    from .discrete import Dynamics
-    from .results import provenance, save_arrays, write_json, atomic_write_text
+    from .discrete import Dynamics, check_dynamics
+    from .results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
     from ._sweep import Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
     for k in ("n", "num_init", "chunk"):
-        if not isinstance(cfg[k], int) or cfg[k] < 1:
+        if isinstance(cfg[k], bool) or not isinstance(cfg[k], int) or cfg[k] < 1:
             raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg[k]!r}")
+    for k in ("alpha", "beta"):
+        _check_number(k, cfg[k])
+    out = Path(cfg["out"])
     model = load_model_arg(cfg["model"], cfg)
     steps = model.depth if cfg["steps"] is None else cfg["steps"]
-    if not isinstance(steps, int) or steps < 0:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise JaxattnError(f"--steps must be a non-negative integer, got {steps!r}")
     dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
                    uniform=cfg["uniform_attention"])
-    out = Path(cfg["out"])
-    resolved = {**cfg, "steps": steps, "model_summary": model.summary().splitlines()}
+    # options that would be recorded but change nothing are refused, before anything is written
+    check_dynamics(model, dyn)
+    if dyn.biases and model.layers.bq is None and model.layers.bo is None:
+        raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
+    if dyn.pre_ln and model.norm_style != "pre":
+        raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
+    if cfg["norm"] == "layernorm" and model.layers.ln1_w is None:
+        raise JaxattnError("--norm layernorm: this model has no LayerNorm weights (random models are attention-only)")
+    _check_out(out, cfg["overwrite"])
+    resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
+    stats: dict = {}
     with Timer() as t:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
-                       dtype=dtype, progress=cfg["progress"], fingerprint={k: v for k, v in resolved.items()
-                                                                           if k not in ("progress", "chunk", "out")})
+                       dtype=dtype, progress=cfg["progress"], keep_final=cfg["keep_final"], stats=stats,
+                       fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
+                                                                                   "overwrite", "model_summary")})
     save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
+    resumed = stats.get("resumed", 0) > 0
+    rate = stats.get("computed", 0) * steps / max(t.seconds, 1e-9)
     write_json(out / "config.json", {"command": "simulate", "config": resolved, **provenance(),
-                                     "seconds": round(t.seconds, 3)})
+                                     "seconds": round(t.seconds, 3), "resumed": resumed,
+                                     "computed_conditions": stats.get("computed", 0),
+                                     "resumed_conditions": stats.get("resumed", 0)})
     diam = arrays["observables.diameter"]
     cosc = arrays["observables.cos_consensus"]
     final = diam[:, -1]
@@ -170,7 +257,8 @@ def cmd_simulate(args, cfg) -> int:
         model.summary(),
         f"run          {cfg['num_init']} initial conditions x {cfg['n']} tokens, {steps} steps, "
         f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} dtype={cfg['dtype']} seed={cfg['seed']}",
-        f"time         {t.seconds:.2f} s ({cfg['num_init'] * steps / max(t.seconds, 1e-9):,.0f} condition-steps/s)",
+        f"time         {t.seconds:.2f} s ({rate:,.0f} condition-steps/s computed"
+        + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
         f"diameter     step 0 mean {diam[:, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
         f"90% {q[2]:.3g}  max {q[3]:.3g}",
         f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, < 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% "
@@ -224,7 +312,7 @@ def cmd_inspect(args, cfg) -> int:
 # ---------------------------------------------------------------- analyze / spectrum
 ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gaussian", alpha=1.0, beta=1.0, order="real",
                         prolong=10, gammas="1,10,100,1000", ffn_study=True, dtype="float32", chunk=1024,
-                        out="runs/analyze", figures=True, progress=True)
+                        out="runs/analyze", figures=True, progress=True, overwrite=False)
 
 
 def _add_analyze(sub):
@@ -248,17 +336,22 @@ def _add_analyze(sub):
     p.add_argument("--prolong", type=int, help=f"shared-weight models: also run PROLONG × depth steps [{d['prolong']}]")
     p.add_argument("--gammas", help=f"comma-separated steering gains γ [{d['gammas']}]")
     p.add_argument("--ffn-study", action=argparse.BooleanOptionalAction, default=None,
-                   help="also run with FFN and affine LayerNorm (models that have them)")
+                   help=f"also run with FFN and affine LayerNorm (models that have them) [{d['ffn_study']}]")
     p.add_argument("--dtype", choices=["float32", "float64"], help=f"simulation precision (spectra are float64) [{d['dtype']}]")
     p.add_argument("--chunk", type=int, help=f"initial conditions per chunk [{d['chunk']}]")
     p.add_argument("--out", help=f"output run directory [{d['out']}]")
-    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None, help="write PNG figures")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show progress bars")
+    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"write PNG figures [{d['figures']}]")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"show progress bars [{d['progress']}]")
+    p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"replace a finished run in --out as a whole [{d['overwrite']}]")
     p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
     # random-model options, used when MODEL is 'random'
     for k, v in (("d", 64), ("heads", 4), ("depth", 12)):
         p.add_argument(f"--{k}", type=int, help=f"MODEL=random: {k} [{v}]")
-    p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None, help="MODEL=random: shared weights")
+    p.add_argument("--shared", action=argparse.BooleanOptionalAction, default=None,
+                   help="MODEL=random: one weight set for every block [True]")
     p.add_argument("--mask", help="MODEL=random: 'full', 'causal' or 'local:W' [full]")
     p.set_defaults(func=cmd_analyze, defaults={**ANALYZE_DEFAULTS, "d": 64, "heads": 4, "depth": 12, "shared": True,
                                                "mask": "full", "weights": "gaussian", "value": "random"})
@@ -277,8 +370,11 @@ def cmd_analyze(args, cfg) -> int:
                         ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], chunk=cfg["chunk"], progress=cfg["progress"],
                         figures=cfg["figures"])
     study.check()
+    for k in ("alpha", "beta"):
+        _check_number(k, cfg[k])
     model = load_model_arg(cfg["model"], cfg)
     out = Path(cfg["out"])
+    _check_out(out, cfg["overwrite"])
     tables = run_study(model, out, study, model_name=str(cfg["model"]))
     main_rows = tables["main"]
     holds = sum(r["holds"] for r in main_rows)
@@ -297,7 +393,9 @@ def _add_spectrum(sub):
                        description="Eigenvalues of every layer matrix F = Σ_h O_h V_h (float64), the case analysis "
                                    "(1 real dominant, 2 complex pair, 3 near-degenerate) and the spectral gaps.")
     p.add_argument("model", help="'minilm', a converted .safetensors file or a checkpoint folder")
-    p.add_argument("--order", choices=["real", "modulus", "step"], default="real", help="principal-eigenvalue ordering")
+    p.add_argument("--order", choices=["real", "modulus", "step"], default="real",
+                   help="which eigenvalue is principal: 'real' the largest real part (what matters with the skip "
+                        "connection), 'modulus' the largest |λ|, 'step' the largest |1 + αλ| (one D1 step) [real]")
     p.add_argument("--alpha", type=float, default=1.0, help="α for --order step")
     p.set_defaults(func=cmd_spectrum)
 

@@ -22,11 +22,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._runner import Context, cast_floats, resolve_dtype, run
+from ._runner import Context, cast_floats, check_scalar, check_states, resolve_dtype, run
 from .errors import ConfigError
 from .fields import C2, Flow, attention_at, field, weights_at
 from .geometry import Geometry, check_spd
-from .params import Model
+from .params import Model, validate
 
 #: Solvers by name. The adaptive ones carry an embedded error estimate.
 SOLVERS = {
@@ -189,21 +189,14 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
     """
     from .metrics import consensus_observables
 
-    X0 = jnp.asarray(X0)
-    if X0.ndim == 2:
-        X0 = X0[None]
-    if X0.ndim != 3:
-        raise ConfigError(f"X0 must be [B, n, d] or [n, d], got shape {tuple(X0.shape)}")
-    d = model.d_model
-    if X0.shape[-1] != d:
-        raise ConfigError(f"tokens have dimension {X0.shape[-1]} but the model has d={d}")
     if not isinstance(flow, Flow):
         raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED), got {flow!r}")
+    validate(model)  # shapes and finite weights, also for a model edited with `replace`
+    d = model.d_model
+    X0 = check_states(X0, d, normalised=flow.space != "flat")
+    beta = check_scalar("beta", beta)
     dtype = resolve_dtype(dtype, X0)
-    t0f = float(t0)
-    t1f = float(t1)
-    if not (math.isfinite(t0f) and math.isfinite(t1f)):
-        raise ConfigError(f"t0 and t1 must be finite, got t0={t0}, t1={t1}")
+    t0f, t1f = check_scalar("t0", t0), check_scalar("t1", t1)
     if t1f <= t0f:
         raise ConfigError(f"t1 must be greater than t0, got t0={t0f:g}, t1={t1f:g}")
     rtol, atol = _finite_positive("rtol", rtol), _finite_positive("atol", atol)

@@ -31,12 +31,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import nn
-from ._runner import Context, cast_floats, check_precision, resolve_dtype, run
+from ._runner import Context, cast_floats, check_precision, check_scalar, check_states, resolve_dtype, run
 from .attention import KERNELS, apply, probabilities
 from .errors import ConfigError
 from .geometry import FLAT, SPHERE, Geometry, check_spd
 from .kernels import choose, fused_simulate
-from .params import Layers, Model
+from .params import Layers, Model, validate
 
 NORMS = ("l2", "ellipsoid", "none", "layernorm")
 
@@ -286,13 +286,9 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     """
     from .metrics import consensus_observables  # late import: metrics imports this module's users
 
-    X0 = jnp.asarray(X0)
-    if X0.ndim == 2:
-        X0 = X0[None]
-    if X0.ndim != 3:
-        raise ConfigError(f"X0 must be [B, n, d] or [n, d], got shape {tuple(X0.shape)}")
-    if X0.shape[-1] != model.d_model:
-        raise ConfigError(f"tokens have dimension {X0.shape[-1]} but the model has d={model.d_model}")
+    validate(model)  # shapes and finite weights, also for a model edited with `replace`
+    X0 = check_states(X0, model.d_model, normalised=dynamics.norm in ("l2", "ellipsoid"))
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
         raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
     check_dynamics(model, dynamics, S)

@@ -13,6 +13,7 @@ from typing import Optional
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import nn
 from .discrete import FAITHFUL, Dynamics, block, layer_index
@@ -26,10 +27,19 @@ def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
     e = model.embeddings
     if e is None:
         raise ConfigError("this model has no embeddings (synthetic models take tokens, not ids)")
+    if isinstance(ids, jax.core.Tracer):  # inside vmap/jit: checked by the caller
+        n = ids.shape[0]
+    else:
+        host = np.asarray(ids)
+        if host.ndim != 1 or host.size == 0:
+            raise ConfigError(f"ids must be a non-empty 1-D sequence of token ids, got shape {tuple(host.shape)}")
+        if not np.issubdtype(host.dtype, np.integer):
+            raise ConfigError(f"token ids must be integers, got dtype {host.dtype}")
+        vocab = e.word.shape[0]
+        if host.min() < 0 or host.max() >= vocab:
+            raise ConfigError(f"token ids must be in [0, {vocab}), got values in [{host.min()}, {host.max()}]")
+        n = host.shape[0]
     ids = jnp.asarray(ids)
-    if ids.ndim != 1:
-        raise ConfigError(f"ids must be a 1-D sequence, got shape {tuple(ids.shape)}")
-    n = ids.shape[0]
     if n > e.position.shape[0]:
         raise ConfigError(f"{n} tokens exceed the model's {e.position.shape[0]} positions")
     x = jnp.asarray(e.word)[ids] + jnp.asarray(e.position)[:n]

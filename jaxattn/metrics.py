@@ -45,8 +45,10 @@ def cos_consensus(X: jax.Array) -> jax.Array:
     """``1 - mean_{i≠j} cos(x_i, x_j)``: 0 exactly at consensus (all tokens parallel)."""
     U = _unit(X)
     n = X.shape[0]
+    if n == 1:  # a single token is at consensus
+        return jnp.zeros((), X.dtype)
     c = U @ U.T
-    return 1.0 - (c.sum() - jnp.trace(c)) / max(n * (n - 1), 1)
+    return 1.0 - (c.sum() - jnp.trace(c)) / (n * (n - 1))
 
 
 def first_token_consensus(X: jax.Array) -> jax.Array:

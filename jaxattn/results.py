@@ -33,6 +33,7 @@ def atomic_write_bytes(path, data: bytes) -> Path:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600: follow the umask like open() does
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -40,12 +41,35 @@ def atomic_write_bytes(path, data: bytes) -> Path:
     return path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def weights_sha256(model) -> str:
+    """sha256 of every weight a run uses (recorded in run directories and in resume fingerprints)."""
+    import hashlib
+
+    import jax
+
+    h = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(model):
+        a = np.ascontiguousarray(np.asarray(leaf))
+        h.update(f"{jax.tree_util.keystr(path)}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    h.update(repr((model.schedule, model.norm_style, model.activation, model.ln_eps, model.family)).encode())
+    return h.hexdigest()
+
+
 def atomic_write_text(path, text: str) -> Path:
     return atomic_write_bytes(path, text.encode())
 
 
 def write_json(path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n")
+    """Strict JSON (NaN and inf are refused: strict parsers reject them)."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_json_default,
+                                              allow_nan=False) + "\n")
 
 
 def _json_default(o):

@@ -82,6 +82,7 @@ def builtin_path(name: str = "minilm") -> Path:
             meta = read_meta(out)
             st = (folder / "model.safetensors").stat()
             if meta.get("source", {}).get("path") == str(folder.resolve()) and meta.get("source_stat") == [st.st_size, int(st.st_mtime)]:
+                load(out)  # verifies the content checksum: a damaged cache is converted again
                 return out
         except CheckpointError:
             pass  # stale or corrupt cache: convert again

@@ -47,6 +47,19 @@ def to_arrays(model: Model) -> dict[str, np.ndarray]:
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 
+def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (in name order): stored at conversion
+    and checked on load, so a modified or corrupted file is refused instead of silently used."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def static_meta(model: Model) -> dict:
     return {"schedule": list(model.schedule), "norm_style": model.norm_style, "activation": model.activation,
             "ln_eps": model.ln_eps, "family": model.family}
@@ -80,8 +93,10 @@ def save(model: Model, path, info: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` in the canonical layout (atomically). ``info``: provenance to record."""
     from safetensors.numpy import save as st_save
 
-    meta = {"format_version": FORMAT_VERSION, **static_meta(model), **dict(info or {})}
-    blob = st_save(to_arrays(model), metadata={"jaxattn": json.dumps(meta, sort_keys=True)})
+    arrays = to_arrays(model)
+    meta = {"format_version": FORMAT_VERSION, **static_meta(model), **dict(info or {}),
+            "content_sha256": content_sha256(arrays)}
+    blob = st_save(arrays, metadata={"jaxattn": json.dumps(meta, sort_keys=True)})
     return atomic_write_bytes(path, blob)
 
 
@@ -119,4 +134,11 @@ def load(path) -> Model:
         arrays = load_file(str(path))
     except Exception as e:
         raise CheckpointError(f"{path} is truncated or corrupt ({type(e).__name__}: {e})") from None
+    want = meta.get("content_sha256")
+    if want is None:
+        raise CheckpointError(f"{path} carries no content checksum (written by an older jaxattn): convert the "
+                              "checkpoint again with `jaxattn convert`")
+    if content_sha256(arrays) != want:
+        raise CheckpointError(f"{path}: the tensor data do not match the checksum recorded at conversion (the file "
+                              "was modified or corrupted); convert the checkpoint again")
     return from_arrays(arrays, meta)

@@ -25,7 +25,7 @@ from ..discrete import D1, FAITHFUL, Dynamics, simulate
 from ..errors import ConfigError
 from ..metrics import alignment_observables, alignment_tables
 from ..params import Model
-from ..results import atomic_write_text, provenance, save_arrays, write_json
+from ..results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from ..spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from ..steering import precompensate, steer
 from .._sweep import Timer, sweep
@@ -166,7 +166,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         with Timer() as t:
             # the attention rank comes from the weights each step applies, for every dynamics
             arrays = sweep(model, steps=steps, dynamics=dyn, observe=alignment_observables, aux=tab,
-                           out_dir=out / "sweeps" / run, fingerprint={**fp, "run": run}, **common)
+                           out_dir=out / ".jaxattn-analyze" / run, fingerprint={**fp, "run": run}, **common)
         timings[run] = round(t.seconds, 3)
         tables[run] = layer_table(arrays, spec, model.schedule, steps, run)
         finals[f"{run}.rho1_final"] = arrays["observables.rho1_after"][:, -1].reshape(-1)
@@ -231,6 +231,9 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         "phi_u1_re": u1.real, "phi_u1_im": u1.imag, "steer_u": u,
         **{f"final.{k}": v.astype(np.float32) for k, v in finals.items()}})
     write_json(out / "config.json", {"command": "analyze", "model": model_name, "model_summary": model.summary().splitlines(),
+                                     "model_dims": {"d": model.d_model, "heads": model.n_heads, "depth": model.depth,
+                                                    "shared": model.shared, "masks": _masks(model)},
+                                     "weights_sha256": weights_sha256(model),
                                      "config": dataclasses.asdict(cfg), "seconds": timings, **provenance()})
     figures = []
     if cfg.figures:
@@ -239,8 +242,14 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         figures = plots.power_method_figures(out, spec, tables, finals, model_name)
     report = make_report(model, model_name, cfg, spec, tables, lyap, figures)
     atomic_write_text(out / "report.md", report)
-    shutil.rmtree(out / "sweeps", ignore_errors=True)  # chunk files, kept only to resume an interrupted run
+    shutil.rmtree(out / ".jaxattn-analyze", ignore_errors=True)  # the tool's chunk stores, kept only to resume
     return tables
+
+
+def _masks(model: Model) -> list[str]:
+    lay = model.layers
+    return [("causal" if bool(lay.causal[g]) else "full") + (f"/local:{int(lay.window[g])}" if int(lay.window[g]) else "")
+            for g in range(lay.n_sets)]
 
 
 def _fmt_lam(re, im):
