@@ -148,6 +148,9 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     base = model.replace(embeddings=None)
     aux = cast_floats(aux, dt)
     X = X0.astype(dt)
+    # prompts are few and long: by default the whole batch is one block (no padding to the runner's
+    # fixed width); pass batch_size for numbers that do not depend on the batch size
+    batch_size = X.shape[0] if batch_size is None else batch_size
     first = run(_Observe0(dynamics, observe), X, (base.astype(dt), aux), batch_size=batch_size)
     parts = [jax.tree_util.tree_map(lambda a: a[:, None], first)]
     program = _OnePass(dynamics, observe, bool(final_norm))
