@@ -1,0 +1,263 @@
+"""Bad input, interruptions and corruptions: one clear error or a correct result, never a silent wrong one."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+import jaxattn._sweep as sweep_mod
+from jaxattn.cli import main
+from jaxattn.errors import CheckpointError, ConfigError
+
+from . import hf_models
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--num-init", "12", "--n", "3", "--d", "8", "--heads", "2", "--depth", "2", "--chunk", "4", "--no-progress"]
+
+
+def _err(capsys):
+    err = capsys.readouterr().err
+    assert err.startswith("jaxattn: error:") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture(scope="module")
+def gpt2_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2")
+    hf_models.build("gpt2", folder)
+    return ja.convert(str(folder), str(folder / "gpt2.safetensors"))
+
+
+# ------------------------------------------------------------------ resume never mixes configurations
+def test_resume_with_another_mask_is_refused(tmp_path, monkeypatch, capsys):
+    calls = []
+    real = sweep_mod.simulate
+
+    def dies(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "simulate", dies)
+    assert main(["simulate", *SMALL, "--mask", "full", "--out", str(tmp_path / "r")]) == 130
+    monkeypatch.setattr(sweep_mod, "simulate", real)
+    capsys.readouterr()
+    assert main(["simulate", *SMALL, "--mask", "causal", "--out", str(tmp_path / "r")]) == 2
+    assert "another configuration" in _err(capsys)
+
+
+def test_same_options_other_weights_are_refused(tmp_path):
+    """The fingerprint holds the weights' sha256: two models under one name cannot be mixed (analyze)."""
+    a = ja.random_model(jax.random.key(0), 8, 2, 2, mask="full")
+    b = ja.random_model(jax.random.key(0), 8, 2, 2, mask="causal")
+    kw = dict(num_init=8, n=3, steps=2, chunk=4, progress=False, fingerprint={"model": "random"}, out_dir=tmp_path)
+    sweep_mod.sweep(a, **kw)
+    with pytest.raises(ConfigError, match="another configuration"):
+        sweep_mod.sweep(b, **kw)
+
+
+def test_corrupt_or_missing_store_files_are_never_trusted(tmp_path):
+    model = ja.random_model(jax.random.key(0), 8, 2, 2)
+    kw = dict(num_init=12, n=3, steps=2, chunk=4, progress=False)
+    good = sweep_mod.sweep(model, **kw)
+    sweep_mod.sweep(model, out_dir=tmp_path, **kw)
+    store = tmp_path / sweep_mod.STORE
+    files = sorted(p for p in (store / "data.zarr" / "p0000" / "observables").rglob("*")
+                   if p.is_file() and p.name != "zarr.json")
+    files[0].write_bytes(b"\0" * len(files[0].read_bytes()))  # zeroed chunk
+    files[1].write_bytes(b"")  # empty chunk
+    stats = {}
+    again = sweep_mod.sweep(model, out_dir=tmp_path, stats=stats, **kw)
+    assert stats["computed"] >= 4 and stats["resumed"] < 12
+    for k in good:
+        np.testing.assert_array_equal(again[k], good[k])
+    (store / "manifest.json").unlink()  # a store whose manifest is gone is not reused with another seed
+    with pytest.raises(ConfigError, match="holds no sweep"):
+        sweep_mod.sweep(model, out_dir=tmp_path, **{**kw, "seed": 5})
+
+
+# ------------------------------------------------------------------ user data and finished runs
+def test_user_files_are_never_deleted(tmp_path):
+    out = tmp_path / "u"
+    (out / "chunks").mkdir(parents=True)
+    (out / "chunks" / "keep.txt").write_text("x")
+    (out / "sweeps").mkdir()
+    (out / "sweeps" / "mine.txt").write_text("y")
+    assert main(["simulate", *SMALL, "--out", str(out)]) == 0
+    assert (out / "chunks" / "keep.txt").read_text() == "x" and (out / "sweeps" / "mine.txt").read_text() == "y"
+    assert not (out / sweep_mod.STORE).exists()
+
+
+def test_finished_run_is_refused_or_replaced_whole(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["simulate", *SMALL, "--out", str(out)]) == 0
+    (out / "old-figure.png").write_bytes(b"stale")
+    capsys.readouterr()
+    assert main(["simulate", *SMALL, "--seed", "7", "--out", str(out)]) == 2
+    assert "holds a finished run" in _err(capsys)
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0  # untouched
+    assert main(["simulate", *SMALL, "--seed", "7", "--out", str(out), "--overwrite"]) == 0
+    assert json.loads((out / "config.json").read_text())["config"]["seed"] == 7
+    assert not (out / "old-figure.png").exists()
+
+
+# ------------------------------------------------------------------ options recorded but not applied
+@pytest.mark.parametrize("extra,match", [
+    (["--biases"], "no biases"),
+    (["--pre-ln"], "pre-norm models"),
+    (["--ffn"], "no FFN"),
+    (["--norm", "layernorm"], "no LayerNorm"),
+])
+def test_options_that_would_change_nothing_are_refused(extra, match, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["simulate", *SMALL, *extra, "--out", str(out)]) == 2
+    assert match in _err(capsys)
+    assert not out.exists()  # a refused run leaves nothing behind
+
+
+def test_random_model_options_with_a_converted_model(gpt2_file, tmp_path, capsys):
+    for opt in (["--mask", "causal"], ["--d", "7"], ["--heads", "5"], ["--no-shared"]):
+        assert main(["simulate", "--model", str(gpt2_file), *opt, "--out", str(tmp_path / "r"), "--no-progress"]) == 2
+        assert "only applies to --model random" in _err(capsys)
+
+
+@pytest.mark.parametrize("cfg,match", [
+    ({"shared": "false"}, "shared must be bool"),
+    ({"num_init": True}, "num_init must be int"),
+    ({"alpha": "fast"}, "alpha must be float"),
+    ({"mask": 5}, "mask must be str"),
+    ({"beta": float("nan")}, "beta must be finite"),
+])
+def test_config_values_are_type_checked(cfg, match, tmp_path, capsys):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg))
+    assert main(["simulate", "--config", str(path), "--out", str(tmp_path / "r")]) == 2
+    assert match in _err(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_finished_runs_config_json_replays_it(tmp_path):
+    assert main(["simulate", *SMALL, "--seed", "4", "--out", str(tmp_path / "a")]) == 0
+    assert main(["simulate", "--config", str(tmp_path / "a" / "config.json"), "--out", str(tmp_path / "b")]) == 0
+    a = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
+    b = json.loads((tmp_path / "b" / "config.json").read_text())["config"]
+    assert a["weights_sha256"] == b["weights_sha256"] and a["seed"] == b["seed"] == 4
+    from jaxattn.results import load_arrays
+
+    np.testing.assert_array_equal(load_arrays(tmp_path / "a" / "observables.safetensors")["observables.diameter"],
+                                  load_arrays(tmp_path / "b" / "observables.safetensors")["observables.diameter"])
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--alpha", "nan"], "alpha must be a finite number"),
+    (["--beta", "inf"], "beta must be a finite number"),
+    (["--seed", str(2**70)], "seed must be an integer in"),
+    (["--num-init", str(10**12)], "beyond"),
+])
+def test_cli_values_refused_with_one_line(argv, match, tmp_path, capsys):
+    assert main(["simulate", *SMALL, *argv, "--out", str(tmp_path / "r")]) == 2
+    assert match in _err(capsys)
+    assert not (tmp_path / "r").exists()
+
+
+def test_out_naming_a_file(tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("mine")
+    assert main(["simulate", *SMALL, "--out", str(f)]) == 2
+    assert "is not a directory" in _err(capsys) and f.read_text() == "mine"
+
+
+# ------------------------------------------------------------------ converted files keep their integrity
+def test_modified_converted_file_is_refused(gpt2_file, tmp_path):
+    data = bytearray(Path(gpt2_file).read_bytes())
+    header = int.from_bytes(data[:8], "little")
+    start = 8 + header
+    data[start + 100:start + 400] = b"\0" * 300  # zero part of the tensor data, header intact
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="do not match the checksum"):
+        ja.load(bad)
+    ja.load(gpt2_file)  # the original still loads
+
+
+# ------------------------------------------------------------------ the API
+@pytest.mark.parametrize("X0,match", [
+    (np.full((1, 3, 4), np.nan), "non-finite"),
+    (np.full((1, 3, 4), np.inf), "non-finite"),
+    (np.zeros((1, 3, 4)), "exactly zero"),
+    (np.ones((1, 3, 4)) * (1 + 1j), "complex"),
+    (None, "None"),
+    (np.zeros((1, 0, 4)), "no token"),
+])
+def test_bad_initial_states(X0, match):
+    model = ja.random_model(jax.random.key(0), 4, 2, 1)
+    with pytest.raises(ConfigError, match=match):
+        ja.simulate(model, X0, 2)
+    with pytest.raises(ConfigError, match=match):
+        ja.solve(model, X0, 1.0)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(steps=True), "steps must be"),
+    (dict(batch_size=2.5), "batch_size must be"),
+    (dict(alpha=np.ones(3)), "alpha must be a finite number"),
+    (dict(beta=float("nan")), "beta must be finite"),
+])
+def test_bad_arguments(kw, match):
+    model = ja.random_model(jax.random.key(0), 4, 2, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    args = {"steps": 2, **kw}
+    with pytest.raises(ConfigError, match=match):
+        ja.simulate(model, X0, args.pop("steps"), **args)
+
+
+def test_nan_weights_edited_in_are_refused():
+    model = ja.random_model(jax.random.key(0), 4, 2, 1)
+    bad = model.replace(layers=model.layers.replace(v=model.layers.v.at[0, 0, 0, 0].set(jnp.nan)))
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    for call in (lambda: ja.simulate(bad, X0, 2), lambda: ja.solve(bad, X0, 1.0)):
+        with pytest.raises(ConfigError, match="non-finite"):
+            call()
+
+
+def test_float64_without_x64_is_refused():
+    code = ("import jax, jax.numpy as jnp, jaxattn as ja\n"
+            "m = ja.random_model(jax.random.key(0), 4, 2, 1)\n"
+            "try:\n    ja.simulate(m, ja.init_tokens(jax.random.key(1), 2, 3, 4), 2, dtype=jnp.float64)\n"
+            "except ja.ConfigError as e:\n    print('refused:', e)\n")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert "refused: float64 needs JAX's x64 mode" in out
+
+
+def test_token_ids_are_checked(gpt2_file):
+    model = ja.load(gpt2_file)
+    vocab = model.embeddings.word.shape[0]
+    for ids, match in (([vocab], "must be in"), ([-1, 3], "must be in"), ([], "non-empty"), ([1.5], "integers")):
+        with pytest.raises(ConfigError, match=match):
+            ja.hidden_states(model, ids)
+
+
+def test_single_token_is_at_consensus():
+    assert float(ja.metrics.cos_consensus(jnp.ones((1, 4)))) == 0.0
+
+
+def test_files_follow_the_umask(tmp_path):
+    from jaxattn.results import write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "a.json", {"x": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
+    with pytest.raises(ValueError):
+        write_json(tmp_path / "b.json", {"x": float("nan")})  # strict JSON: NaN is refused, not written
