@@ -287,6 +287,9 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     from .metrics import consensus_observables  # late import: metrics imports this module's users
 
     validate(model)  # shapes and finite weights, also for a model edited with `replace`
+    if not isinstance(dynamics, Dynamics):
+        raise ConfigError(f"dynamics must be a jaxattn.Dynamics (D1, D3, D4, D5, FAITHFUL, NO_FFN or "
+                          f"Dynamics(...)), got {dynamics!r}")
     X0 = check_states(X0, model.d_model, normalised=dynamics.norm in ("l2", "ellipsoid"))
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:

@@ -23,6 +23,14 @@ VALUE_KINDS = ("random", "identity", "symmetric")
 INIT_KINDS = ("sphere", "gaussian", "ellipsoid")
 
 
+def check_key(key) -> jax.Array:
+    """A PRNG key (``jax.random.key(seed)`` or a raw ``uint32[2]`` key), else one clear error."""
+    if isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                       or (key.dtype == jnp.uint32 and key.shape == (2,))):
+        return key
+    raise ConfigError(f"key must be a JAX PRNG key such as jax.random.key(0), got {type(key).__name__} {key!r:.40}")
+
+
 def _check_dims(d: int, heads: int) -> int:
     if d < 1 or heads < 1:
         raise ConfigError(f"d and heads must be positive, got d={d}, heads={heads}")
@@ -41,7 +49,7 @@ def _orthogonal(key, d: int, dtype) -> jax.Array:
 def symmetric_with_spectrum(key, spectrum: Sequence[float], dtype=None) -> jax.Array:
     """``U diag(spectrum) Uᵀ`` with ``U`` Haar-orthogonal: a symmetric ``[d, d]`` matrix."""
     lam = jnp.asarray(spectrum, jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype))
-    u = _orthogonal(key, lam.shape[0], dtype)
+    u = _orthogonal(check_key(key), lam.shape[0], dtype)
     return (u * lam[None, :]) @ u.T
 
 
@@ -68,6 +76,7 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
         biases: draw q/k/v/o biases with standard deviation ``bias_std``.
         unit_output: single-head D2 convention, ``O = I`` (requires ``heads == 1``).
     """
+    key = check_key(key)
     dh = _check_dims(d, heads)
     if depth < 1:
         raise ConfigError(f"depth must be >= 1, got {depth}")
@@ -130,6 +139,7 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
             paper's setting) or ``'ellipsoid'`` (uniform directions scaled onto ``xᵀ S x = 1``).
         S: ``[d, d]`` symmetric positive definite matrix for ``kind='ellipsoid'``.
     """
+    key = check_key(key)
     if batch < 0 or n < 1 or d < 1:
         raise ConfigError(f"need batch >= 0, n >= 1, d >= 1; got batch={batch}, n={n}, d={d}")
     if kind not in INIT_KINDS:

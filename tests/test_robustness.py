@@ -261,3 +261,17 @@ def test_files_follow_the_umask(tmp_path):
     assert (tmp_path / "a.json").stat().st_mode & 0o777 == 0o644
     with pytest.raises(ValueError):
         write_json(tmp_path / "b.json", {"x": float("nan")})  # strict JSON: NaN is refused, not written
+
+
+def test_wrong_kinds_of_arguments_get_one_clear_error():
+    model = ja.random_model(jax.random.key(0), 4, 2, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    with pytest.raises(ConfigError, match="dynamics must be a jaxattn.Dynamics"):
+        ja.simulate(model, X0, 2, dynamics="D1")
+    for call in (lambda: ja.random_model(0, 4, 2, 1), lambda: ja.init_tokens(7, 2, 3, 4),
+                 lambda: ja.symmetric_with_spectrum(1, [1.0, 2.0])):
+        with pytest.raises(ConfigError, match="key must be a JAX PRNG key"):
+            call()
+    # both key styles are accepted and give the same tokens
+    np.testing.assert_array_equal(ja.init_tokens(jax.random.PRNGKey(3), 2, 3, 4),
+                                  ja.init_tokens(jax.random.wrap_key_data(jax.random.PRNGKey(3)), 2, 3, 4))
