@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ._runner import default_lanes
 from .discrete import D1, Dynamics, simulate
 from .errors import ConfigError
 from .params import Model
@@ -31,10 +32,25 @@ from .store import SweepStore, chunk_ranges
 
 STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
 MAX_CONDITIONS = 10**10
+CHUNK_BUDGET = 256 * 2**20  # bytes of host arrays per chunk when the chunk size is chosen automatically
+PIECES = 8  # progress updates (separate calls) per chunk, so that a big chunk is not silent
+
+
+def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: int | None = None) -> int:
+    """Conditions per chunk from a memory budget (:data:`CHUNK_BUDGET`).
+
+    A chunk holds its initial states ``[C, n, d]``, the observables ``[C, steps + 1, k]`` (``k`` = 8
+    scalars assumed) and, with ``keep_final``, the final states: the chunk size is the largest multiple
+    of the runner's lane width whose arrays fit the budget, between one lane block and 65,536.
+    """
+    lanes = lanes or default_lanes()
+    per = jnp.dtype(dtype).itemsize * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
+    c = min(CHUNK_BUDGET // per, 65_536)
+    return int(max(lanes, c // lanes * lanes))
 
 
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
-          chunk: int = 1024, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
+          chunk: Optional[int] = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
           dtype=jnp.float32, observe: Optional[Callable] = None, aux=None, keep_final: bool = True,
           progress: bool = True, fingerprint: Optional[dict] = None, stats: Optional[dict] = None) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
@@ -42,8 +58,24 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
     ``final: [num_init, n, d]``. With ``out_dir`` every chunk is stored and verified and an
     interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
-    numbers. ``stats`` (a dict) receives ``computed`` and ``resumed`` condition counts.
+    numbers. ``chunk`` (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
+    computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
+    ``computed`` and ``resumed`` condition counts and the ``chunk`` size used.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)
+        >>> out = ja.sweep(model, num_init=6, n=5, steps=3, chunk=4, progress=False)
+        >>> {k: v.shape for k, v in sorted(out.items())}
+        {'final': (6, 5, 8), 'observables.cos_consensus': (6, 4), 'observables.diameter': (6, 4)}
+        >>> X0 = ja.init_tokens(jax.random.key(0), 6, 5, 8)            # the same conditions, in one batch
+        >>> ref = ja.simulate(model, X0, steps=3)
+        >>> bool((np.asarray(ref.observables["diameter"]) == out["observables.diameter"]).all())
+        True
     """
+    if chunk is None:
+        chunk = auto_chunk(n, model.d_model, steps, keep_final=keep_final, dtype=dtype) if isinstance(n, int) \
+            and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(f"{name} must be a positive integer, got {v!r}")
@@ -53,6 +85,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model
     key = jax.random.key(seed)
+    lanes = default_lanes()
     store = None
     if out_dir is not None:
         stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
@@ -76,25 +109,33 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                 if keep_final:
                     part["final"] = np.asarray(g["final"][start:start + size])
                 resumed += size
+                bar.update(size)
             else:
-                X0 = init_tokens(key, chunk, n, d, kind=init, S=S, start=start, dtype=dtype)  # full shape: one program
-                res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
-                               aux=aux, dtype=dtype)
-                part = {k: v[:size] for k, v in flatten({"observables": res.observables}).items()}
-                if keep_final:
-                    part["final"] = np.asarray(res.final)[:size]
+                # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk;
+                # the runner's fixed lane width keeps every condition's numbers independent of the split
+                piece = min(chunk, -(-chunk // (PIECES * lanes)) * lanes)  # whole lane blocks
+                pieces = []
+                for p0 in range(0, size, piece):
+                    X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
+                    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
+                                   aux=aux, dtype=dtype)
+                    got = flatten({"observables": res.observables})
+                    if keep_final:
+                        got["final"] = res.final
+                    pieces.append({k: np.asarray(v)[:min(piece, size - p0)] for k, v in got.items()})
+                    bar.update(min(piece, size - p0))
+                part = {k: np.concatenate([q[k] for q in pieces]) for k in pieces[0]}
                 if store is not None:
                     store.write_chunk(0, c, start, {k.replace("observables.", "observables/", 1): v
                                                     for k, v in part.items()}, num_init, chunk)
                 computed += size
             parts.append(part)
-            bar.update(size)
     finally:
         bar.close()
         if store is not None:
             store.release()
     if stats is not None:
-        stats.update(computed=computed, resumed=resumed)
+        stats.update(computed=computed, resumed=resumed, chunk=chunk)
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 

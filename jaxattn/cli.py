@@ -107,7 +107,7 @@ def _check_number(name: str, v) -> None:
 SIM_DEFAULTS = dict(
     model="random", n=10, d=64, heads=4, depth=12, shared=True, weights="gaussian", value="random", mask="full",
     steps=None, num_init=1000, seed=0, alpha=1.0, beta=1.0, init="sphere", norm="l2", ffn=False, pre_ln=False,
-    biases=False, uniform_attention=False, dtype="float32", chunk=1024, out="runs/simulate", progress=True,
+    biases=False, uniform_attention=False, dtype="float32", chunk=None, out="runs/simulate", progress=True,
     keep_final=False, overwrite=False,
 )
 #: Options that only describe a random model (refused with a converted one: it brings its own).
@@ -151,7 +151,8 @@ def _add_simulate(sub):
     g.add_argument("--init", choices=["sphere", "gaussian"], help=f"distribution of initial tokens [{d['init']}]")
     g.add_argument("--seed", type=int, help=f"random seed (model and initial conditions) [{d['seed']}]")
     g.add_argument("--dtype", choices=["float32", "float64"], help=f"precision [{d['dtype']}]")
-    g.add_argument("--chunk", type=int, help=f"initial conditions per chunk (memory, resume granularity) [{d['chunk']}]")
+    g.add_argument("--chunk", type=int, help="initial conditions per stored chunk (memory, resume granularity) "
+                                             "[auto: from a 256 MiB budget for the chunk's arrays]")
     g.add_argument("--out", help=f"output run directory [{d['out']}]")
     g.add_argument("--keep-final", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also store the final states [B, n, d] [{d['keep_final']}]")
@@ -212,6 +213,8 @@ def cmd_simulate(args, cfg) -> int:
 
     dtype = _dtype(cfg["dtype"])
     for k in ("n", "num_init", "chunk"):
+        if k == "chunk" and cfg[k] is None:
+            continue
         if isinstance(cfg[k], bool) or not isinstance(cfg[k], int) or cfg[k] < 1:
             raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg[k]!r}")
     for k in ("alpha", "beta"):
@@ -243,6 +246,7 @@ def cmd_simulate(args, cfg) -> int:
                                                                                    "overwrite", "model_summary")})
     save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
     resumed = stats.get("resumed", 0) > 0
+    resolved["chunk"] = stats.get("chunk", cfg["chunk"])  # the chunk size used (auto when not given)
     rate = stats.get("computed", 0) * steps / max(t.seconds, 1e-9)
     write_json(out / "config.json", {"command": "simulate", "config": resolved, **provenance(),
                                      "seconds": round(t.seconds, 3), "resumed": resumed,
@@ -311,7 +315,7 @@ def cmd_inspect(args, cfg) -> int:
 
 # ---------------------------------------------------------------- analyze / spectrum
 ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gaussian", alpha=1.0, beta=1.0, order="real",
-                        prolong=10, gammas="1,10,100,1000", ffn_study=True, dtype="float32", chunk=1024,
+                        prolong=10, gammas="1,10,100,1000", steer_target=0.99, ffn_study=True, dtype="float32", chunk=1024,
                         out="runs/analyze", figures=True, progress=True, overwrite=False)
 
 
@@ -335,6 +339,9 @@ def _add_analyze(sub):
                                                                          f"modulus or |1+αλ| [{d['order']}]")
     p.add_argument("--prolong", type=int, help=f"shared-weight models: also run PROLONG × depth steps [{d['prolong']}]")
     p.add_argument("--gammas", help=f"comma-separated steering gains γ [{d['gammas']}]")
+    p.add_argument("--steer-target", type=float, help=f"also find, by bisection in log γ, the smallest gain whose mean "
+                                                      f"alignment with the steering direction reaches this value; "
+                                                      f"0: no search [{d['steer_target']}]")
     p.add_argument("--ffn-study", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also run with FFN and affine LayerNorm (models that have them) [{d['ffn_study']}]")
     p.add_argument("--dtype", choices=["float32", "float64"], help=f"simulation precision (spectra are float64) [{d['dtype']}]")
@@ -367,6 +374,7 @@ def cmd_analyze(args, cfg) -> int:
         raise JaxattnError(f"--gammas must be comma-separated numbers, got {cfg['gammas']!r}") from None
     study = StudyConfig(num_init=cfg["num_init"], n=cfg["n"], seed=cfg["seed"], init=cfg["init"], alpha=cfg["alpha"],
                         beta=cfg["beta"], order=cfg["order"], prolong=cfg["prolong"], gammas=gammas,
+                        steer_target=cfg["steer_target"],
                         ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], chunk=cfg["chunk"], progress=cfg["progress"],
                         figures=cfg["figures"])
     study.check()
@@ -382,8 +390,18 @@ def cmd_analyze(args, cfg) -> int:
     print(f"power-method analogy holds in {holds} of {len(main_rows)} layers "
           f"(mean Δρ1 {sum(r['drho1'] for r in main_rows) / len(main_rows):+.4f}, "
           f"mean P1 {sum(r['P1'] for r in main_rows) / len(main_rows):.3f})")
-    best = max(tables["steering"], key=lambda r: r["gamma"])
-    print(f"steering: γ = {best['gamma']:g} gives mean alignment {best['align_mean']:.4f} with the target direction")
+    if "steer_target" in tables:
+        t = tables["steer_target"][0]
+        if t["reached"]:
+            print(f"steering: smallest gain reaching mean alignment {t['target']:g}: γ = {t['gamma']:.6g} "
+                  f"(β = {t['beta']:.4g}), measured mean alignment {t['align_mean']:.4f}, spectral gap "
+                  f"{t['gap_after']:.4g}")
+        else:
+            print(f"steering: mean alignment {t['target']:g} not reached; γ = {t['gamma']:.6g} gives "
+                  f"{t['align_mean']:.4f}")
+    else:
+        best = max(tables["steering"], key=lambda r: r["gamma"])
+        print(f"steering: γ = {best['gamma']:g} gives mean alignment {best['align_mean']:.4f} with the target direction")
     print(f"report       {out / 'report.md'}")
     return 0
 

@@ -275,3 +275,25 @@ def test_wrong_kinds_of_arguments_get_one_clear_error():
     # both key styles are accepted and give the same tokens
     np.testing.assert_array_equal(ja.init_tokens(jax.random.PRNGKey(3), 2, 3, 4),
                                   ja.init_tokens(jax.random.wrap_key_data(jax.random.PRNGKey(3)), 2, 3, 4))
+
+
+def test_a_big_chunk_moves_the_progress_bar_and_auto_chunk_fits_the_budget(monkeypatch):
+    model = ja.random_model(jax.random.key(0), 8, 2, 3, shared=False)
+    kw = dict(num_init=700, n=4, steps=3, progress=False, keep_final=True)
+    calls = []
+    real = sweep_mod.simulate
+    monkeypatch.setattr(sweep_mod, "simulate", lambda m, X0, *a, **k: calls.append(X0.shape[0]) or real(m, X0, *a, **k))
+    one = sweep_mod.sweep(model, chunk=700, **kw)
+    assert len(calls) > 1  # the chunk ran in pieces, each one a progress-bar update
+    assert sum(calls) >= 700 and all(c == calls[0] for c in calls)  # one piece shape: one compiled program
+    small = sweep_mod.sweep(model, chunk=64, **kw)
+    stats = {}
+    auto = sweep_mod.sweep(model, stats=stats, **kw)
+    for k in one:
+        np.testing.assert_array_equal(one[k], small[k])
+        np.testing.assert_array_equal(one[k], auto[k])
+    # the automatic chunk holds its arrays within the budget, in whole lane blocks
+    c = sweep_mod.auto_chunk(32, 1024, 24, keep_final=True, dtype=jnp.float32, lanes=64)
+    assert c % 64 == 0 and c * 4 * (2 * 32 * 1024 + 8 * 25) <= sweep_mod.CHUNK_BUDGET
+    assert (c + 64) * 4 * (2 * 32 * 1024 + 8 * 25) > sweep_mod.CHUNK_BUDGET
+    assert stats["chunk"] == sweep_mod.auto_chunk(4, 8, 3, keep_final=True, dtype=jnp.float32)
