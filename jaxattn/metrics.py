@@ -47,8 +47,9 @@ def cos_consensus(X: jax.Array) -> jax.Array:
     n = X.shape[0]
     if n == 1:  # a single token is at consensus
         return jnp.zeros((), X.dtype)
-    c = U @ U.T
-    return 1.0 - (c.sum() - jnp.trace(c)) / (n * (n - 1))
+    # Σ_{i≠j} <u_i, u_j> = ||Σ_i u_i||² − Σ_i ||u_i||²: O(n d) instead of the O(n² d) Gram matrix
+    m = U.sum(axis=0)
+    return 1.0 - (m @ m - jnp.sum(U * U)) / (n * (n - 1))
 
 
 def first_token_consensus(X: jax.Array) -> jax.Array:
