@@ -1,14 +1,16 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   the main job on the built-in default model (creates .venv on first use)
 #   make test   the whole test suite (creates .venv on first use)
+#   make docs   the documentation site into build/site (mkdocs build --strict)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.jaxattn-installed
+DOCS_STAMP := $(VENV)/.jaxattn-docs-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test bench clean
+.PHONY: demo test docs bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +28,18 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+$(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
+	touch $(DOCS_STAMP)
+
+# the site: getting started, models, weight conventions, tutorials, CLI, GPU and cluster guides, API
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/flows.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs build/site

@@ -186,6 +186,16 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
 
     Returns:
         :class:`Solution`.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=4, heads=1)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 3, 5, 4)
+        >>> sol = ja.solve(model, X0, t1=2.0, flow=ja.C2, ts=jnp.linspace(0.0, 2.0, 5))
+        >>> sol.ts.tolist()
+        [0.0, 0.5, 1.0, 1.5, 2.0]
+        >>> sol.observables["diameter"].shape, sol.final.shape, bool(sol.ok.all())
+        ((3, 5), (3, 5, 4), True)
     """
     from .metrics import consensus_observables
 

@@ -283,6 +283,24 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     Returns:
         :class:`Simulation` with observables ``[B, T, ...]``, the final state and, on request,
         the trajectory.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 4, 5, 8)
+        >>> res = ja.simulate(model, X0, steps=6)               # twice the depth: the schedule cycles
+        >>> sorted(res.observables), res.observables["diameter"].shape, res.final.shape
+        (['cos_consensus', 'diameter'], (4, 7), (4, 5, 8))
+        >>> bool(np.allclose(np.linalg.norm(res.final, axis=-1), 1.0, atol=1e-5))   # D1 stays on the sphere
+        True
+
+        An observable of one's own: a function of the step, one configuration and the context.
+
+        >>> def row_sums(t, X, ctx):
+        ...     return ctx.attention().sum(-1).mean()            # softmax rows sum to one
+        >>> obs = ja.simulate(model, X0, steps=3, observe=row_sums, save="last").observables
+        >>> obs.shape, bool(np.allclose(obs, 1.0))
+        ((4, 1), True)
     """
     from .metrics import consensus_observables  # late import: metrics imports this module's users
 

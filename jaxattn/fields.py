@@ -108,6 +108,16 @@ def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer
     """The vector field of ``flow`` at time ``t`` for one configuration ``X: [n, d]``, shape ``[n, d]``.
 
     A pure function of ``X``: ``jax.jacfwd(lambda X: velocity(model, X, ...))(X)`` linearises the flow.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=4, heads=1)
+        >>> X = ja.init_tokens(jax.random.key(1), 1, 5, 4)[0]
+        >>> v = ja.velocity(model, X, flow=ja.C2)
+        >>> v.shape, bool(np.allclose((v * X).sum(-1), 0.0, atol=1e-6))   # tangent to the sphere
+        ((5, 4), True)
+        >>> jax.jacfwd(lambda Y: ja.velocity(model, Y))(X).shape        # the linearised flow
+        (5, 4, 5, 4)
     """
     from .geometry import geometry
 

@@ -380,6 +380,19 @@ def sweep_grid(config, out, *, process_id: Optional[int] = None, num_processes: 
     ``devices``: the devices each chunk is split over (default: all local devices).
     ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
     under ``jax.distributed``; see :func:`distributed_from_env`.
+
+    Examples:
+        >>> import os, shutil, tempfile, jaxattn as ja
+        >>> tmp = tempfile.mkdtemp()
+        >>> config = {"num_init": 6, "chunk": 4, "init": {"n": 5},
+        ...           "model": {"source": "random", "d": 8, "heads": 2, "depth": 3},
+        ...           "dynamics": {"beta": [1.0, 2.0]}}            # a list is an axis: two grid points
+        >>> sw = ja.sweep_grid(config, os.path.join(tmp, "grid"), progress=False)
+        >>> sw.table(summary=True)["dynamics.beta"].tolist()
+        [1.0, 2.0]
+        >>> ja.open_sweep(os.path.join(tmp, "grid")).table().shape  # one row per point and condition
+        (12, 6)
+        >>> shutil.rmtree(tmp)
     """
     from tqdm.auto import tqdm
 

@@ -234,6 +234,18 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
         schedule: weight set of each block; default ``range(G)``.
         masks: one mask string for every set or a sequence of ``G`` (see :func:`parse_mask`).
         scale: score scale per set (scalar or ``[G]``); default ``1/sqrt(d_h)``.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np, jaxattn as ja
+        >>> q = jnp.eye(4).reshape(1, 2, 2, 4)                        # G = 1 set, H = 2 heads, d_h = 2, d = 4
+        >>> o = jnp.eye(4).reshape(4, 2, 2).transpose(1, 0, 2)[None]  # O_h: the columns head h owns
+        >>> model = ja.from_heads(q, q, q, o, schedule=(0, 0, 0), masks="causal")
+        >>> model.depth, model.shared
+        (3, True)
+        >>> bool(model.layers.causal[0]), round(float(model.layers.scale[0]), 6)   # s = 1/sqrt(d_h)
+        (True, 0.707107)
+        >>> bool((ja.layer_matrices(model)[0] == np.eye(4)).all())                 # F = Σ_h O_h V_h = I
+        True
     """
     q, k, v, o = (jnp.asarray(a) for a in (q, k, v, o))
     if q.ndim != 4 or o.ndim != 4:

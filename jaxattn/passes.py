@@ -122,6 +122,14 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     every pass; this function applies the blocks and ``ln_f`` only (it equals that loop when the
     position embeddings are zero, which is how the tests check it). See the module docstring for the
     options. Returns :class:`Passes`.
+
+    Examples:
+        >>> import jax, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 4, 5, 8)
+        >>> res = ja.repeated_passes(model, X0, passes=2, dynamics=ja.D1)
+        >>> res.observables["diameter"].shape, res.final.shape      # the input, then 2 passes of 3 blocks
+        ((4, 7), (4, 5, 8))
     """
     from .metrics import consensus_observables
 

@@ -47,7 +47,16 @@ def _orthogonal(key, d: int, dtype) -> jax.Array:
 
 
 def symmetric_with_spectrum(key, spectrum: Sequence[float], dtype=None) -> jax.Array:
-    """``U diag(spectrum) Uᵀ`` with ``U`` Haar-orthogonal: a symmetric ``[d, d]`` matrix."""
+    """``U diag(spectrum) Uᵀ`` with ``U`` Haar-orthogonal: a symmetric ``[d, d]`` matrix.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> S = ja.symmetric_with_spectrum(jax.random.key(0), [3.0, 1.0, 0.5])
+        >>> S.shape, bool(np.allclose(S, S.T))
+        ((3, 3), True)
+        >>> np.linalg.eigvalsh(np.asarray(S, np.float64)).round(4)
+        array([0.5, 1. , 3. ])
+    """
     lam = jnp.asarray(spectrum, jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype))
     u = _orthogonal(check_key(key), lam.shape[0], dtype)
     return (u * lam[None, :]) @ u.T
@@ -75,6 +84,20 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
         scale: score scale ``s``; default ``1/sqrt(d_h)``.
         biases: draw q/k/v/o biases with standard deviation ``bias_std``.
         unit_output: single-head D2 convention, ``O = I`` (requires ``heads == 1``).
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False, mask="causal")
+        >>> model.depth, model.d_model, model.schedule
+        (3, 8, (0, 1, 2))
+        >>> model.layers.q.shape, model.layers.o.shape          # [G, H, d_h, d], [G, H, d, d_h]
+        ((3, 2, 4, 8), (3, 2, 8, 4))
+        >>> shared = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)   # one set, applied 3 times
+        >>> shared.layers.n_sets, shared.schedule
+        (1, (0, 0, 0))
+        >>> sym = ja.random_model(jax.random.key(1), d=4, value="symmetric", spectrum=[2.0, 1.0, 0.5, -1.0])
+        >>> np.linalg.eigvalsh(ja.layer_matrices(sym)[0]).round(4)                  # F has the asked spectrum
+        array([-1. ,  0.5,  1. ,  2. ])
     """
     key = check_key(key)
     dh = _check_dims(d, heads)
@@ -138,6 +161,17 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
         kind: ``'sphere'`` (uniform on the unit sphere), ``'gaussian'`` (N(0, I), the power-method
             paper's setting) or ``'ellipsoid'`` (uniform directions scaled onto ``xᵀ S x = 1``).
         S: ``[d, d]`` symmetric positive definite matrix for ``kind='ellipsoid'``.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> X0 = ja.init_tokens(jax.random.key(1), 4, 5, 8)          # 4 configurations of 5 tokens in R^8
+        >>> X0.shape, X0.dtype
+        ((4, 5, 8), dtype('float32'))
+        >>> bool(np.allclose(np.linalg.norm(X0, axis=-1), 1.0, atol=1e-6))
+        True
+        >>> tail = ja.init_tokens(jax.random.key(1), 2, 5, 8, start=2)   # conditions 2 and 3 on their own
+        >>> bool((tail == X0[2:]).all())
+        True
     """
     key = check_key(key)
     if batch < 0 or n < 1 or d < 1:

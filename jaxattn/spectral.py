@@ -19,7 +19,18 @@ ORDERS = ("real", "modulus", "step")
 
 
 def layer_matrices(model: Model) -> np.ndarray:
-    """``F[g] = Σ_h O_h V_h`` of every weight set, ``[G, d, d]`` float64 (shared models: once)."""
+    """``F[g] = Σ_h O_h V_h`` of every weight set, ``[G, d, d]`` float64 (shared models: once).
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> F = ja.layer_matrices(model)
+        >>> F.shape, F.dtype
+        ((3, 8, 8), dtype('float64'))
+        >>> lw = model.layers
+        >>> bool(np.allclose(F[1], lw.o[1, 0] @ lw.v[1, 0] + lw.o[1, 1] @ lw.v[1, 1], atol=1e-6))
+        True
+    """
     o = np.asarray(model.layers.o, np.float64)
     v = np.asarray(model.layers.v, np.float64)
     return np.einsum("ghdk,ghke->gde", o, v)
@@ -118,6 +129,18 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
         gap_tol: case 3 when ``Re λ1 − Re λ2 < gap_tol · max|λ|``.
         collinear_tol: case 3 when ``|<v1, v2>| > collinear_tol``.
         imag_tol: an eigenvalue with ``|Im λ| <= imag_tol · max|λ|`` counts as real.
+
+    Examples:
+        >>> import numpy as np, jaxattn as ja
+        >>> sp = ja.spectrum(np.diag([3.0, 1.0, -5.0]))          # one [d, d] matrix is G = 1
+        >>> sp.case, sp.lambda1.real, sp.gap                     # case 1: a real dominant eigenvalue
+        (array([1]), array([3.]), array([2.]))
+        >>> np.abs(sp.v1.real)
+        array([[1., 0., 0.]])
+        >>> ja.spectrum(np.diag([3.0, 1.0, -5.0]), order="modulus").lambda1.real
+        array([-5.])
+        >>> ja.spectrum(np.array([[0.0, -1.0], [1.0, 0.0]])).case   # eigenvalues ±i: a complex pair
+        array([2])
     """
     F = layer_matrices(model_or_F) if isinstance(model_or_F, Model) else np.asarray(model_or_F, np.float64)
     if F.ndim == 2:
@@ -158,6 +181,16 @@ def cumulative_products(Fs: np.ndarray, order: str = "real", alpha: float = 1.0)
     (scale does not change eigenvectors), and the principal eigenvector ``u1(k)`` of each.
 
     Returns ``(Phi [T, d, d], u1 [T, d] complex)``.
+
+    Examples:
+        >>> import numpy as np, jaxattn as ja
+        >>> Fs = np.stack([np.diag([2.0, 1.0]), np.diag([1.0, 3.0])])
+        >>> Phi, u1 = ja.cumulative_products(Fs)
+        >>> Phi.shape, u1.shape
+        ((2, 2, 2), (2, 2))
+        >>> np.abs(u1.real)          # F(1) favours e1; F(2) F(1) = diag(2, 3) favours e2
+        array([[1., 0.],
+               [0., 1.]])
     """
     Fs = np.asarray(Fs, np.float64)
     phis = []
