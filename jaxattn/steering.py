@@ -57,23 +57,6 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
         >>> s2, info2 = ja.steer(shared, u, gamma=10.0)
         >>> s2.schedule, info2.weight_set                # a new set for the last block only
         ((0, 0, 1), 1)
-
-    Examples:
-        >>> import jax, numpy as np, jaxattn as ja
-        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
-        >>> u = np.eye(8)[0]
-        >>> steered, info = ja.steer(model, u, gamma=10.0)
-        >>> info.weight_set, round(info.residual, 9)     # the last block's set; exact (V invertible)
-        (2, 0.0)
-        >>> dF = ja.layer_matrices(steered)[2] - ja.layer_matrices(model)[2]
-        >>> bool(np.allclose(dF, info.beta * np.outer(u, u), atol=1e-5))   # F + β u uᵀ
-        True
-        >>> bool(np.isclose(info.beta, 10.0 * abs(ja.spectrum(model).lambda1[2])))   # β = γ |λ1(F)|
-        True
-        >>> shared = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)
-        >>> s2, info2 = ja.steer(shared, u, gamma=10.0)
-        >>> s2.schedule, info2.weight_set                # a new set for the last block only
-        ((0, 0, 1), 1)
     """
     d = model.d_model
     u = _unit(u, d, "u")

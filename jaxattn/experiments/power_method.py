@@ -115,18 +115,6 @@ def alignment(model: Model, X0, steps: Optional[int] = None, *, dynamics: Dynami
         True
         >>> all(0.0 <= r["rho1"] <= 1.0 and 0.0 <= r["P1"] <= 1.0 for r in rows)
         True
-
-    Examples:
-        >>> import jax, jaxattn as ja
-        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
-        >>> X0 = ja.init_tokens(jax.random.key(1), 16, 5, 8, kind="gaussian")
-        >>> rows = ja.alignment(model, X0)
-        >>> len(rows), [r["step"] for r in rows]
-        (3, [0, 1, 2])
-        >>> {"rho1", "drho1", "P1", "rhobar", "drhobar", "Pbar", "holds"} <= set(rows[0])
-        True
-        >>> all(0.0 <= r["rho1"] <= 1.0 and 0.0 <= r["P1"] <= 1.0 for r in rows)
-        True
     """
     steps = model.depth if steps is None else steps
     spec = spectrum(model, order=order, alpha=alpha)
