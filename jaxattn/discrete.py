@@ -24,6 +24,7 @@ With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``,
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -325,10 +326,17 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     choice = choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1]) if one_device or kernel == "plain" \
         else "plain"
     if choice == "fused":
-        with jax.default_matmul_precision(check_precision(precision)):
-            obs, final = fused_simulate(model, X0.astype(dtype), int(steps), dyn=dynamics, alpha=alpha, beta=beta,
-                                        S=S, save=save)
-        return Simulation(obs, final, None)
+        try:
+            with jax.default_matmul_precision(check_precision(precision)):
+                obs, final = fused_simulate(model, X0.astype(dtype), int(steps), dyn=dynamics, alpha=alpha,
+                                            beta=beta, S=S, save=save)
+            return Simulation(obs, final, None)
+        except Exception as e:  # noqa: BLE001 — a kernel the backend cannot lower must not stop a run
+            if kernel == "fused":
+                raise
+            # chosen automatically: fall back to the plain path, which computes the same map
+            warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
+                          "using the plain path (kernel='plain' silences this)", RuntimeWarning, stacklevel=2)
     params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype))
     obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
                            precision=precision)

@@ -84,3 +84,22 @@ def test_sweep_records_the_kernel_and_agrees(tmp_path):
     assert [p["kernel"] for p in sw.points] == ["plain", "fused"]
     a, b = sw.arrays(0), sw.arrays(1)
     np.testing.assert_allclose(a["observables.diameter"], b["observables.diameter"], rtol=0, atol=2e-6)
+
+
+def test_auto_falls_back_to_the_plain_path_when_the_kernel_cannot_run(monkeypatch):
+    import jaxattn.discrete as discrete
+
+    model = ja.random_model(jax.random.key(0), 8, 2, 2)
+    X0 = ja.init_tokens(jax.random.key(1), 5, 4, 8, dtype=jnp.float64)
+    plain = ja.simulate(model, X0, 3, kernel="plain")
+
+    def broken(*a, **k):
+        raise NotImplementedError("no lowering for this backend")
+
+    monkeypatch.setattr(discrete, "choose", lambda *a, **k: "fused")
+    monkeypatch.setattr(discrete, "fused_simulate", broken)
+    with pytest.warns(RuntimeWarning, match="using the plain path"):
+        auto = ja.simulate(model, X0, 3, kernel="auto")
+    np.testing.assert_array_equal(np.asarray(auto.final), np.asarray(plain.final))
+    with pytest.raises(NotImplementedError):  # forced: the failure is the user's answer
+        ja.simulate(model, X0, 3, kernel="fused")
