@@ -17,6 +17,11 @@ def allowed(n: int, causal, window) -> jax.Array:
 
     causal: ``j <= i``; window ``w > 0``: ``|i - j| < w`` (with causal, GPT-Neo's
     ``i - w < j <= i``); ``w = 0``: no window. ``causal`` and ``window`` may be traced.
+
+    Examples:
+        >>> import jaxattn as ja
+        >>> ja.allowed(4, True, 2).astype(int).tolist()   # GPT-Neo's local causal window of width 2
+        [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
     """
     i = jnp.arange(n)[:, None]
     j = jnp.arange(n)[None, :]
@@ -37,6 +42,17 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, u
     * ``'uniform'``: every allowed ``j`` gets the same weight (the multi-agent Oja model);
     * ``'unnormalised'``: ``a^h_ij = exp(e^h_ij) / n`` on the allowed pairs (rows do not sum to 1;
       the default of the clustering papers' public code). ``uniform=True`` is ``kernel='uniform'``.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, mask="causal")
+        >>> lw = model.layers.take(0)                          # one weight set
+        >>> X = ja.init_tokens(jax.random.key(1), 1, 5, 8)[0]
+        >>> A = ja.probabilities(X, lw)
+        >>> A.shape, bool(np.allclose(A.sum(-1), 1.0)), bool((np.triu(A[0], 1) == 0).all())
+        ((2, 5, 5), True, True)
+        >>> np.asarray(ja.probabilities(X, lw, kernel="uniform")[0, 2], np.float64).round(4).tolist()   # row 2
+        [0.3333, 0.3333, 0.3333, 0.0, 0.0]
     """
     if uniform:
         kernel = "uniform"

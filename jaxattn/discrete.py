@@ -151,7 +151,14 @@ def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=
 
 
 def layer_index(model: Model, k) -> jax.Array:
-    """Weight set used by step ``k`` (``k -> k+1``); cycles through the schedule."""
+    """Weight set used by step ``k`` (``k -> k+1``); cycles through the schedule.
+
+    Examples:
+        >>> import jax, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=4, depth=3, shared=False)
+        >>> [int(ja.layer_index(model, k)) for k in range(7)]   # steps beyond the depth cycle
+        [0, 1, 2, 0, 1, 2, 0]
+    """
     sched = jnp.asarray(model.schedule, dtype=jnp.int32)
     return sched[jnp.mod(k, model.depth)]
 

@@ -116,7 +116,8 @@ def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer
         >>> v = ja.velocity(model, X, flow=ja.C2)
         >>> v.shape, bool(np.allclose((v * X).sum(-1), 0.0, atol=1e-6))   # tangent to the sphere
         ((5, 4), True)
-        >>> jax.jacfwd(lambda Y: ja.velocity(model, Y))(X).shape        # the linearised flow
+        >>> jac = jax.jit(jax.jacfwd(lambda Y: ja.velocity(model, Y)))   # the linearised flow
+        >>> jac(X).shape
         (5, 4, 5, 4)
     """
     from .geometry import geometry

@@ -209,7 +209,13 @@ def validate(model: Model) -> Model:
 
 
 def parse_mask(mask: str) -> tuple[bool, int]:
-    """``'full'``, ``'causal'`` or ``'local:W'`` (causal, window W) -> (causal, window)."""
+    """``'full'``, ``'causal'`` or ``'local:W'`` (causal, window W) -> (causal, window).
+
+    Examples:
+        >>> import jaxattn as ja
+        >>> ja.parse_mask("full"), ja.parse_mask("causal"), ja.parse_mask("local:4")
+        ((False, 0), (True, 0), (True, 4))
+    """
     if mask == "full":
         return False, 0
     if mask == "causal":

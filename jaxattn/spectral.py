@@ -206,7 +206,14 @@ def cumulative_products(Fs: np.ndarray, order: str = "real", alpha: float = 1.0)
 
 def lyapunov_exponents(Fs: np.ndarray, *, affine_alpha: Optional[float] = None) -> np.ndarray:
     """Lyapunov exponents of the product ``F(T) ⋯ F(1)`` by repeated QR (Oseledets), sorted
-    descending: ``(1/T) Σ_k log |diag R_k|``. With ``affine_alpha`` the factors are ``I + α F``."""
+    descending: ``(1/T) Σ_k log |diag R_k|``. With ``affine_alpha`` the factors are ``I + α F``.
+
+    Examples:
+        >>> import numpy as np, jaxattn as ja
+        >>> Fs = np.stack([np.diag([2.0, 0.5])] * 10)          # the same map ten times
+        >>> ja.lyapunov_exponents(Fs).round(6)                  # log 2, log 0.5
+        array([ 0.693147, -0.693147])
+    """
     Fs = np.asarray(Fs, np.float64)
     d = Fs.shape[-1]
     Q = np.eye(d)
