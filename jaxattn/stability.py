@@ -695,7 +695,7 @@ def settle(system: System, X0, *, steps: int = 500, t1: float = 100.0, batch_siz
     sol = solve(system.model, X0, float(t1), flow=system.kind, beta=system.beta, observe=_silent,
                 ts=np.asarray([float(t1)]), rtol=rtol, atol=atol, batch_size=batch_size, dtype=jnp.float64,
                 max_steps=200_000)
-    final = np.asarray(sol.final)
+    final = np.array(sol.final)
     final[np.asarray(sol.result) != 0] = np.nan  # a failed solve is reported as not converged
     return final
 

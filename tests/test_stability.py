@@ -1,0 +1,270 @@
+"""Equilibria and stability (jaxattn.stability) against closed forms, and `jaxattn stability`."""
+
+import csv
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+
+import jaxattn as ja
+from jaxattn import stability as st
+from jaxattn.cli import main
+
+
+def _match(a, b) -> float:
+    """Largest distance between two multisets of complex numbers after optimal pairing."""
+    a, b = np.asarray(a, complex), np.asarray(b, complex)
+    assert a.shape == b.shape
+    cost = np.abs(a[:, None] - b[None, :])
+    r, c = linear_sum_assignment(cost)
+    return float(cost[r, c].max())
+
+
+def _single_head(key, V, d):
+    """A one-head model with O = I, random Q, K and the given value matrix (D2)."""
+    m = ja.random_model(key, d, 1, unit_output=True)
+    return m.replace(layers=m.layers.replace(v=jnp.asarray(V, jnp.float64)[None, None]))
+
+
+def _goe(key, d):
+    g = np.asarray(jax.random.normal(key, (d, d), jnp.float64)) / np.sqrt(d)
+    return (g + g.T) / 2
+
+
+def _consensus_errors(system, n, alpha):
+    c = st.eigen_equilibria(system.layer_matrix(), n)
+    keep = c.is_consensus & (st.residual(system, c.X) < 1e-10)
+    lin = st.linearise(system, c.X[keep])
+    errs = [_match(lin.eigenvalues[i], st.consensus_eigenvalues(c.eigvals, k, n, alpha=alpha))
+            for i, k in enumerate(c.k[keep])]
+    return errs, c.k[keep], lin
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_consensus_jacobian_matches_closed_form(seed):
+    key = jax.random.key(seed)
+    d, n = 4, 3
+    errs = []
+    # random symmetric V: single head D2 (softmax), D3 (uniform), and the flows C2 / OJA
+    V = _goe(jax.random.fold_in(key, 1), d)
+    m = _single_head(jax.random.fold_in(key, 2), V, d)
+    for kind, alpha in [(ja.D1, 0.4), (ja.D3, 0.4), (ja.C2, None), (ja.OJA, None)]:
+        e, ks, _ = _consensus_errors(st.System(m, kind, alpha or 1.0, beta=2.0), n, alpha)
+        assert len(ks) >= 3
+        errs += e
+    # non-symmetric F = Σ_h O_h V_h, two heads (D1 multi-head) and the multi-head flow
+    m2 = ja.random_model(jax.random.fold_in(key, 3), d, 2)
+    for kind, alpha in [(ja.D1, 0.3), (ja.D3, 0.3), (ja.C2, None)]:
+        e, ks, _ = _consensus_errors(st.System(m2, kind, alpha or 1.0, beta=1.5), n, alpha)
+        assert len(ks) >= 1  # real eigenvectors only
+        errs += e
+    assert max(errs) < 1e-10
+
+
+def test_ambient_jacobian_and_extrinsic_modes():
+    """At an equilibrium the ambient Jacobian maps into the tangent space (the normalisation, or the
+    projection of a flow, removes the normal part), so its spectrum is the intrinsic one plus n zeros."""
+    d, n = 3, 3
+    m = ja.random_model(jax.random.key(5), d, 1, value="symmetric", spectrum=[1.0, 0.2, -0.4], unit_output=True)
+    for kind in (ja.D1, ja.C2):
+        sy = st.System(m, kind, 0.5)
+        c = st.eigen_equilibria(sy.layer_matrix(), n)
+        X = c.X[c.signs[:, 1] < 0][:1]  # a bipartite one
+        lin = st.linearise(sy, X)
+        assert lin.ambient.shape == (1, n * d, n * d) and lin.intrinsic.shape == (1, n * (d - 1), n * (d - 1))
+        normal = np.zeros((n, n * d))
+        for i in range(n):
+            normal[i, i * d:(i + 1) * d] = X[0, i]
+        assert np.abs(normal @ lin.ambient[0]).max() < 1e-12
+        assert _match(lin.ambient_eigenvalues[0], np.concatenate([lin.eigenvalues[0], np.zeros(n)])) < 1e-10
+
+
+@pytest.mark.parametrize("kind", ["D1", "D3"])
+def test_only_principal_consensus_stable_below_the_step_bound(kind):
+    d, n = 3, 3
+    spec = [1.0, 0.3, -2.5]
+    bound = st.consensus_step_bound(spec)
+    assert bound == pytest.approx(2 / 1.5)
+    m = ja.random_model(jax.random.key(1), d, 1, value="symmetric", spectrum=spec, unit_output=True)
+    dyn = getattr(ja, kind)
+    below = st.System(m, dyn, 0.9 * bound)
+    errs, ks, lin = _consensus_errors(below, n, 0.9 * bound)
+    assert max(errs) < 1e-10
+    # consensus at v3 is a 2-cycle (1 + αλ_3 < 0): not a fixed point, so not linearised
+    assert set(ks.tolist()) == {0, 1}
+    assert lin.stable.tolist() == [k == 0 for k in ks]
+    above = st.System(m, dyn, 1.1 * bound)
+    errs, ks, lin = _consensus_errors(above, n, 1.1 * bound)
+    assert max(errs) < 1e-10 and 0 in ks.tolist()
+    assert not lin.stable.any()
+    assert lin.growth[ks.tolist().index(0)] > 1  # a common mode (1 + αλ_3)/(1 + αλ_1) < −1
+    # the flow: only the principal consensus, for any step
+    _, ks, lin = _consensus_errors(st.System(m, ja.C2 if kind == "D1" else ja.OJA), n, None)
+    assert lin.stable.tolist() == [k == 0 for k in ks] and len(ks) == d
+
+
+def test_attention_rank_at_consensus_and_bipartite():
+    d, n = 4, 5
+    m = _single_head(jax.random.key(3), _goe(jax.random.key(4), d), d)
+    sy = st.System(m, ja.D1, 0.5, beta=2.0)
+    c = st.eigen_equilibria(sy.layer_matrix(), n)
+    for X, cons in zip(c.X, c.is_consensus):
+        assert st.attention_rank(sy, X).tolist() == [1 if cons else 2]
+
+
+def test_single_head_conditions_agree_with_the_jacobian():
+    """Every consensus and bipartite equilibrium of 100 random symmetric V (d <= 6, several n): the
+    closed-form conditions and the numerical Jacobian say the same (and the eigenvalues match)."""
+    rng = np.random.default_rng(0)
+    shapes = [(2, 3), (3, 4), (4, 2), (5, 3), (3, 6)]
+    agree = total = stable = bip_stable = not_fixed = 0
+    worst = 0.0
+    for idx in range(100):
+        n, d = shapes[idx % len(shapes)]
+        key = jax.random.key(100 + idx)
+        V = _goe(jax.random.fold_in(key, 0), d)
+        m = _single_head(jax.random.fold_in(key, 1), V, d)
+        discrete = not (idx % 5 in (1, 3) and (idx // 5) % 2)  # a fifth of them as flows (two shapes)
+        sy = st.System(m, ja.D1 if discrete else ja.C2, float(rng.uniform(0.2, 1.0)), float(rng.uniform(0.5, 6.0)))
+        c = st.eigen_equilibria(sy.layer_matrix(), n)
+        r = st.residual(sy, c.X)
+        an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(c.k, c.signs)]
+        fixed = np.array([a.fixed_point for a in an])
+        assert np.array_equal(fixed, r < 1e-10)  # the fixed-point condition is exactly the residual test
+        not_fixed += int((~fixed).sum())
+        lin = st.linearise(sy, c.X[fixed])
+        for j, i in enumerate(np.flatnonzero(fixed)):
+            worst = max(worst, _match(an[i].eigenvalues, lin.eigenvalues[j]))
+            agree += an[i].stable == bool(lin.stable[j])
+            total += 1
+            stable += bool(lin.stable[j])
+            bip_stable += bool(lin.stable[j]) and not c.is_consensus[i]
+        assert not np.any(lin.status == "marginal")
+    assert agree == total and total > 1000
+    assert worst < 1e-8  # repeated eigenvalues of a non-normal Jacobian split by ~sqrt(eps) * scale
+    assert bip_stable > 0 and stable > bip_stable  # stable bipartite equilibria exist, and consensus ones
+    print(f"agreement {agree}/{total}, stable {stable} (bipartite {bip_stable}), not fixed {not_fixed}, "
+          f"max eigenvalue error {worst:.1e}")
+
+
+def test_refine_returns_to_the_equilibrium():
+    d, n = 3, 4
+    m = _single_head(jax.random.key(7), _goe(jax.random.key(8), d), d)
+    sy = st.System(m, ja.D1, 0.5, beta=2.0)
+    c = st.eigen_equilibria(sy.layer_matrix(), n)
+    X = np.asarray(c.X[5])
+    noisy = X + 1e-3 * np.random.default_rng(1).normal(size=X.shape)
+    noisy /= np.linalg.norm(noisy, axis=-1, keepdims=True)
+    assert st.residual(sy, noisy)[0] > 1e-5
+    res = st.refine(sy, noisy)
+    assert res.converged and res.residual < 1e-12 and np.abs(res.X - X).max() < 1e-9
+    # a continuum of equilibria (polygons of D3, mean zero): the SVD step still lands on one
+    oja = st.System(m, ja.D3, 0.5)
+    P = np.asarray(st.polygon(5, np.eye(d)[:, :2]))
+    assert st.residual(oja, P)[0] < 1e-12
+    noisy = P + 1e-3 * np.random.default_rng(2).normal(size=P.shape)
+    noisy /= np.linalg.norm(noisy, axis=-1, keepdims=True)
+    res = st.refine(oja, noisy)
+    assert res.converged and res.residual < 1e-12
+    assert st.classify(oja, res.X[None])[0].kind == "polygonal"
+
+
+def test_constructors_and_classifier_labels():
+    d, n = 3, 4
+    m = ja.random_model(jax.random.key(2), d, 1, value="symmetric", spectrum=[1.0, 0.4, -0.3], unit_output=True)
+    sy = st.System(m, ja.D3, 0.5)
+    lam, vec = np.linalg.eigh(sy.layer_matrix())
+    v1, v2 = vec[:, -1], vec[:, -2]
+    assert sign_flip_free(st.sign_patterns(4))
+    labels = [t.kind for t in st.classify(sy, np.stack([
+        st.consensus(v1, n), st.consensus(v2, n, -1), st.bipartite(v2, [1, -1, 1, 1]),
+        st.polygon(n, vec[:, :2]), st.clustering(np.eye(d)[:2], [0, 1, 0, 1])]))]
+    assert labels == ["consensus", "consensus", "bipartite", "polygonal", "not converged"]
+    t = st.classify(sy, st.bipartite(v2, [1, -1, 1, 1])[None])[0]
+    assert t.k == 2 and t.split == (3, 1) and t.group == "bipartite v2 3|1"
+
+
+def sign_flip_free(p):
+    return p.shape == (8, 4) and np.all(p[:, 0] == 1) and len({tuple(r) for r in p}) == 8
+
+
+def test_basins_single_attractor_and_chunking():
+    d, n = 3, 4
+    m = ja.random_model(jax.random.key(4), d, 1, value="symmetric", spectrum=[1.0, 0.2, -0.3], unit_output=True)
+    sy = st.System(m, ja.D3, 1.0)
+    key = jax.random.key(11)
+    a = st.basins(sy, 50, n, key, chunk=7, steps=200)
+    b = st.basins(sy, 50, n, key, chunk=50, steps=200)
+    assert a.table == b.table
+    assert [t.label for t in a.terminals] == [t.label for t in b.terminals]
+    top = a.table[0]
+    assert top["end"] == "consensus v1" and top["count"] >= 0.99 * 50
+    assert top["ci_low"] < top["fraction"] <= top["ci_high"]
+    assert {t.label for t in a.terminals} <= {"consensus +v1", "consensus -v1"}
+
+
+def test_bad_input_is_refused():
+    d, n = 3, 3
+    m = ja.random_model(jax.random.key(0), d, 1, value="symmetric", spectrum=[1.0, 0.2, -0.3], unit_output=True)
+    sy = st.System(m, ja.D1, 0.5)
+    X = np.asarray(st.consensus(np.eye(d)[0], n))
+    with pytest.raises(ja.ConfigError, match="off the unit sphere"):
+        st.linearise(sy, 2 * X)
+    bad = X.copy()
+    bad[0, 0] = np.nan
+    with pytest.raises(ja.ConfigError, match="non-finite"):
+        st.linearise(sy, bad)
+    with pytest.raises(ja.ConfigError, match="not an equilibrium"):
+        st.linearise(sy, X)  # e_1 is not an eigenvector of this V
+    with pytest.raises(ja.ConfigError, match="time-invariant"):
+        st.System(ja.random_model(jax.random.key(0), d, 1, 2, shared=False), ja.D1)
+    with pytest.raises(ja.ConfigError, match="unit sphere"):
+        st.System(m, ja.D4)
+    with pytest.raises(ja.ConfigError, match="finite"):
+        st.System(m, ja.D1, float("nan"))
+
+
+def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
+    out = tmp_path / "s"
+    rc = main(["stability", "--out", str(out), "--tokens", "3,4", "--models", "3", "--basin-num", "12",
+               "--basin-n", "4", "--perturb-num", "3", "--search", "30", "--steps", "150", "--t1", "30",
+               "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    names = {p.name for p in out.iterdir()}
+    assert {"config.json", "counts.csv", "counts_summary.csv", "basins.csv", "trajectories.csv", "report.md"} <= names
+    assert any(n.endswith(".png") for n in names)
+    for png in (n for n in names if n.endswith(".png")):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    counts = list(csv.DictReader(open(out / "counts.csv")))
+    assert len(counts) == 2 * 2 * 3  # time x n x models
+    assert all(r["agree"] == r["candidates"] for r in counts)  # analytic == numerical for every equilibrium
+    assert all(int(r["stable"]) >= 1 for r in counts)  # the principal consensus at least
+    summary = list(csv.DictReader(open(out / "counts_summary.csv")))
+    report = (out / "report.md").read_text()
+    for r in summary:
+        assert f"| {r['time']} | {r['n']} | {r['mode']} | {float(r['mean_stable']):.2f} |" in report
+    basins = list(csv.DictReader(open(out / "basins.csv")))
+    for t in ("discrete", "continuous"):
+        assert sum(int(r["count"]) for r in basins if r["time"] == t) == 12
+    for r in basins:
+        assert f"| {r['time']} | {r['end']} | {r['count']} |" in report
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["command"] == "stability" and cfg["config"]["models"] == 3 and "versions" in cfg
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--models", "0"], "models must be"),
+    (["--tokens", "3,x"], "tokens"),
+    (["--d", "1"], "d must be"),
+    (["--alpha", "nan"], "alpha"),
+    (["--time", "sometimes"], "time"),
+])
+def test_stability_cli_bad_input(tmp_path, capsys, args, match):
+    out = tmp_path / "s"
+    rc = main(["stability", "--out", str(out), "--no-progress", *args])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("jaxattn: error:") and match in err and err.count("\n") == 1
+    assert not out.exists()
