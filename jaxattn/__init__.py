@@ -10,6 +10,8 @@ Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :f
 :func:`alignment`, :func:`steer`, :func:`hidden_states` (faithful forward pass).
 """
 
+from importlib import metadata as _metadata
+
 from . import geometry, metrics, nn
 from .attention import KERNELS, allowed, attend, probabilities
 from .checkpoints import builtin_path, convert, load, load_any, save
@@ -32,7 +34,10 @@ from .passes import repeated_passes
 from . import observables, prompts
 from .store import open_sweep
 
-__version__ = "0.1.0"
+try:  # one version string: the installed package's metadata (pyproject.toml)
+    __version__ = _metadata.version("jaxattn")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "D1", "D3", "D4", "D5", "FAITHFUL", "NO_FFN", "Dynamics", "repeated_passes", "observables", "prompts", "Simulation", "block", "layer_index", "simulate", "step", "sweep",

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, positive_int
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
 #: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
@@ -55,9 +55,7 @@ def lanes_for(batch: int, batch_size: Optional[int]) -> int:
     """
     if batch_size is None:
         return default_lanes()
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return int(batch_size)
+    return positive_int("batch_size", batch_size)
 
 
 @functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))

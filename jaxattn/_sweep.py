@@ -24,7 +24,7 @@ import numpy as np
 
 from ._runner import default_lanes
 from .discrete import D1, Dynamics, simulate
-from .errors import ConfigError
+from .errors import ConfigError, positive_int
 from .params import Model
 from .results import config_hash, flatten, weights_sha256
 from .sampling import init_tokens
@@ -77,8 +77,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         chunk = auto_chunk(n, model.d_model, steps, keep_final=keep_final, dtype=dtype) if isinstance(n, int) \
             and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        positive_int(name, v)
     if num_init > MAX_CONDITIONS:
         raise ConfigError(f"num_init = {num_init} is beyond {MAX_CONDITIONS:.0e} conditions; split the sweep")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:

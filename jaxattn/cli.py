@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .errors import JaxattnError
+from .errors import JaxattnError, positive_int
 
 EXIT_BAD_INPUT = 2
 
@@ -185,8 +185,7 @@ def load_model_arg(spec: str, cfg: dict):
 
     if spec == "random":
         for k in ("d", "heads", "depth"):
-            if not isinstance(cfg.get(k), int) or cfg[k] < 1:
-                raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg.get(k)!r}")
+            positive_int(f"--{k}", cfg.get(k), JaxattnError)
         import jax.numpy as jnp
 
         if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or not 0 <= cfg["seed"] < 2**63:
@@ -213,10 +212,8 @@ def cmd_simulate(args, cfg) -> int:
 
     dtype = _dtype(cfg["dtype"])
     for k in ("n", "num_init", "chunk"):
-        if k == "chunk" and cfg[k] is None:
-            continue
-        if isinstance(cfg[k], bool) or not isinstance(cfg[k], int) or cfg[k] < 1:
-            raise JaxattnError(f"--{k.replace('_', '-')} must be a positive integer, got {cfg[k]!r}")
+        if not (k == "chunk" and cfg[k] is None):  # no --chunk: chosen from a memory budget
+            positive_int(f"--{k.replace('_', '-')}", cfg[k], JaxattnError)
     for k in ("alpha", "beta"):
         _check_number(k, cfg[k])
     out = Path(cfg["out"])

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._runner import Context, cast_floats, check_scalar, check_states, resolve_dtype, run
-from .errors import ConfigError
+from .errors import ConfigError, positive_int
 from .fields import C2, Flow, attention_at, field, weights_at
 from .geometry import Geometry, check_spd
 from .params import Model, validate
@@ -211,8 +211,7 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         raise ConfigError(f"t1 must be greater than t0, got t0={t0f:g}, t1={t1f:g}")
     rtol, atol = _finite_positive("rtol", rtol), _finite_positive("atol", atol)
     layer_time = _finite_positive("layer_time", layer_time)
-    if isinstance(max_steps, bool) or not isinstance(max_steps, (int, np.integer)) or max_steps < 1:
-        raise ConfigError(f"max_steps must be a positive integer, got {max_steps!r}")
+    positive_int("max_steps", max_steps)
     solver_ = _solver(solver)
     adaptive = dt is None
     if adaptive and not isinstance(solver_, diffrax.AbstractAdaptiveSolver):

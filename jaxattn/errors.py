@@ -11,3 +11,12 @@ class ConfigError(JaxattnError):
 
 class CheckpointError(JaxattnError):
     """A checkpoint or converted file that cannot be read or converted."""
+
+
+def positive_int(name: str, value, error: type[JaxattnError] = ConfigError) -> int:
+    """``value`` as an ``int`` if it is an integer >= 1 (booleans and floats refused), else ``error``."""
+    import numpy as np
+
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise error(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

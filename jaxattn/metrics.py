@@ -12,9 +12,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .nn import l2
 
-def _unit(X):
-    return X / jnp.linalg.norm(X, axis=-1, keepdims=True)
+_unit = l2  # tokens as unit vectors
 
 
 def pairwise_distances(X: jax.Array) -> jax.Array:

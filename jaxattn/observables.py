@@ -20,10 +20,10 @@ import jax
 import jax.numpy as jnp
 
 from .metrics import cos_consensus, diameter, first_token_consensus
+from .nn import l2
 
 
-def _unit(X):
-    return X / jnp.linalg.norm(X, axis=-1, keepdims=True)
+_unit = l2  # tokens as unit vectors
 
 
 def nearest_consensus(X: jax.Array) -> jax.Array:

@@ -19,6 +19,8 @@ The attention kind of every weight set (causal or not, local window, score scale
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Optional
 
 import jax
@@ -168,6 +170,12 @@ def _finite(name: str, a) -> None:
             raise ConfigError(f"tensor '{name}' has non-finite values (NaN or inf)")
 
 
+#: The members of :class:`Layers` and :class:`Embeddings`, in declaration order (the converted-file
+#: layout and the checks iterate over these).
+LAYER_FIELDS = tuple(f.name for f in dataclasses.fields(Layers))
+EMBEDDING_FIELDS = tuple(f.name for f in dataclasses.fields(Embeddings))
+
+
 def validate(model: Model) -> Model:
     """Check shapes, the schedule and finiteness; raise :class:`ConfigError` with one clear line."""
     lay = model.layers
@@ -197,13 +205,12 @@ def validate(model: Model) -> Model:
         raise ConfigError(f"unsupported activation {model.activation!r}; supported: {', '.join(ACTIVATIONS)}")
     if np.any(np.asarray(lay.window) < 0):
         raise ConfigError("attention windows must be >= 0 (0 = no window)")
-    for name in ("q", "k", "v", "o", "scale", "bq", "bk", "bv", "bo", "ln1_w", "ln1_b", "ln2_w", "ln2_b",
-                 "w1", "b1", "w2", "b2"):
+    for name in LAYER_FIELDS:  # integer and boolean members (causal, window) are skipped by _finite
         _finite(name, getattr(lay, name))
     _finite("final_ln_w", model.final_ln_w)
     _finite("final_ln_b", model.final_ln_b)
     if model.embeddings is not None:
-        for name in ("word", "position", "token_type", "ln_w", "ln_b", "proj_w", "proj_b"):
+        for name in EMBEDDING_FIELDS:
             _finite(f"embeddings.{name}", getattr(model.embeddings, name))
     return model
 

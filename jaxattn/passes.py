@@ -32,7 +32,7 @@ import numpy as np
 from . import nn
 from ._runner import Context, cast_floats, run
 from .discrete import FAITHFUL, Dynamics, attention_weights, block, check_dynamics
-from .errors import ConfigError
+from .errors import ConfigError, positive_int
 from .params import Layers, Model, parse_mask
 
 DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32, "float64": jnp.float64}
@@ -133,8 +133,7 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     """
     from .metrics import consensus_observables
 
-    if isinstance(passes, bool) or not isinstance(passes, (int, np.integer)) or passes < 1:
-        raise ConfigError(f"passes must be a positive integer, got {passes!r}")
+    positive_int("passes", passes)
     if dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     dt = jnp.dtype(DTYPES[dtype])

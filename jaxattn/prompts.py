@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .errors import ConfigError
+from .errors import ConfigError, positive_int
 from .faithful import embed
 from .params import Model
 
@@ -29,9 +29,7 @@ def _vocab(model: Model) -> int:
 def random_prompts(key, model: Model, num: int, n: int, start: int = 0) -> np.ndarray:
     """``[num, n]`` token ids uniform over ``model``'s vocabulary; prompt i from ``fold_in(key, start + i)``."""
     vocab = _vocab(model)
-    for name, v in (("num", num), ("n", n)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+    positive_int("num", num), positive_int("n", n)
     positions = model.embeddings.position.shape[0]
     if n > positions:
         raise ConfigError(f"prompts of {n} tokens exceed the model's {positions} positions")

@@ -17,13 +17,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import CheckpointError
-from ..params import Embeddings, Layers, Model, validate
+from ..params import EMBEDDING_FIELDS, LAYER_FIELDS, Embeddings, Layers, Model, validate
 from ..results import atomic_write_bytes
 
 FORMAT_VERSION = 1
-_LAYER_FIELDS = ("q", "k", "v", "o", "causal", "window", "scale", "bq", "bk", "bv", "bo", "ln1_w", "ln1_b",
-                 "ln2_w", "ln2_b", "w1", "b1", "w2", "b2")
-_EMB_FIELDS = ("word", "position", "token_type", "ln_w", "ln_b", "proj_w", "proj_b")
+_LAYER_FIELDS = LAYER_FIELDS
+_EMB_FIELDS = EMBEDDING_FIELDS
 _REQUIRED = ("layers.q", "layers.k", "layers.v", "layers.o", "layers.causal", "layers.window", "layers.scale")
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ..errors import ConfigError
+from ..passes import DTYPES
 
 DEFAULTS = dict(model="minilm", passes=10, prompts=100, tokens=32, seed=0, dtype="float32", synthetic=True,
                 synthetic_d=3, synthetic_n=8, synthetic_num=64, t1=30.0, figures=True, out="runs/consensus",
@@ -35,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--prompts", type=int, help=f"random prompts [{d['prompts']}]")
     p.add_argument("--tokens", type=int, help=f"tokens per prompt (the paper: 200) [{d['tokens']}]")
     p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
-    p.add_argument("--dtype", choices=["float16", "bfloat16", "float32", "float64"],
+    p.add_argument("--dtype", choices=list(DTYPES),
                    help=f"precision of the passes [{d['dtype']}]")
     p.add_argument("--synthetic", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also run the theorem settings in continuous time [{d['synthetic']}]")

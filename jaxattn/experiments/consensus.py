@@ -30,10 +30,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..discrete import FAITHFUL, NO_FFN, Dynamics
-from ..errors import ConfigError
+from ..errors import ConfigError, positive_int
 from ..observables import consensus, consensus_hemisphere
 from ..params import Model
-from ..passes import repeated_passes
+from ..passes import DTYPES, repeated_passes
 from ..prompts import embed_prompts, hemisphere_tokens, random_prompts
 from ..results import atomic_write_text, provenance, write_json
 
@@ -54,14 +54,12 @@ class ConsensusConfig:
 
     def check(self):
         for k in ("passes", "prompts", "tokens", "synthetic_d", "synthetic_n", "synthetic_num"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+            positive_int(k, getattr(self, k))
         if self.synthetic_d < 2:
             raise ConfigError("synthetic_d must be >= 2 (tokens on a sphere)")
         if not np.isfinite(self.t1) or self.t1 <= 0:
             raise ConfigError(f"t1 must be finite and > 0, got {self.t1!r}")
-        if self.dtype not in ("float16", "bfloat16", "float32", "float64"):
+        if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float16, bfloat16, float32 or float64, got {self.dtype!r}")
 
 
