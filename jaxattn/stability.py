@@ -51,12 +51,14 @@ the other eigenvalues ``λ_m`` of F, since ``Bᵀ F v = 0`` makes F block triang
 
 At consensus (``A = 11ᵀ/n``, ``ρ = 1 + αλ_k``) the differential modes (``Σ_i δ_i = 0``) give
 ``1/(1 + αλ_k)`` with multiplicity ``(n−1)(d−1)`` and the common modes (``δ_i = w``) give
-``(1 + αλ_m)/(1 + αλ_k)``, ``m ≠ k``. Hence only the principal consensus can be stable, and it is
-when ``α < 2/(|λ_d| − λ_1)`` in case the most negative eigenvalue has ``|λ_d| > λ_1``.
+``(1 + αλ_m)/(1 + αλ_k)``, ``m ≠ k``. Hence only the principal consensus can be stable (it needs
+``λ_1 > 0``), and for a real spectrum it is when ``α < 2/(|λ_d| − λ_1)`` in case the most negative
+eigenvalue has ``|λ_d| > λ_1``.
 
 *Flow* ``ẋ_i = P_{x_i} u_i``: ``δ̇_i = P_v δu_i − <x_i, u_i> δ_i = Σ_j a_ij G δ_j − λ s_i c_i δ_i``.
 At consensus the differential modes have eigenvalue ``−λ_k`` (multiplicity ``(n−1)(d−1)``) and
-the common modes ``λ_m − λ_k``: again only the principal consensus is stable, for any ``λ`` signs.
+the common modes ``λ_m − λ_k``: again only the principal consensus can be stable, and it is when
+``λ_1 > 0`` and ``λ_1 > Re λ_m`` for every other eigenvalue, with no condition on a step.
 
 *Bipartite consensus, one head* (the single-head analysis of the power-method paper's appendix),
 ``p`` tokens at ``+v`` and ``q = n − p`` at ``−v``: with ``w = β s vᵀ Qᵀ K v`` (``w = 0`` for
@@ -398,19 +400,25 @@ class Linearisation:
         return self.status == "stable"
 
 
-def linearise(system: System, X, *, residual_tol: float = 1e-8, margin: float = 1e-9) -> Linearisation:
+def linearise(system: System, X, *, residual_tol: float = 1e-8, margin: float = 1e-9,
+              chunk: int = 1024) -> Linearisation:
     """Jacobians (ambient and intrinsic) at equilibria ``X: [K, n, d]`` and their stability.
 
     A map is ``stable`` when the spectral radius of the intrinsic Jacobian is below ``1 − margin``,
     ``unstable`` above ``1 + margin``; a flow when its largest real part is below ``−margin`` /
     above ``margin``; ``marginal`` in between (linearisation cannot decide).
     Refused with one line when a configuration is off the sphere, not finite, or not an equilibrium
-    (residual above ``residual_tol``: refine it first with :func:`refine`).
+    (residual above ``residual_tol``: refine it first with :func:`refine`). ``chunk`` configurations
+    are differentiated per compiled call.
     """
     A = check_configurations(X, system.d)
-    J, Jint, r = _jacobians(system.kind, system.model.astype(jnp.float64), _padded(A), system.alpha, system.beta)
-    K = A.shape[0]
-    J, Jint, r = np.asarray(J)[:K], np.asarray(Jint)[:K], np.asarray(r)[:K]
+    model = system.model.astype(jnp.float64)
+    parts = []
+    for a in range(0, A.shape[0], chunk):  # bounded memory: K Jacobians of [n d, n d] each
+        B = A[a:a + chunk]
+        out = _jacobians(system.kind, model, _padded(B), system.alpha, system.beta)
+        parts.append([np.asarray(o)[:B.shape[0]] for o in out])
+    J, Jint, r = (np.concatenate([p[i] for p in parts]) for i in range(3))
     bad = np.flatnonzero(~(r <= residual_tol))
     if bad.size:
         i = int(bad[0])

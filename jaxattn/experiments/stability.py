@@ -9,10 +9,10 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
    above), each linearised with ``jax.jacfwd`` and classified, next to the closed-form conditions of
    :func:`jaxattn.stability.single_head_conditions`; for the map (D2, step ``alpha``) and the flow
    (C2), the same models for both.
-2. **A stable bipartite equilibrium with a small basin** (``perturbation.csv``): the first of
-   ``search`` random models (``d = 3``) with a stable bipartite consensus; its weakest such
-   equilibrium (spectral radius closest to 1) is perturbed by random perturbations of growing size,
-   and each perturbed start is run to its end: small perturbations return, larger ones escape.
+2. **A stable bipartite equilibrium with a small basin** (``perturbation.csv``): among ``search``
+   random models (``d = 3``), the stable bipartite consensus of the map with the weakest attraction
+   (spectral radius closest to 1, yet fast enough to settle within ``steps``) is perturbed by random perturbations of growing size, and each
+   perturbed start is run to its end: small perturbations return, larger ones escape.
 3. **Trajectories on the sphere** (``trajectories.csv``), ``d = 3``, ``n = 10``: one head with
    ``O = I`` and three heads with the same layer matrix ``F`` (symmetric, eigenvalues 1, 0.4, −0.6),
    ``β = 1``, from the same random tokens; the mean correlation ``|<x_i, v_1>|`` at every step.
@@ -173,7 +173,7 @@ def run_study(out_dir, cfg: StabilityConfig = StabilityConfig(), *, progress=Non
                 "mean_fraction_stable": float(np.mean([r["stable"] / max(r["candidates"], 1) for r in rows])),
                 "agreement": f"{sum(r['agree'] for r in rows)}/{sum(r['candidates'] for r in rows)}"})
     # 2. the stable bipartite example
-    say(f"searching {cfg.search} models (d = 3, n = {cfg.basin_n}) for a stable bipartite equilibrium")
+    say(f"searching {cfg.search} models (d = 3, n = {cfg.basin_n}) for the weakest stable bipartite equilibrium")
     example = _find_bipartite(cfg, jax.random.fold_in(key, 20_000))
     perturb_traj = {}
     if example is not None:
@@ -227,21 +227,27 @@ def run_study(out_dir, cfg: StabilityConfig = StabilityConfig(), *, progress=Non
 
 
 def _find_bipartite(cfg: StabilityConfig, key):
-    """The first of ``cfg.search`` random models (d = 3) with a stable bipartite consensus of the map:
-    ``(model, X, group label, spectral radius)`` of its weakest one, or ``None``."""
+    """Among ``cfg.search`` random models (d = 3), the stable bipartite consensus of the map whose intrinsic
+    Jacobian has the spectral radius closest to 1 (the weakest attraction, where small basins are
+    expected) while a perturbation still decays by 1e-5 within ``cfg.steps`` steps (radius at most
+    ``1e-5 ** (1/steps)``, so that returning starts are recognised as converged):
+    ``(model, X, group label, spectral radius)``, or ``None`` if no model has one."""
     n = cfg.basin_n
+    cap = 1e-5 ** (1.0 / cfg.steps)
+    best = None
     for i in range(cfg.search):
         m = random_symmetric_single_head(jax.random.fold_in(key, i), 3)
-        row, cand, lin, an = count_stable(m, n, "discrete", cfg, st.sign_patterns(n) if n <= cfg.exhaustive_max
-                                          else _patterns(n, cfg, jax.random.fold_in(key, i))[0])
-        ok = lin.stable & ~cand.is_consensus
+        pats = st.sign_patterns(n) if n <= cfg.exhaustive_max else _patterns(n, cfg, jax.random.fold_in(key, i))[0]
+        row, cand, lin, an = count_stable(m, n, "discrete", cfg, pats)
+        ok = lin.stable & ~cand.is_consensus & (lin.growth <= cap)
         if ok.any():
             j = int(np.flatnonzero(ok)[np.argmax(lin.growth[ok])])
-            s = cand.signs[j]
-            p, q = int((s > 0).sum()), int((s < 0).sum())
-            return m, np.asarray(cand.X[j]), f"bipartite v{int(cand.k[j]) + 1} {max(p, q)}|{min(p, q)}", \
-                float(lin.growth[j])
-    return None
+            if best is None or lin.growth[j] > best[3]:
+                s = cand.signs[j]
+                p, q = int((s > 0).sum()), int((s < 0).sum())
+                best = (m, np.asarray(cand.X[j]), f"bipartite v{int(cand.k[j]) + 1} {max(p, q)}|{min(p, q)}",
+                        float(lin.growth[j]))
+    return best
 
 
 def _perturb(X: np.ndarray, eps: float, num: int, key) -> np.ndarray:
@@ -287,7 +293,7 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
     for r in tables["counts_summary"]:
         L.append(f"| {r['time']} | {r['n']} | {r['mode']} | {r['mean_stable']:.2f} | {r['max_stable']} | "
                  f"{r['multistable']:.2f} | {r['with_stable_bipartite']:.2f} | {r['agreement']} |")
-    L += ["", "## A stable bipartite equilibrium with a small basin", ""]
+    L += ["", "## A stable bipartite equilibrium and the size of its basin", ""]
     if example is None:
         L.append(f"No stable bipartite consensus was found among {cfg.search} random models (d = 3, "
                  f"n = {cfg.basin_n}, β = {cfg.beta:g}).")
