@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-DEFAULTS = dict(n=20, n_1d=20, t1=10.0, beta=1.0, tol=1e-3, num=256, table_n="8,16", table_d="2,3", table_beta="1,4",
-                good_d="1,2,4,8,16,32", good_samples=4000, ensembles="ginibre,symmetric,uniform", attention="softmax",
+DEFAULTS = dict(n=20, n_1d=20, t1=10.0, beta=1.0, tol=1e-3, num=256, table_n="10", table_d="2,3", table_beta="1,4",
+                good_d="1,2,4,8,16", good_samples=4000, ensembles="ginibre,symmetric",
                 seed=0, figures=True, out="runs/clusters", progress=True)
 
 
@@ -43,8 +43,6 @@ def register(sub) -> None:
     p.add_argument("--good-samples", type=int, help=f"random matrices per dimension and ensemble [{d['good_samples']}]")
     p.add_argument("--ensembles", help="comma-separated random ensembles among ginibre (entries N(0, 1/d)), symmetric, "
                                        f"positive, uniform [{d['ensembles']}]")
-    p.add_argument("--attention", choices=["softmax", "unnormalised"],
-                   help=f"attention kernel: the paper's softmax or the public code's exp(score)/n [{d['attention']}]")
     p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
                    help=f"write PNG figures [{d['figures']}]")
