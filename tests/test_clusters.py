@@ -264,6 +264,7 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     (["--table-beta", "0"], "table_beta"),
     (["--ensembles", "ginibre,gue"], "ensembles"),
     (["--good-samples", "0"], "good_samples"),
+    (["--seed", "-1"], "seed"),
 ])
 def test_clusters_command_bad_input(tmp_path, capsys, args, match):
     out = tmp_path / "c"

@@ -77,6 +77,8 @@ class ClustersConfig:
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
         if self.n < 2 or self.n_1d < 2:
             raise ConfigError("n and n_1d must be >= 2 (clusters need several tokens)")
         for k in ("t1", "beta", "tol"):
