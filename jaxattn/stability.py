@@ -93,7 +93,7 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -302,7 +302,7 @@ def tangent_basis(X: jax.Array) -> jax.Array:
     The QR factorisation of ``[x_i | I]`` puts ``±x_i`` in its first column; the others span its
     orthogonal complement.
     """
-    n, d = X.shape
+    d = X.shape[-1]
 
     def one(x):
         q, _ = jnp.linalg.qr(jnp.concatenate([x[:, None], jnp.eye(d, dtype=X.dtype)], axis=1))
@@ -351,17 +351,17 @@ def refine(system: System, X0, *, tol: float = 1e-12, max_steps: int = 50) -> Re
         return jnp.einsum("nde,nd->ne", B, r).reshape(-1)
 
     target = max(10 * tol, 1e-10)
-    sol = optx.root_find(fn, optx.Newton(rtol=tol, atol=tol, linear_solver=lx.SVD()),
-                         jnp.zeros(n * (d - 1), jnp.float64), max_steps=max_steps, throw=False)
-    c, steps, method = sol.value, int(sol.stats["num_steps"]), "newton"
+    newton: Any = optx.root_find(fn, optx.Newton(rtol=tol, atol=tol, linear_solver=lx.SVD()),
+                            jnp.zeros(n * (d - 1), jnp.float64), max_steps=max_steps, throw=False)
+    c, steps, method = newton.value, int(newton.stats["num_steps"]), "newton"
     r = float(residual(system, np.asarray(coords(c)))[0]) if bool(jnp.all(jnp.isfinite(c))) else math.inf
     if not r <= target:
         # Newton stalls where equilibria form a continuum (its Jacobian is singular along it);
         # Levenberg-Marquardt's damped least squares still converges onto a point of it.
         start = c if r < float(residual(system, np.asarray(X0))[0]) else jnp.zeros_like(c)
-        sol = optx.least_squares(fn, optx.LevenbergMarquardt(rtol=tol, atol=tol), start, max_steps=4 * max_steps,
-                                 throw=False)
-        c, steps, method = sol.value, steps + int(sol.stats["num_steps"]), "newton+levenberg-marquardt"
+        lm: Any = optx.least_squares(fn, optx.LevenbergMarquardt(rtol=tol, atol=tol), start, max_steps=4 * max_steps,
+                                throw=False)
+        c, steps, method = lm.value, steps + int(lm.stats["num_steps"]), "newton+levenberg-marquardt"
     X = np.asarray(coords(c))
     r = float(residual(system, X)[0]) if np.all(np.isfinite(X)) else math.inf
     return Refined(X=X, residual=r, steps=steps, converged=bool(r <= target), method=method)
@@ -503,7 +503,7 @@ def single_head_conditions(system: System, k: int, signs: Sequence[int], *, stri
     s = np.asarray(signs)
     if s[0] < 0:
         s = -s  # the antipodal equilibrium has the same stability
-    n, d = s.shape[0], F.shape[0]
+    d = F.shape[0]
     p, q = int(np.sum(s > 0)), int(np.sum(s < 0))
     g = model.schedule[0]
     if kernel == "uniform":
@@ -642,31 +642,29 @@ def classify(system: System, X, *, tol: float = 1e-7, cluster_tol: float = 1e-4,
     rtol = tol if residual_tol is None else residual_tol
     out = []
     for X1, r1, u1 in zip(A, r, upd):
-        n = X1.shape[0]
         if not r1 <= rtol:
             out.append(Terminal("not converged", "not converged", 0, (), 0, float(r1)))
             continue
         C, assign = _clusters(X1, cluster_tol)
         m = C.shape[0]
-        found = None
+        found: Optional[tuple[int, int, int]] = None
         for k in np.flatnonzero(real):
             v = vec[:, k].real / np.linalg.norm(vec[:, k].real)
             dots = C @ v
             if np.all(np.abs(np.abs(dots) - 1) < align_tol):
                 s = np.sign(dots)[assign]
-                found = (k + 1, int(np.sum(s > 0)), int(np.sum(s < 0)))
+                found = (int(k) + 1, int(np.sum(s > 0)), int(np.sum(s < 0)))
                 break
         if found is not None:
-            k, p, q = found
+            kk, p, q = found
             if q == 0 or p == 0:
-                out.append(Terminal(f"consensus {'+' if p else '-'}v{k}", "consensus", k, (p, q), m, float(r1)))
+                out.append(Terminal(f"consensus {'+' if p else '-'}v{kk}", "consensus", kk, (p, q), m, float(r1)))
             else:
-                out.append(Terminal(f"bipartite v{k} {p}|{q}", "bipartite", k, (p, q), m, float(r1)))
+                out.append(Terminal(f"bipartite v{kk} {p}|{q}", "bipartite", kk, (p, q), m, float(r1)))
         elif u1 < tol:
             out.append(Terminal("polygonal", "polygonal", 0, (), m, float(r1)))
         else:
             out.append(Terminal(f"clustering {m}", "clustering", 0, (), m, float(r1)))
-        del n
     return out
 
 
@@ -696,10 +694,11 @@ def settle(system: System, X0, *, steps: int = 500, t1: float = 100.0, batch_siz
     from .discrete import simulate
 
     X0 = jnp.asarray(X0, jnp.float64)
-    if system.discrete:
+    if isinstance(system.kind, Dynamics):
         sim = simulate(system.model, X0, int(steps), dynamics=system.kind, alpha=system.alpha, beta=system.beta,
                        observe=_silent, save="last", batch_size=batch_size, dtype=jnp.float64, kernel="plain")
         return np.asarray(sim.final)
+    assert isinstance(system.kind, Flow)
     sol = solve(system.model, X0, float(t1), flow=system.kind, beta=system.beta, observe=_silent,
                 ts=np.asarray([float(t1)]), rtol=rtol, atol=atol, batch_size=batch_size, dtype=jnp.float64,
                 max_steps=200_000)

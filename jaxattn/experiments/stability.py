@@ -143,8 +143,10 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
     return row, dataclasses.replace(cand, X=cand.X[keep], k=cand.k[keep], signs=cand.signs[keep]), lin, an
 
 
-def run_study(out_dir, cfg: StabilityConfig = StabilityConfig(), *, progress=None) -> dict:
-    """Run the study into ``out_dir``; returns the tables (lists of row dicts)."""
+def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> dict:
+    """Run the study into ``out_dir`` (default configuration when ``cfg`` is None); returns the tables
+    (lists of row dicts)."""
+    cfg = StabilityConfig() if cfg is None else cfg
     cfg.check()
     if not jax.config.jax_enable_x64:
         jax.config.update("jax_enable_x64", True)  # Jacobians at 1e-10 and residuals at 1e-7 need float64
@@ -177,7 +179,7 @@ def run_study(out_dir, cfg: StabilityConfig = StabilityConfig(), *, progress=Non
     example = _find_bipartite(cfg, jax.random.fold_in(key, 20_000))
     perturb_traj = {}
     if example is not None:
-        model, X_eq, label, growth = example
+        model, X_eq, label, _ = example
         sy = _system(model, "discrete", cfg)
         eps_grid = np.geomspace(1e-3, 1.0, 10)
         say(f"perturbing {label} ({cfg.perturb_num} perturbations x {len(eps_grid)} sizes)")
@@ -201,14 +203,12 @@ def run_study(out_dir, cfg: StabilityConfig = StabilityConfig(), *, progress=Non
     say("trajectories on the sphere, d = 3, n = 10")
     traj = {}
     kt = jax.random.fold_in(key, 50_000)
-    X0 = init_tokens(jax.random.fold_in(kt, 1), 1, 10, 3, dtype=jnp.float64)
-    v1 = None
+    T0 = init_tokens(jax.random.fold_in(kt, 1), 1, 10, 3, dtype=jnp.float64)
     for name, heads in (("single_head", 1), ("multi_head", 3)):
         m = random_model(jax.random.fold_in(kt, 0), 3, heads, value="symmetric", spectrum=TRAJECTORY_SPECTRUM,
                          unit_output=heads == 1, dtype=jnp.float64)
-        lam, vec = np.linalg.eigh(st.System(m, D1).layer_matrix())
-        v1 = vec[:, -1]
-        path = _trajectory(m, D1, X0, 200, cfg.alpha, 1.0)  # [T, n, 3]
+        v1 = np.linalg.eigh(st.System(m, D1).layer_matrix())[1][:, -1]
+        path = _trajectory(m, D1, T0, 200, cfg.alpha, 1.0)  # [T, n, 3]
         rho = np.abs(path @ v1)
         end = st.classify(st.System(m, D1, cfg.alpha, 1.0), path[-1:])[0]
         traj[name] = (path, v1)
@@ -238,7 +238,7 @@ def _find_bipartite(cfg: StabilityConfig, key):
     for i in range(cfg.search):
         m = random_symmetric_single_head(jax.random.fold_in(key, i), 3)
         pats = st.sign_patterns(n) if n <= cfg.exhaustive_max else _patterns(n, cfg, jax.random.fold_in(key, i))[0]
-        row, cand, lin, an = count_stable(m, n, "discrete", cfg, pats)
+        _, cand, lin, _ = count_stable(m, n, "discrete", cfg, pats)
         ok = lin.stable & ~cand.is_consensus & (lin.growth <= cap)
         if ok.any():
             j = int(np.flatnonzero(ok)[np.argmax(lin.growth[ok])])
@@ -261,6 +261,7 @@ def _perturb(X: np.ndarray, eps: float, num: int, key) -> np.ndarray:
 def _trajectory(model: Model, dyn, X0, steps: int, alpha: float, beta: float) -> np.ndarray:
     sim = simulate(model, jnp.asarray(X0)[:1], steps, dynamics=dyn, alpha=alpha, beta=beta, trajectory=True,
                    dtype=jnp.float64, kernel="plain")
+    assert sim.trajectory is not None
     return np.asarray(sim.trajectory[0])
 
 
@@ -298,7 +299,7 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
         L.append(f"No stable bipartite consensus was found among {cfg.search} random models (d = 3, "
                  f"n = {cfg.basin_n}, β = {cfg.beta:g}).")
     else:
-        _, X_eq, label, growth = example
+        _, _, label, growth = example
         L += [f"Equilibrium `{label}` of the map, spectral radius of its intrinsic Jacobian {growth:.6f} (< 1: locally "
               f"stable). Random perturbations of norm ε per token, each run {cfg.steps} steps:", "",
               "| ε | returned | to consensus | other | returned fraction [95% CI] |", "|---|---|---|---|---|"]
