@@ -97,6 +97,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     for dyn in sorted({r["dynamics"] for r in rows}):
         sel = [r for r in rows if r["dynamics"] == dyn and r["gamma"] > 0]
         if sel:
+            sel = sorted(sel, key=lambda r: r["gamma"])
             g = np.array([r["gamma"] for r in sel])
             m = np.array([r["align_mean"] for r in sel])
             q = np.array([r["align_q01"] for r in sel])
@@ -105,11 +106,32 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     base = [r for r in rows if r["gamma"] == 0]
     if base:
         ax.axhline(base[0]["align_mean"], color="k", lw=0.6, label="unsteered mean")
+    for r in rows:
+        if r.get("found_by", "grid").startswith("bisection"):
+            ax.plot([r["gamma"]], [r["align_mean"]], "*", ms=12, color="k", label=f"smallest γ for the target: {r['gamma']:.4g}")
     ax.set(xscale="log", xlabel="gain γ", ylabel="|<x, u>| / ||x|| after the last layer", ylim=(0, 1.02),
            title="rank-1 steering of the last layer")
     ax.legend(fontsize=7)
     paths.append(_save(fig, out / "steering.png"))
     plt.close(fig)
+
+    # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer, unmodified and with the last layer steered
+    if "steered" in tables:
+        fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
+        gamma = tables["steer_target"][0]["gamma"] if "steer_target" in tables else float("nan")
+        for c, (key, label) in enumerate((("rho1", "ρ1"), ("drho1", "Δρ1"), ("P1", "P1"))):
+            for run, style, lab in (("main", "s--", "unmodified"), ("steered", "o-", f"last layer steered, γ = {gamma:.4g}")):
+                rows = tables[run]
+                ax[c].plot([r["step"] + 1 for r in rows], [r[key] for r in rows], style, ms=4, label=lab)
+            ax[c].set(xlabel="layer", ylabel=label)
+            if key == "P1":
+                ax[c].axhline(0.5, color="k", lw=0.6)
+            if key == "drho1":
+                ax[c].axhline(0.0, color="k", lw=0.6)
+        ax[0].legend(fontsize=8)
+        fig.suptitle(f"{name}: alignment with the principal eigenvector per layer, last layer steered")
+        paths.append(_save(fig, out / "steered_metrics.png"))
+        plt.close(fig)
 
     # consensus: mean inter-token distance
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import ConfigError
 from .params import Model, validate
-from .spectral import eig_sorted, layer_matrices
+from .spectral import eig_sorted, layer_matrices, spectrum
 
 
 @dataclasses.dataclass
@@ -145,3 +145,99 @@ def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: flo
         p = p - lr * (m / (1 - 0.9 ** i)) / (jnp.sqrt(v / (1 - 0.999 ** i)) + 1e-8)
     out = np.asarray(p, np.float64)
     return out / np.linalg.norm(out)
+
+
+def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
+                      beta=1.0, dtype=None) -> tuple[np.ndarray, Model, SteerInfo]:
+    """Steer ``block`` with gain ``gamma`` and run the dynamics of the steered model from ``X0: [B, n, d]``
+    through all its blocks; return ``|<x, u>| / ||x||`` for every final token (``[B, n]``), the model
+    and the steering information. ``dynamics`` defaults to D1."""
+    from .discrete import D1, simulate
+
+    u_n = _unit(u, model.d_model, "u")
+    ms, info = steer(model, u_n, gamma, w, block=block)
+    res = simulate(ms, X0, ms.depth, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
+                   dtype=dtype)
+    F = np.asarray(res.final, np.float64)
+    return np.abs(F @ u_n) / np.linalg.norm(F, axis=-1), ms, info
+
+
+@dataclasses.dataclass
+class SteerTarget:
+    target: float  # the mean alignment asked for
+    reached: bool  # False when even the largest gain tried (``gamma``) stays below the target
+    gamma: float  # the smallest gain found whose mean alignment reaches the target (upper bracket)
+    alignment: np.ndarray  # [B, n] alignments measured at ``gamma``
+    gamma_below: float  # the lower bracket: its mean alignment stays below the target (0: none tried below)
+    align_below: float  # mean alignment at ``gamma_below``
+    beta: float  # β = γ |λ1| added at ``gamma``
+    gap: float  # spectral gap of the steered block's layer matrix at ``gamma`` (as in :func:`spectrum`)
+    lambda1_re: float  # Re λ1 of the steered block's layer matrix at ``gamma``
+    residual: float
+    evaluations: list  # (γ, mean alignment) in the order tried
+
+    @property
+    def align_mean(self) -> float:
+        return float(self.alignment.mean())
+
+
+def steer_to_target(model: Model, u, target: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
+                    beta=1.0, dtype=None, gamma0: float = 1.0, rtol: float = 0.01, gamma_min: float = 1e-6,
+                    gamma_max: float = 1e9) -> SteerTarget:
+    """The smallest gain ``γ`` whose mean alignment with ``u`` (measured by running the steered model's
+    dynamics from ``X0``) reaches ``target``, by bisection in ``log γ``.
+
+    A bracket is first found by factors of 10 from ``gamma0`` (down to ``gamma_min``, up to
+    ``gamma_max``); it is then halved in ``log γ`` until ``γ_hi / γ_lo ≤ 1 + rtol``. The answer is the
+    upper end (it reaches the target); the lower end, which does not, is returned as well. With a
+    mean alignment that is not monotone in ``γ`` this is a local answer: a gain that reaches the target
+    with a gain within ``rtol`` below it that does not.
+    """
+    if not (0 < target < 1):
+        raise ConfigError(f"the steering target must be in (0, 1), got {target}")
+    if not (0 < rtol < 1) or not (0 < gamma_min <= gamma0 <= gamma_max):
+        raise ConfigError("need 0 < rtol < 1 and 0 < gamma_min <= gamma0 <= gamma_max")
+    evals = []
+    cache = {}
+
+    def mean_at(g):
+        if g not in cache:
+            a, ms, info = steered_alignment(model, u, g, X0, w=w, block=block, dynamics=dynamics, alpha=alpha,
+                                            beta=beta, dtype=dtype)
+            cache[g] = (a, ms, info)
+            evals.append((float(g), float(a.mean())))
+        return float(cache[g][0].mean())
+
+    g = float(gamma0)
+    if mean_at(g) >= target:  # walk down until the target is missed
+        hi, lo = g, 0.0
+        while hi / 10 >= gamma_min:
+            if mean_at(hi / 10) < target:
+                lo = hi / 10
+                break
+            hi = hi / 10
+    else:  # walk up until it is reached
+        lo, hi = g, None
+        while lo * 10 <= gamma_max:
+            if mean_at(lo * 10) >= target:
+                hi = lo * 10
+                break
+            lo = lo * 10
+        if hi is None:  # not reachable within gamma_max
+            hi = lo
+    reached = mean_at(hi) >= target
+    if reached and lo > 0:
+        while hi / lo > 1 + rtol:
+            mid = float(np.sqrt(lo * hi))
+            if mean_at(mid) >= target:
+                hi = mid
+            else:
+                lo = mid
+    a, ms, info = cache[hi]
+    b = ms.schedule[block % ms.depth]
+    sp = spectrum(layer_matrices(ms)[b])
+    lam, gap = sp.eigvals[0], float(sp.gap[0])
+    return SteerTarget(target=float(target), reached=bool(reached), gamma=float(hi), alignment=a,
+                       gamma_below=float(lo), align_below=float(cache[lo][0].mean()) if lo in cache else float("nan"),
+                       beta=info.beta, gap=gap, lambda1_re=float(lam[0].real), residual=info.residual,
+                       evaluations=evals)

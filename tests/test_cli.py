@@ -2,6 +2,7 @@
 
 import csv
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import jaxattn._sweep as sweep_mod
 from jaxattn.cli import main
 from jaxattn.results import load_arrays
 
-from . import hf_models
+from . import hf_models, reference
 
 
 def test_simulate_writes_a_complete_run(tmp_path, capsys):
@@ -113,8 +114,6 @@ def check_run(out, shared):
     holds = sum(r["holds"] == "True" for r in main_rows)
     assert (f"holds in {holds} of {len(main_rows)} layers" in report) or (holds == len(main_rows) and "holds in every layer" in report)
     assert any(r["run"] == "prolonged" for r in rows) == shared
-    steer_rows = list(csv.DictReader((out / "steering.csv").open()))
-    assert float(steer_rows[-1 if shared else 0]["align_mean"]) >= 0
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["command"] == "analyze" and "versions" in cfg and "device" in cfg
     assert not (out / "sweeps").exists()
@@ -131,6 +130,28 @@ def test_analyze_tiny_models_of_every_family(family, tmp_path, capsys):
     check_run(out, shared=(family == "albert"))
     steer_rows = list(csv.DictReader((out / "steering.csv").open()))
     assert {r["dynamics"] for r in steer_rows} >= {"D1", "FFN+LN, steer u", "FFN+LN, precompensated"}
+    check_steering_rows(out, ja.load_any(str(src)), 24, 4, [r for r in steer_rows if r["dynamics"] == "D1"])
+
+
+def _ref_weight_sets(model):
+    lay = model.layers
+    return [{k: np.asarray(getattr(lay, k)[g], np.float64) for k in ("q", "k", "v", "o")}
+            | {"scale": float(lay.scale[g]), "causal": bool(lay.causal[g]), "window": int(lay.window[g])}
+            for g in range(lay.n_sets)]
+
+
+def check_steering_rows(out, model, num_init, n, rows):
+    """The D1 steering rows against the NumPy loops of tests/reference.py: the unmodified model (γ = 0) and
+    the largest gain, from the saved direction u and the study's initial conditions (seed 0, float32)."""
+    u = load_arrays(out / "arrays.safetensors")["steer_u"].astype(np.float64)
+    X0 = np.asarray(ja.init_tokens(jax.random.key(0), num_init, n, model.d_model, kind="gaussian"), np.float64)
+    for row in (rows[0], max(rows, key=lambda r: float(r["gamma"]))):
+        m = model if float(row["gamma"]) == 0 else ja.steer(model, u, float(row["gamma"]))[0]
+        sets = _ref_weight_sets(m)
+        finals = np.stack([reference.simulate(X0[b], sets, m.schedule, m.depth)[-1] for b in range(num_init)])
+        a = np.abs(finals @ u) / np.linalg.norm(finals, axis=-1)
+        assert float(row["align_mean"]) == pytest.approx(a.mean(), abs=2e-5), row
+        assert float(row["frac_above_0.99"]) == pytest.approx((a > 0.99).mean(), abs=1.5 / a.size), row
 
 
 def test_analyze_minilm_offline(tmp_path, capsys):
@@ -139,7 +160,28 @@ def test_analyze_minilm_offline(tmp_path, capsys):
     assert main(["analyze", "--num-init", "64", "--gammas", "10,1000", "--out", str(out), "--no-progress"]) == 0
     check_run(out, shared=False)
     rows = list(csv.DictReader((out / "spectrum.csv").open()))
-    assert len(rows) == 6
+    want = minilm_lambda1_from_raw_tensors()
+    assert len(rows) == len(want) == 6
+    for r, lam in zip(rows, want):
+        assert float(r["lambda1_re"]) == pytest.approx(lam.real, rel=1e-6, abs=1e-9)
+        assert float(r["lambda1_im"]) == pytest.approx(lam.imag, abs=1e-6)
+
+
+def minilm_lambda1_from_raw_tensors():
+    """λ1 (largest real part) of F = W_O W_V per layer, from the Hugging Face checkpoint's own tensors."""
+    from safetensors.numpy import load_file
+
+    from jaxattn.checkpoints import minilm_folder
+
+    t = load_file(str(Path(minilm_folder()) / "model.safetensors"))
+    pre = "" if "encoder.layer.0.attention.self.value.weight" in t else "bert."
+    out = []
+    for i in range(6):
+        W_V = t[f"{pre}encoder.layer.{i}.attention.self.value.weight"].astype(np.float64)
+        W_O = t[f"{pre}encoder.layer.{i}.attention.output.dense.weight"].astype(np.float64)
+        lam = np.linalg.eigvals(W_O @ W_V)
+        out.append(lam[np.argmax(lam.real)])
+    return out
 
 
 def test_spectrum_command(capsys):
@@ -147,7 +189,10 @@ def test_spectrum_command(capsys):
     assert main(["spectrum", "minilm"]) == 0
     lines = capsys.readouterr().out.splitlines()
     table = [ln.split() for ln in lines if ln.strip() and ln.split()[0].isdigit()]
-    assert len(table) == 6 and all(r[1] in ("1", "2", "3") for r in table)
+    want = minilm_lambda1_from_raw_tensors()
+    assert len(table) == len(want) == 6 and all(r[1] in ("1", "2", "3") for r in table)
+    for r, lam in zip(table, want):  # printed with 4 significant digits
+        assert float(r[2]) == pytest.approx(lam.real, rel=6e-4)
 
 
 def test_random_analyze(tmp_path, capsys):
@@ -158,3 +203,33 @@ def test_random_analyze(tmp_path, capsys):
     rows = list(csv.DictReader((out / "layers.csv").open()))
     assert sum(r["run"] == "prolonged" for r in rows) == 12
 
+
+
+def test_analyze_steer_target(tmp_path, capsys):
+    """--steer-target: the reported gain, run again here on the same model and inputs, reaches the target."""
+    src = tmp_path / "src"
+    hf_models.build("bert", src)
+    out = tmp_path / "run"
+    assert main(["analyze", str(src), "--num-init", "32", "--n", "4", "--gammas", "1", "--steer-target", "0.97",
+                 "--dtype", "float64", "--no-ffn-study", "--no-figures", "--out", str(out), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    row = [r for r in csv.DictReader((out / "steering.csv").open()) if r["found_by"].startswith("bisection")]
+    assert len(row) == 1 and "reached" in row[0]["found_by"] and "not reached" not in row[0]["found_by"]
+    gamma = float(row[0]["gamma"])
+    model = ja.load_any(str(src))
+    u = load_arrays(out / "arrays.safetensors")["steer_u"]
+    X0 = ja.init_tokens(jax.random.key(0), 32, 4, model.d_model, kind="gaussian", dtype=jnp.float64)
+
+    def measured(g):
+        F = np.asarray(ja.simulate(ja.steer(model, u, g)[0], X0, model.depth, dtype=jnp.float64).final)
+        return np.mean(np.abs(F @ u) / np.linalg.norm(F, axis=-1))
+
+    a = measured(gamma)
+    assert a >= 0.97 and float(row[0]["align_mean"]) == pytest.approx(a, abs=1e-7)
+    assert measured(0.9 * gamma) < 0.97  # the smallest such gain, to the bisection's tolerance
+    assert f"γ = {float(row[0]['gamma']):.6g}" in text and "smallest gain reaching mean alignment 0.97" in text
+    report = (out / "report.md").read_text()
+    assert f"the smallest gain found is γ = {gamma:.6g}" in report and f"{a:.5f}" in report
+    steered = list(csv.DictReader((out / "steered_layers.csv").open()))
+    assert len(steered) == model.depth and float(steered[-1]["rho1"]) > 0.9  # the steered v1 is ≈ u
+    assert main(["analyze", str(src), "--steer-target", "1.5", "--out", str(tmp_path / "bad"), "--no-progress"]) == 2

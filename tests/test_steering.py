@@ -9,11 +9,12 @@ import jaxattn as ja
 import jaxattn.checkpoints as ck
 from jaxattn.errors import ConfigError
 from jaxattn.spectral import eig_sorted, layer_matrices
-from jaxattn.steering import precompensate, steer
+from jaxattn.steering import precompensate, steer, steer_to_target
 
-from . import hf_models
+from . import hf_models, reference
 
 
+@pytest.mark.strict_dtypes
 def test_exact_spectral_shift():
     model = ja.random_model(jax.random.key(0), 10, 2, 3, shared=False)
     F = layer_matrices(model)[-1]
@@ -37,6 +38,7 @@ def test_exact_spectral_shift():
     np.testing.assert_array_equal(np.asarray(steered.layers.o[:2]), np.asarray(model.layers.o[:2]))
 
 
+@pytest.mark.strict_dtypes
 def test_shared_model_gets_one_new_set_for_the_last_block():
     model = ja.random_model(jax.random.key(1), 8, 2, 5, shared=True)
     u = np.eye(8)[0]
@@ -50,6 +52,7 @@ def test_shared_model_gets_one_new_set_for_the_last_block():
     assert abs(np.vdot(vec[:, 0], u)) > 0.95
 
 
+@pytest.mark.strict_dtypes
 def test_singular_value_matrix_uses_least_squares():
     model = ja.random_model(jax.random.key(2), 6, 2, 2, shared=False)
     v = np.array(model.layers.v)
@@ -57,11 +60,20 @@ def test_singular_value_matrix_uses_least_squares():
     model = ja.from_heads(model.layers.q, model.layers.k, v, model.layers.o)
     u = np.random.default_rng(0).normal(size=6)
     steered, info = steer(model, u, 5.0)
-    Vs = v[-1].reshape(6, 6)
-    F2 = layer_matrices(steered)[-1]
     u = u / np.linalg.norm(u)
-    np.testing.assert_allclose(F2, layer_matrices(model)[-1] + info.beta * np.outer(u, Vs.T @ info.z), atol=1e-12)
-    assert info.residual > 1e-6  # u is not reachable exactly; the least-squares z is used
+    Vs = v[-1].reshape(6, 6)  # the raw value rows of every head
+    raw_F = lambda m: sum(np.asarray(m.layers.o[-1, h]) @ np.asarray(m.layers.v[-1, h]) for h in range(2))
+    D = raw_F(steered) - raw_F(model)  # what the steering added, from the weights alone
+    lam = np.linalg.eigvals(raw_F(model))
+    assert info.beta == pytest.approx(5.0 * np.abs(lam[np.argmax(lam.real)]), rel=1e-12)
+    r = D.T @ u / info.beta  # D = β u rᵀ: rank one along u
+    np.testing.assert_allclose(D, info.beta * np.outer(u, r), atol=1e-12)
+    # r = Vsᵀ z is the least-squares fit of w = u: the normal equations Vs (Vsᵀ z − w) = 0, i.e. r is in the
+    # row space of Vs and the misfit w − r is orthogonal to it
+    np.testing.assert_allclose(Vs @ (r - u), 0, atol=1e-12)
+    assert np.linalg.matrix_rank(np.vstack([Vs, r]), tol=1e-9) == np.linalg.matrix_rank(Vs, tol=1e-9) == 5
+    assert np.linalg.norm(r - u) > 1e-6  # u is not reachable exactly
+    assert info.residual == pytest.approx(np.linalg.norm(r - u), rel=1e-9)
 
 
 @pytest.mark.parametrize("family", list(hf_models.FAMILY_CONFIGS) + ["minilm"])
@@ -91,19 +103,19 @@ def test_precompensation_points_ffn_output_along_u():
     u = np.random.default_rng(2).normal(size=model.d_model)
     u /= np.linalg.norm(u)
     up = precompensate(model, u, steps=300)
-    from jaxattn import nn
+    lay = model.layers
+    b = model.schedule[-1]
+    w = {k: np.asarray(getattr(lay, k)[b], np.float64) for k in ("w1", "b1", "w2", "b2", "ln1_w", "ln1_b", "ln2_w", "ln2_b")}
 
-    lw = model.layers.take(model.schedule[-1])
-
-    def g(p):
-        y = nn.layer_norm(jnp.asarray(p)[None], lw.ln1_w, lw.ln1_b, model.ln_eps)
-        h = y + nn.activation(model.activation)(y @ lw.w1.T + lw.b1[None]) @ lw.w2.T + lw.b2[None]
-        o = np.asarray(nn.layer_norm(h, lw.ln2_w, lw.ln2_b, model.ln_eps))[0]
+    def g(p):  # the block's output direction when the attention update is ≈ c p: Norm2(y + FFN(y)), y = Norm1(p)
+        y = reference.layer_norm(p, w["ln1_w"], w["ln1_b"], model.ln_eps)
+        o = reference.layer_norm(y + reference.ffn(y, w, model.activation), w["ln2_w"], w["ln2_b"], model.ln_eps)
         return o @ u / np.linalg.norm(o)
 
     assert g(up) > g(u) + 0.05  # the pre-image does better than u itself
 
 
+@pytest.mark.strict_dtypes
 def test_bad_steering_input():
     model = ja.random_model(jax.random.key(4), 6, 2, 2)
     with pytest.raises(ConfigError, match="u must be"):
@@ -112,3 +124,66 @@ def test_bad_steering_input():
         steer(model, np.ones(5))
     with pytest.raises(ConfigError, match="FFN"):
         precompensate(model, np.ones(6))
+
+
+def _measured_alignment(model, u, gamma, X0):
+    """Mean |<x, u>| / ||x|| after running the steered model, computed here from the final states."""
+    steered, _ = steer(model, u, gamma)
+    F = np.asarray(ja.simulate(steered, X0, steered.depth, dtype=jnp.float64).final)
+    return float(np.mean(np.abs(F @ u) / np.linalg.norm(F, axis=-1)))
+
+
+def test_steer_to_target_finds_the_smallest_gain():
+    model = ja.random_model(jax.random.key(5), 8, 2, 3, shared=False)
+    X0 = ja.init_tokens(jax.random.key(6), 48, 4, 8, kind="gaussian", dtype=jnp.float64)
+    u = np.random.default_rng(7).normal(size=8)
+    u /= np.linalg.norm(u)
+    target = 0.95
+    t = steer_to_target(model, u, target, X0, rtol=0.01)
+    assert t.reached
+    got = _measured_alignment(model, u, t.gamma, X0)
+    assert got >= target and t.align_mean == pytest.approx(got, abs=1e-12)
+    # the bracket: a gain within 1 % below does not reach it, nor does a gain 10 % lower
+    assert 0 < t.gamma_below < t.gamma <= 1.01 * t.gamma_below
+    assert _measured_alignment(model, u, t.gamma_below, X0) < target
+    assert _measured_alignment(model, u, 0.9 * t.gamma, X0) < target
+    # β and the gap of the steered last layer matrix F + β u uᵀ, from the raw weights
+    F = sum(np.asarray(model.layers.o[-1, h], np.float64) @ np.asarray(model.layers.v[-1, h], np.float64) for h in range(2))
+    lam1 = np.linalg.eigvals(F)
+    assert t.beta == pytest.approx(t.gamma * np.abs(lam1[np.argmax(lam1.real)]), rel=1e-12)
+    re = np.sort(np.linalg.eigvals(F + t.beta * np.outer(u, u)).real)[::-1]
+    assert t.gap == pytest.approx(re[0] - re[1], rel=1e-9)
+
+
+def test_steer_to_target_unreachable_and_bad_target():
+    model = ja.random_model(jax.random.key(8), 6, 2, 2, shared=False)
+    X0 = ja.init_tokens(jax.random.key(9), 16, 3, 6, kind="gaussian", dtype=jnp.float64)
+    u = np.eye(6)[0]
+    t = steer_to_target(model, u, 0.999, X0, gamma_max=10.0)
+    assert not t.reached and t.gamma == 10.0 and t.align_mean < 0.999
+    assert _measured_alignment(model, u, 10.0, X0) == pytest.approx(t.align_mean, abs=1e-12)
+    for bad in (0.0, 1.0, float("nan")):
+        with pytest.raises(ConfigError, match="target"):
+            steer_to_target(model, u, bad, X0)
+
+
+@pytest.mark.strict_dtypes
+def test_steer_a_block_other_than_the_last():
+    model = ja.random_model(jax.random.key(10), 8, 2, 3, shared=False)
+    u = np.random.default_rng(3).normal(size=8)
+    u /= np.linalg.norm(u)
+    raw_F = lambda m, g: sum(np.asarray(m.layers.o[g, h]) @ np.asarray(m.layers.v[g, h]) for h in range(2))
+    for block in (0, 1, -2):
+        b = block % 3
+        steered, info = steer(model, u, 4.0, block=block)
+        lam = np.linalg.eigvals(raw_F(model, b))
+        assert info.beta == pytest.approx(4.0 * np.abs(lam[np.argmax(lam.real)]), rel=1e-12)
+        np.testing.assert_allclose(raw_F(steered, b), raw_F(model, b) + info.beta * np.outer(u, u), atol=1e-12)
+        for other in {0, 1, 2} - {b}:  # the other blocks keep their weights
+            np.testing.assert_array_equal(np.asarray(steered.layers.o[other]), np.asarray(model.layers.o[other]))
+    # shared weights: the steered block gets its own new set, the others keep the shared one
+    shared = ja.random_model(jax.random.key(11), 8, 2, 4, shared=True)
+    steered, info = steer(shared, u, 4.0, block=1)
+    assert steered.schedule == (0, 1, 0, 0) and info.weight_set == 1
+    np.testing.assert_allclose(raw_F(steered, 1), raw_F(shared, 0) + info.beta * np.outer(u, u), atol=1e-12)
+    np.testing.assert_array_equal(np.asarray(steered.layers.o[0]), np.asarray(shared.layers.o[0]))

@@ -27,7 +27,7 @@ from ..metrics import alignment_observables, alignment_tables
 from ..params import Model
 from ..results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from ..spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
-from ..steering import precompensate, steer
+from ..steering import precompensate, steer, steer_to_target, steered_alignment
 from .._sweep import Timer, sweep
 
 
@@ -42,6 +42,7 @@ class StudyConfig:
     order: str = "real"
     prolong: int = 10  # shared-weight models: also run prolong × depth steps
     gammas: tuple = (1.0, 10.0, 100.0, 1000.0)
+    steer_target: float = 0.99  # also find the smallest gain reaching this mean alignment (bisection); 0: off
     ffn_study: bool = True  # also run with FFN and affine LayerNorm when the model has them
     dtype: str = "float32"
     chunk: int = 1024
@@ -56,6 +57,9 @@ class StudyConfig:
             raise ConfigError(f"prolong must be a positive integer, got {self.prolong!r}")
         if any((not np.isfinite(g)) or g < 0 for g in self.gammas):
             raise ConfigError(f"gammas must be finite and >= 0, got {self.gammas}")
+        if isinstance(self.steer_target, bool) or not isinstance(self.steer_target, (int, float)) \
+                or not (0 <= self.steer_target < 1):
+            raise ConfigError(f"steer_target must be in [0, 1) (0: no search), got {self.steer_target!r}")
         if self.init not in ("gaussian", "sphere"):
             raise ConfigError(f"init must be 'gaussian' or 'sphere', got {self.init!r}")
 
@@ -202,34 +206,45 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
     X0 = init_tokens(jax.random.key(cfg.seed), min(cfg.num_init, 1000), cfg.n, model.d_model, kind=cfg.init,
                      dtype=dtype)
 
-    def align(m, dyn, target):
-        res = simulate(m, X0, m.depth, dynamics=dyn, alpha=cfg.alpha, beta=cfg.beta, dtype=dtype)
-        F = np.asarray(res.final, np.float64)
-        return np.abs(F @ target) / np.linalg.norm(F, axis=-1)
+    sim = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype)
 
-    base = align(model, D1, u)
-    steer_rows.append({"dynamics": "D1", "gamma": 0.0, "beta": 0.0, "align_mean": float(base.mean()),
-                       "align_std": float(base.std()), "align_q01": float(np.quantile(base, 0.01)),
-                       "frac_above_0.99": float((base > 0.99).mean()), "lambda1_re_after": float(spec.eigvals[model.schedule[-1], 0].real),
-                       "residual": 0.0})
+    def srow(dyn, gamma, beta, a, ms, residual, found_by="grid"):
+        sp = spectrum(layer_matrices(ms)[ms.schedule[-1]])  # the last block's layer matrix (steered unless γ = 0)
+        return {"dynamics": dyn, "gamma": float(gamma), "beta": float(beta), "align_mean": float(a.mean()),
+                "align_std": float(a.std()), "align_q01": float(np.quantile(a, 0.01)),
+                "frac_above_0.99": float((a > 0.99).mean()), "lambda1_re_after": float(sp.eigvals[0, 0].real),
+                "gap_after": float(sp.gap[0]), "residual": float(residual), "found_by": found_by}
+
+    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=D1, **sim)
+    steer_rows.append(srow("D1", 0.0, 0.0, base, model, 0.0))
     for gamma in cfg.gammas:
-        ms, info = steer(model, u, gamma)
-        a = align(ms, D1, u)
-        lam_after = spectrum(layer_matrices(ms)[ms.schedule[-1]]).eigvals[0, 0]
-        steer_rows.append({"dynamics": "D1", "gamma": float(gamma), "beta": info.beta, "align_mean": float(a.mean()),
-                           "align_std": float(a.std()), "align_q01": float(np.quantile(a, 0.01)),
-                           "frac_above_0.99": float((a > 0.99).mean()), "lambda1_re_after": float(lam_after.real),
-                           "residual": info.residual})
+        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=D1, **sim)
+        steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
+    if cfg.steer_target > 0:
+        say(f"bisection in log γ for the smallest gain with mean alignment >= {cfg.steer_target:g}")
+        with Timer() as t:
+            tgt = steer_to_target(model, u, cfg.steer_target, X0, dynamics=D1, **sim)
+            ms, _ = steer(model, u, tgt.gamma)
+            # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer of the model whose last layer is steered
+            tables["steered"] = alignment(ms, X0, dynamics=D1, alpha=cfg.alpha, beta=cfg.beta, order=cfg.order,
+                                          dtype=dtype, run="steered")
+        timings["steer_target"] = round(t.seconds, 3)
+        steer_rows.append(srow("D1", tgt.gamma, tgt.beta, tgt.alignment, ms, tgt.residual,
+                               found_by=f"bisection (target {cfg.steer_target:g}, "
+                                        f"{'reached' if tgt.reached else 'not reached'})"))
+        tables["steer_target"] = [{"target": tgt.target, "reached": tgt.reached, "gamma": tgt.gamma, "beta": tgt.beta,
+                                   "align_mean": tgt.align_mean, "gap_after": tgt.gap,
+                                   "lambda1_re_after": tgt.lambda1_re, "gamma_below": tgt.gamma_below,
+                                   "align_below": tgt.align_below, "evaluations": len(tgt.evaluations)}]
     if cfg.ffn_study and has_ffn:
         up = precompensate(model, u)
         for gamma in cfg.gammas:
             for name, target in (("FFN+LN, steer u", u), ("FFN+LN, precompensated", up)):
                 ms, info = steer(model, target, gamma)
-                a = align(ms, FAITHFUL, u)
-                steer_rows.append({"dynamics": name, "gamma": float(gamma), "beta": info.beta,
-                                   "align_mean": float(a.mean()), "align_std": float(a.std()),
-                                   "align_q01": float(np.quantile(a, 0.01)), "frac_above_0.99": float((a > 0.99).mean()),
-                                   "lambda1_re_after": float("nan"), "residual": info.residual})
+                res = simulate(ms, X0, ms.depth, dynamics=FAITHFUL, **sim)
+                F = np.asarray(res.final, np.float64)
+                a = np.abs(F @ u) / np.linalg.norm(F, axis=-1)
+                steer_rows.append(srow(name, gamma, info.beta, a, ms, info.residual))
     tables["steering"] = steer_rows
     tables["spectrum"] = spectrum_rows(spec, cfg.alpha)
 
@@ -238,6 +253,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
     atomic_write_text(out / "layers.csv", _csv(layer_rows))
     atomic_write_text(out / "spectrum.csv", _csv(tables["spectrum"]))
     atomic_write_text(out / "steering.csv", _csv(steer_rows))
+    if "steered" in tables:
+        atomic_write_text(out / "steered_layers.csv", _csv(tables["steered"]))
     save_arrays(out / "arrays.safetensors", {
         "eigvals_re": spec.eigvals.real, "eigvals_im": spec.eigvals.imag, "lyapunov": lyap,
         "phi_u1_re": u1.real, "phi_u1_im": u1.imag, "steer_u": u,
@@ -314,14 +331,34 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
                   f"mean P1 {np.mean([r['P1'] for r in fr]):.3f} (D1: {np.mean([r['P1'] for r in main]):.3f}); "
                   f"the analogy holds in {h2} of {len(fr)} layers; final diameter {fr[-1]['diameter']:.3g}.", ""]
     lines += ["## Steering the last layer (rank-1, w = u)", "",
-              "| dynamics | γ | β | mean alignment with u | 1% quantile | fraction > 0.99 |", "|---|---|---|---|---|---|"]
+              "| dynamics | γ | β | mean alignment with u | 1% quantile | fraction > 0.99 | spectral gap after | found by |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in tables["steering"]:
-        lines.append(f"| {r['dynamics']} | {r['gamma']:g} | {r['beta']:.4g} | {r['align_mean']:.4f} | "
-                     f"{r['align_q01']:.4f} | {r['frac_above_0.99']:.3f} |")
+        lines.append(f"| {r['dynamics']} | {r['gamma']:.6g} | {r['beta']:.4g} | {r['align_mean']:.4f} | "
+                     f"{r['align_q01']:.4f} | {r['frac_above_0.99']:.3f} | {r['gap_after']:.4g} | {r['found_by']} |")
+    if "steer_target" in tables:
+        t = tables["steer_target"][0]
+        if t["reached"]:
+            lines += ["", f"**Target mean alignment {t['target']:g}: the smallest gain found is γ = {t['gamma']:.6g} "
+                          f"(β = {t['beta']:.4g}), with measured mean alignment {t['align_mean']:.5f} and spectral gap "
+                          f"{t['gap_after']:.4g} of the steered layer matrix (Re λ1 = {t['lambda1_re_after']:.4g}).** "
+                          f"Bisection in log γ ({t['evaluations']} runs of the steered dynamics): γ = "
+                          f"{t['gamma_below']:.6g} gives {t['align_below']:.5f}, below the target."]
+        else:
+            lines += ["", f"**Target mean alignment {t['target']:g} not reached**: the largest gain tried, γ = "
+                          f"{t['gamma']:.6g}, gives {t['align_mean']:.4f}."]
+        st = tables["steered"]
+        lines += ["", f"With the last layer steered at γ = {t['gamma']:.6g} (`steered_layers.csv`, figure "
+                      "`steered_metrics.png`):", "",
+                  "| step | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P̄ |", "|---|---|---|---|---|---|---|"]
+        for r in st:
+            lines.append(f"| {r['step']} | {r['rho1']:.3f} | {r['drho1']:+.4f} | {r['P1']:.3f} | {r['rhobar']:.3f} | "
+                         f"{r['drhobar']:+.4f} | {r['Pbar']:.3f} |")
     lines += ["", "γ = 0 is the unmodified model. After one steered layer the alignment of a token is about "
               "β|uᵀx̄| / ||(I + F)x̄||, so inputs with a small component along u need a large γ.", ""]
     if figures:
         lines += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
-    lines += ["Tables: `layers.csv`, `spectrum.csv`, `steering.csv`; arrays: `arrays.safetensors`; "
+    lines += ["Tables: `layers.csv`, `spectrum.csv`, `steering.csv`"
+              f"{', `steered_layers.csv`' if 'steered' in tables else ''}; arrays: `arrays.safetensors`; "
               "configuration, versions and device: `config.json`.", ""]
     return "\n".join(lines)
