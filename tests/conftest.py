@@ -1,10 +1,15 @@
-"""Strict test set-up: float64 on, offline Hugging Face, warnings are errors for our package."""
+"""Strict test set-up: float64 on, strict dtype promotion, several CPU devices, offline Hugging Face,
+warnings are errors for our package."""
 
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# several CPU devices for the sharding tests (before jax is imported); subprocesses that must run on
+# one device drop XLA_FLAGS from their environment
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
 import jax  # noqa: E402
 
@@ -18,3 +23,20 @@ import pytest  # noqa: E402
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "strict_dtypes: run under jax_numpy_dtype_promotion='strict' (no implicit "
+                                       "promotion between dtypes: a mixed expression is an error, not an upcast)")
+
+
+@pytest.fixture(autouse=True)
+def _strict_dtypes(request):
+    """Strict dtype promotion for the tests marked ``strict_dtypes``. Not global yet: the attention mask
+    (``attention.allowed``: int64 positions against the int32 window) mixes integer dtypes, so every
+    simulation fails under it."""
+    if request.node.get_closest_marker("strict_dtypes") is None:
+        yield
+        return
+    with jax.numpy_dtype_promotion("strict"):
+        yield

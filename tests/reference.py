@@ -93,3 +93,77 @@ def simulate(X0, weight_sets, schedule, steps, **kw):
         X = step(X, weight_sets[schedule[k % len(schedule)]], **kw)
         out.append(X)
     return np.stack(out)
+
+
+# ---------------------------------------------------------------- FFN, affine LayerNorm and the whole block
+def gelu(x, kind="gelu"):
+    """Scalar GELU: the erf form ('gelu') or the tanh approximation ('gelu_new')."""
+    if kind == "gelu":
+        return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
+    if kind in ("gelu_new", "gelu_pytorch_tanh"):
+        return 0.5 * x * (1.0 + math.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    if kind == "relu":
+        return max(x, 0.0)
+    raise ValueError(kind)
+
+
+def layer_norm(y, w, b, eps):
+    """Affine LayerNorm of one token: (y - mean) / sqrt(biased variance + eps) * w + b, by loops."""
+    d = len(y)
+    mu = sum(y) / d
+    var = sum((t - mu) ** 2 for t in y) / d
+    return np.array([(y[i] - mu) / math.sqrt(var + eps) * w[i] + b[i] for i in range(d)])
+
+
+def ffn(y, w, act="gelu", biases=True):
+    """W2 act(W1 y + b1) + b2 for one token, with W1: [m, d], W2: [d, m] (biases only when asked)."""
+    m, d = w["w1"].shape
+    h = np.zeros(m)
+    for r in range(m):
+        h[r] = sum(w["w1"][r, c] * y[c] for c in range(d)) + (w["b1"][r] if biases else 0.0)
+        h[r] = gelu(h[r], act)
+    out = np.zeros(d)
+    for r in range(d):
+        out[r] = sum(w["w2"][r, c] * h[c] for c in range(m)) + (w["b2"][r] if biases else 0.0)
+    return out
+
+
+def general_step(X, w, *, post=True, alpha=1.0, beta=1.0, norm="l2", use_ffn=False, biases=False, pre_ln=False,
+                 drop_ln2=False, eps=1e-12, act="gelu"):
+    """One block with the pieces between D1 and the faithful transformer block.
+
+    post-norm: y = N1(x + α Attn(x)); with the FFN x' = N2(y + FFN(y)).
+    pre-norm:  y = x + α Attn(N1(x) if pre_ln else x); x' = y + FFN(N2(y)) with the FFN, N2(y) without
+    (unless drop_ln2). N is L2 ('l2') or the weight set's affine LayerNorm ('layernorm')."""
+    def N(y, which):
+        if norm == "layernorm":
+            return layer_norm(y, w[f"ln{which}_w"], w[f"ln{which}_b"], eps)
+        return normalize(y, norm)
+
+    n = X.shape[0]
+    H = np.array([N(X[i], 1) for i in range(n)]) if (not post and pre_ln) else X
+    upd, _ = attention_update(H, w, beta, biases)
+    Y = np.empty_like(X)
+    for i in range(n):
+        if post:
+            y = N(X[i] + alpha * upd[i], 1)
+            if use_ffn:
+                y = N(y + ffn(y, w, act, biases), 2)
+        else:
+            y = X[i] + alpha * upd[i]
+            if use_ffn:
+                y = y + ffn(N(y, 2), w, act, biases)
+            elif not drop_ln2:
+                y = N(y, 2)
+        Y[i] = y
+    return Y
+
+
+def general_simulate(X0, weight_sets, schedule, steps, **kw):
+    """Trajectory [steps+1, n, d] of :func:`general_step`."""
+    X = np.array(X0, dtype=np.float64)
+    out = [X]
+    for k in range(steps):
+        X = general_step(X, weight_sets[schedule[k % len(schedule)]], **kw)
+        out.append(X)
+    return np.stack(out)

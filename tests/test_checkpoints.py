@@ -156,24 +156,47 @@ def test_shared_albert_weights_stored_once(tmp_path):
     assert model.shared and model.depth == 6
 
 
+def _ref_sets(model):
+    """Every weight set as NumPy arrays for tests/reference.py (attention, biases, FFN, LayerNorms)."""
+    sets = []
+    for g in range(model.layers.n_sets):
+        lay = model.layers.take(g)
+        w = {k: np.asarray(getattr(lay, k), np.float64) for k in ("q", "k", "v", "o")}
+        for k in ("bq", "bk", "bv", "bo", "w1", "b1", "w2", "b2", "ln1_w", "ln1_b", "ln2_w", "ln2_b"):
+            a = getattr(lay, k)
+            w[k] = None if a is None else np.asarray(a, np.float64)
+        w |= {"scale": float(lay.scale), "causal": bool(lay.causal), "window": int(lay.window)}
+        sets.append(w)
+    return sets
+
+
+# the intermediates between D1 and the faithful block, as options of tests/reference.general_step
+INTERMEDIATES = [
+    (ja.Dynamics(ffn=True, biases=True), dict(norm="l2", use_ffn=True, biases=True)),
+    (ja.Dynamics(norm="layernorm"), dict(norm="layernorm")),
+    (ja.Dynamics(pre_ln=True, norm="layernorm", ffn=True), dict(norm="layernorm", use_ffn=True, pre_ln=True)),
+]
+
+
 def test_simplified_dynamics_from_real_weights(tiny):
-    """The same converted model feeds D1: x <- N(x + Σ_h O_h Σ_j a_ij V_h x_j), no biases, no FFN."""
+    """The same converted model feeds D1: x <- N(x + Σ_h O_h Σ_j a_ij V_h x_j), no biases, no FFN;
+    and every intermediate (FFN with L2, affine LayerNorm without FFN, pre-norm ln_1 kept) matches the
+    NumPy loops of tests/reference.py."""
     for family in ("bert", "gpt_neo"):
         model = ck.load_any(str(tiny[family][0])).astype(jnp.float64)
         X0 = ja.init_tokens(ja_key(1), 2, 7, model.d_model, dtype=jnp.float64)
         res = ja.simulate(model, X0, model.depth, trajectory=True)
-        sets = []
-        for g in range(model.layers.n_sets):
-            lay = model.layers.take(g)
-            sets.append({k: np.asarray(getattr(lay, k)) for k in ("q", "k", "v", "o")}
-                        | {"scale": float(lay.scale), "causal": bool(lay.causal), "window": int(lay.window)})
+        sets = _ref_sets(model)
         for b in range(2):
             want = reference.simulate(np.asarray(X0[b]), sets, model.schedule, model.depth)
             np.testing.assert_allclose(np.asarray(res.trajectory[b]), want, atol=1e-12)
-        # every intermediate runs: FFN on with L2, affine LayerNorm without FFN, pre-norm ln_1 kept
-        for dyn in (ja.Dynamics(ffn=True, biases=True), ja.Dynamics(norm="layernorm"), ja.Dynamics(pre_ln=True, norm="layernorm", ffn=True)):
-            out = ja.simulate(model, X0, 3, dynamics=dyn)
-            assert np.all(np.isfinite(np.asarray(out.final)))
+        for dyn, opts in INTERMEDIATES:
+            out = ja.simulate(model, X0, 3, dynamics=dyn, trajectory=True)
+            for b in range(2):
+                want = reference.general_simulate(np.asarray(X0[b]), sets, model.schedule, 3,
+                                                  post=model.norm_style == "post", eps=model.ln_eps,
+                                                  act=model.activation, **opts)
+                np.testing.assert_allclose(np.asarray(out.trajectory[b]), want, atol=1e-11, err_msg=f"{family} {dyn}")
 
 
 def ja_key(i):
@@ -182,14 +205,17 @@ def ja_key(i):
     return jax.random.key(i)
 
 
-def test_faithful_via_simulate_equals_forward(tiny):
-    model = ck.load_any(str(tiny["bert"][0])).astype(jnp.float64)
-    X = np.asarray(ja.init_tokens(ja_key(2), 1, 5, model.d_model, dtype=jnp.float64))
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_faithful_via_simulate_matches_reference_block(tiny, family):
+    """simulate(FAITHFUL) against the NumPy block (affine LayerNorm, FFN, biases, the family's layout)."""
+    model = ck.load_any(str(tiny[family][0])).astype(jnp.float64)
+    X = np.asarray(ja.init_tokens(ja_key(2), 1, 5, model.d_model, kind="gaussian", dtype=jnp.float64))
     res = ja.simulate(model, X, model.depth, dynamics=ja.FAITHFUL, trajectory=True)
-    from jaxattn.faithful import forward
-
-    states, _ = forward(model, X[0])
-    np.testing.assert_allclose(np.asarray(res.trajectory[0]), np.asarray(states), atol=1e-13)
+    post = model.norm_style == "post"
+    want = reference.general_simulate(X[0], _ref_sets(model), model.schedule, model.depth, post=post,
+                                      norm="layernorm", use_ffn=True, biases=True, pre_ln=not post, eps=model.ln_eps,
+                                      act=model.activation)
+    np.testing.assert_allclose(np.asarray(res.trajectory[0]), want, atol=1e-11)
 
 
 # ---------------------------------------------------------------- the real all-MiniLM-L6-v2

@@ -41,7 +41,7 @@ CASES = [
 @pytest.mark.parametrize("dyn,norm", [(ja.D1, "l2"), (ja.D3, "l2"), (ja.D4, "none"), (ja.D5, "ellipsoid")])
 def test_matches_numpy_reference(mask, heads, shared, biases, dyn, norm):
     d, n, depth, steps = 6, 5, 3, 5
-    key = jax.random.key(hash((mask, heads, shared, biases)) % 2**31)
+    key = jax.random.key(100 + CASES.index((mask, heads, shared, biases)))  # the same model in every process
     model = ja.random_model(key, d, heads, depth, shared=shared, mask=mask, biases=biases)
     if biases:
         dyn = ja.Dynamics(norm=dyn.norm, uniform=dyn.uniform, biases=True)
@@ -178,11 +178,16 @@ def test_float32_default_and_loose_agreement():
 
 
 def test_observables_only_kept():
-    model = ja.random_model(jax.random.key(21), 8, 2, 2)
+    model = ja.random_model(jax.random.key(21), 8, 2, 2, shared=False)
 
-    res = ja.simulate(model, ja.init_tokens(jax.random.key(22), 5, 3, 8), 4, observe=_first_coord)
+    X0 = ja.init_tokens(jax.random.key(22), 5, 3, 8, dtype=jnp.float64)
+    res = ja.simulate(model, X0, 4, observe=_first_coord)
     assert res.trajectory is None
-    assert res.observables.shape == (5, 5, 3)
+    # the observable at every saved step is the first coordinate of the state the NumPy reference reaches
+    want = np.stack([ref.simulate(np.asarray(X0[b]), weight_sets(model), model.schedule, 4)[:, :, 0] for b in range(5)])
+    np.testing.assert_allclose(np.asarray(res.observables), want, rtol=0, atol=1e-12)
+    every2 = ja.simulate(model, X0, 4, observe=_first_coord, save=2).observables  # steps 0, 2, 4
+    np.testing.assert_allclose(np.asarray(every2), want[:, [0, 2, 4]], rtol=0, atol=1e-12)
 
 
 def _first_coord(t, X, ctx):
@@ -212,3 +217,74 @@ def test_non_finite_weights_refused():
     q[0, 0, 0, 0] = np.nan
     with pytest.raises(ConfigError, match="non-finite"):
         ja.from_heads(q, m.layers.k, m.layers.v, m.layers.o)
+
+
+@pytest.mark.parametrize("weights", ["uniform", "identity"])
+def test_random_model_weight_kinds(weights):
+    d, H = 32, 4
+    dh = d // H
+    m = ja.random_model(jax.random.key(23), d, H, 2, shared=False, weights=weights, uniform_range=(-0.5, 1.5))
+    q, k, v = (np.asarray(getattr(m.layers, n)) for n in ("q", "k", "v"))
+    if weights == "identity":  # Q_h = K_h = the rows of the identity that head h owns
+        for h in range(H):
+            np.testing.assert_array_equal(q[:, h], np.broadcast_to(np.eye(d)[h * dh:(h + 1) * dh], (2, dh, d)))
+        np.testing.assert_array_equal(k, q)
+        # the value weights stay random (Gaussian N(0, 1/d)) so that F is not the identity
+        assert abs(v.std() * np.sqrt(d) - 1) < 0.1 and abs(v.mean()) < 0.05
+    else:  # entries uniform in the range: bounds, mean (lo+hi)/2 and variance (hi-lo)²/12, every drawn matrix
+        for a in (q, k, v):
+            assert a.min() >= -0.5 and a.max() <= 1.5
+            assert abs(a.mean() - 0.5) < 0.05 and abs(a.var() - 4 / 12) < 0.03
+            assert a.max() - a.min() > 1.9  # fills the range
+        assert not np.allclose(q, k)
+
+
+def _compiles(fn):
+    """Number of XLA compilations ``fn()`` triggers (JAX's own compile log)."""
+    import logging
+
+    records = []
+
+    class Grab(logging.Handler):
+        def emit(self, record):
+            msg = record.getMessage()
+            if "Compiling" in msg or "Finished XLA compilation" in msg:
+                records.append(msg)
+
+    handler = Grab(level=logging.DEBUG)
+    loggers = [logging.getLogger(name) for name in ("jax", "jax._src")]
+    for lg in loggers:
+        lg.addHandler(handler)
+    try:
+        with jax.log_compiles(True):
+            fn()
+    finally:
+        for lg in loggers:
+            lg.removeHandler(handler)
+    return len(records)
+
+
+def test_alpha_and_beta_do_not_recompile():
+    """α and β are traced (the README's claim): a new value reuses the compiled program; a new step count
+    compiles again (so the count below can see a compilation)."""
+    model = ja.random_model(jax.random.key(24), 8, 2, 3, shared=False)
+    X0 = ja.init_tokens(jax.random.key(25), 4, 5, 8, dtype=jnp.float64)
+    run = lambda alpha, beta, steps=3: np.asarray(ja.simulate(model, X0, steps, alpha=alpha, beta=beta).final)
+    first = run(0.5, 1.0)
+    assert _compiles(lambda: run(0.5, 1.0)) == 0
+    assert _compiles(lambda: run(0.8, 2.5)) == 0 and _compiles(lambda: run(1.3, 0.2)) == 0
+    assert _compiles(lambda: run(0.5, 1.0, steps=4)) > 0
+    assert not np.allclose(run(0.8, 2.5), first)  # the new values are used
+
+
+def test_batch_split_over_eight_cpu_devices():
+    """tests/conftest.py gives the process 8 CPU devices: a batch split over them (shard_map) gives the
+    numbers of one device."""
+    devs = jax.local_devices()
+    assert len(devs) == 8
+    model = ja.random_model(jax.random.key(26), 8, 2, 3, shared=False, mask="causal")
+    X0 = ja.init_tokens(jax.random.key(27), 20, 5, 8, dtype=jnp.float64)
+    one = ja.simulate(model, X0, 4, batch_size=8)
+    many = ja.simulate(model, X0, 4, batch_size=8, devices=devs)
+    np.testing.assert_array_equal(np.asarray(many.final), np.asarray(one.final))
+    np.testing.assert_array_equal(np.asarray(many.observables["diameter"]), np.asarray(one.observables["diameter"]))

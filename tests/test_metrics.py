@@ -7,6 +7,8 @@ import pytest
 
 import jaxattn as ja
 from jaxattn import metrics
+
+from . import reference as ref
 from jaxattn.experiments.power_method import layer_table
 from jaxattn.spectral import cumulative_products, layer_matrices, spectrum
 
@@ -69,6 +71,7 @@ def test_layer_table_matches_numpy_reference(shared, mask):
         assert row["holds"] == (row["drho1"] > 0 and row["P1"] > 0.5 and row["drho1"] > row["drhobar"])
 
 
+@pytest.mark.strict_dtypes
 def test_consensus_measures():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(6, 4))
@@ -84,6 +87,7 @@ def test_consensus_measures():
     assert abs(float(metrics.first_token_consensus(jnp.asarray(same)))) < 1e-15
 
 
+@pytest.mark.strict_dtypes
 def test_attention_structure():
     A = np.full((5, 5), 0.2)  # consensus: uniform attention, rank 1
     assert int(metrics.numerical_rank(jnp.asarray(A))) == 1
@@ -97,3 +101,60 @@ def test_attention_structure():
     v = np.zeros(8)
     v[0] = 1
     np.testing.assert_allclose(np.asarray(metrics.rho(jnp.asarray(X), jnp.asarray(v))), np_rho(X, v), atol=1e-15)
+
+
+def test_attn_rank_column_from_the_attention_each_step_applies():
+    """Duplicated tokens stay duplicated: under full attention their rows (and columns) of A coincide, so the
+    rank drops by the number of copies; a window of 1 gives A = I (rank n). With masks alternating per
+    layer, row k of the table must report the attention of layer k at state k."""
+    d, n, H = 8, 6, 2
+    base = ja.random_model(jax.random.key(3), d, H, 4, shared=False)
+    lay = base.layers
+    masks = ["full", "local:1", "full", "local:1"]
+    model = ja.from_heads(lay.q, lay.k, lay.v, lay.o, masks=masks)
+    X0 = np.array(ja.init_tokens(jax.random.key(4), 3, n, d, kind="gaussian", dtype=jnp.float64))
+    X0[1, 1] = X0[1, 0]  # one copy: rank n - 1 under full attention
+    X0[2, 2] = X0[2, 0]
+    X0[2, 3] = X0[2, 0]  # two copies: rank n - 2
+    rows = ja.alignment(model, X0, dtype=jnp.float64)
+    closed_form = [np.mean([n, n - 1, n - 2]) if m == "full" else n for m in masks]
+    traj = np.asarray(ja.simulate(model, X0, 4, trajectory=True).trajectory)
+    for k, row in enumerate(rows):
+        w = {"q": np.asarray(lay.q[k]), "k": np.asarray(lay.k[k]), "scale": float(model.layers.scale[k]),
+             "causal": False, "window": 1 if masks[k] == "local:1" else 0}
+        ranks = []
+        for b in range(3):
+            A = ref.attention_probs(traj[b, k], w["q"], w["k"], w["scale"], 1.0, w["causal"], w["window"])
+            for h in range(H):
+                s = np.linalg.svd(A[h], compute_uv=False)
+                ranks.append(int(np.sum(s > 1e-6 * s[0])))
+        assert row["attn_rank"] == pytest.approx(np.mean(ranks), abs=1e-12)
+        assert row["attn_rank"] == pytest.approx(closed_form[k], abs=1e-12)
+
+
+@pytest.mark.strict_dtypes
+@pytest.mark.parametrize("dtype,eps", [(jnp.float32, 1e-4), (jnp.float64, 1e-9)])
+def test_pairwise_distances_accurate_near_consensus(dtype, eps):
+    """Tokens x_i = c + ε y_i with ||c|| = 1: the distances ε||y_i − y_j|| are kept to a small relative error
+    (the uncentred Gram form loses them to cancellation against ||c||² = 1)."""
+    rng = np.random.default_rng(5)
+    d, n = 16, 7
+    c = rng.normal(size=d)
+    c /= np.linalg.norm(c)
+    X = jnp.asarray(c[None] + eps * rng.normal(size=(n, d)), dtype)
+    Xn = np.asarray(X, np.float64)  # the values the function sees, differences taken exactly in float64
+    want = np.linalg.norm(Xn[:, None] - Xn[None], axis=-1)
+    got = np.asarray(metrics.pairwise_distances(X), np.float64)
+    off = ~np.eye(n, dtype=bool)
+    rel = np.abs(got[off] - want[off]) / want[off]
+    assert rel.max() < 1e-2, rel.max()
+    assert np.all(np.diag(got) < 1e-2 * want[off].min())
+    assert float(metrics.diameter(X)) == pytest.approx(want.max(), rel=1e-2)
+
+
+@pytest.mark.strict_dtypes
+def test_strict_dtype_marker_is_in_force():
+    with pytest.raises(jax.dtypes.TypePromotionError):
+        jnp.ones(2, jnp.int32) + jnp.ones(2, jnp.int64)
+    with pytest.raises(jax.dtypes.TypePromotionError):
+        jnp.ones(2, jnp.float32) * jnp.ones(2, jnp.float64)

@@ -19,6 +19,7 @@ def similar(diag_or_block, seed=0):
     return P @ M @ np.linalg.inv(P)
 
 
+@pytest.mark.strict_dtypes
 def test_trace_determinant_and_eigenpairs():
     F = np.random.default_rng(1).normal(size=(5, 12, 12))
     s = spectrum(F)
@@ -32,6 +33,7 @@ def test_trace_determinant_and_eigenpairs():
     assert np.all(np.diff(s.eigvals.real, axis=1) <= 1e-12)
 
 
+@pytest.mark.strict_dtypes
 def test_real_dominant_case_and_orderings():
     F = similar(np.diag([3.0, 1.0, 0.5, -4.0]))
     s = spectrum(F)
@@ -45,6 +47,7 @@ def test_real_dominant_case_and_orderings():
         spectrum(F, order="size")
 
 
+@pytest.mark.strict_dtypes
 def test_complex_dominant_pair_case_and_subspace():
     a, b = 2.0, 1.0
     M = np.zeros((5, 5))
@@ -61,6 +64,7 @@ def test_complex_dominant_pair_case_and_subspace():
     assert s.n_directions[0] == 4  # the pair counts once
 
 
+@pytest.mark.strict_dtypes
 def test_near_degenerate_cases():
     F = similar(np.diag([1.0, 1.0 - 1e-7, 0.2, -0.3]))
     assert spectrum(F).case[0] == 3
@@ -71,6 +75,7 @@ def test_near_degenerate_cases():
     assert spectrum(F2, collinear_tol=0.99999).case[0] == 1
 
 
+@pytest.mark.strict_dtypes
 def test_layer_matrices_from_heads():
     m = ja.random_model(jax.random.key(0), 8, 2, 3, shared=False)
     F = layer_matrices(m)
@@ -80,20 +85,42 @@ def test_layer_matrices_from_heads():
         np.testing.assert_allclose(F[g], want, atol=1e-14)
 
 
+@pytest.mark.strict_dtypes
 def test_cumulative_products_and_lyapunov_closed_forms():
+    """Telescoping factors F(k) = A_k A_(k-1)⁻¹ (A_0 = I): the product F(k)⋯F(1) is A_k, whose
+    eigenvectors are known by construction (A_k = Q_k diag(μ_k) Q_k⁻¹); the factors do not commute."""
     rng = np.random.default_rng(4)
-    Fs = rng.normal(size=(6, 5, 5))
+    d, T = 5, 6
+    A, u_want = [np.eye(d)], []
+    for k in range(T):
+        Q = np.eye(d) + 0.3 * rng.normal(size=(d, d))  # well conditioned, not orthogonal
+        mu = rng.uniform(-1.0, 1.0, size=d)
+        mu[k % d] = 3.0 + k  # the dominant (largest real part) eigenvalue, with eigenvector Q[:, k % d]
+        A.append(Q @ np.diag(mu) @ np.linalg.inv(Q))
+        u_want.append(Q[:, k % d] / np.linalg.norm(Q[:, k % d]))
+    Fs = np.stack([A[k + 1] @ np.linalg.inv(A[k]) for k in range(T)])
     Phi, u1 = cumulative_products(Fs)
-    P = np.eye(5)
-    for k in range(6):
-        P = Fs[k] @ P
-        np.testing.assert_allclose(Phi[k], P / np.linalg.norm(P), atol=1e-12)
-        lam, vec = eig_sorted(P)
-        assert abs(abs(np.vdot(vec[:, 0], u1[k])) - 1) < 1e-9
+    for k in range(T):
+        np.testing.assert_allclose(Phi[k], A[k + 1] / np.linalg.norm(A[k + 1]), atol=1e-11)
+        assert abs(abs(np.vdot(u1[k], u_want[k])) - 1) < 1e-9
     # diagonal factors: exponents are the mean log-moduli, sorted
     D = np.array([np.diag([2.0, -0.5, 0.1]), np.diag([4.0, -0.5, 0.2])])
     want = np.sort(np.log(np.abs(np.diag(D[0]) * np.diag(D[1]))) / 2)[::-1]
     np.testing.assert_allclose(lyapunov_exponents(D), want, atol=1e-12)
+
+
+@pytest.mark.strict_dtypes
+def test_lyapunov_exponents_of_the_affine_step():
+    """affine_alpha: the factors are I + αF; for diagonal F the exponents are the mean log|1 + α f|; for a
+    triangular F (non-normal) they are those of its diagonal as well."""
+    D = np.array([np.diag([2.0, -0.5, 0.1]), np.diag([4.0, -1.5, 0.2])])
+    for alpha in (0.3, 1.0):
+        want = np.sort(np.mean(np.log(np.abs(1 + alpha * np.stack([np.diag(x) for x in D]))), axis=0))[::-1]
+        np.testing.assert_allclose(lyapunov_exponents(D, affine_alpha=alpha), want, atol=1e-12)
+    U = np.triu(np.random.default_rng(6).normal(size=(4, 4)))
+    Fs = np.stack([U, U, U])
+    want = np.sort(np.log(np.abs(1 + 0.7 * np.diag(U))))[::-1]
+    np.testing.assert_allclose(lyapunov_exponents(Fs, affine_alpha=0.7), want, atol=1e-10)
 
 
 def test_theorem1_shared_symmetric_alignment_and_consensus():
