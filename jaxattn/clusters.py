@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .errors import ConfigError
+from .stats import wilson
 
 # ----------------------------------------------------------------------------- input checks
 
@@ -472,23 +473,6 @@ class Estimate(NamedTuple):
     lo: float
     hi: float
     classes: dict  # counts of every class of TOP_CLASSES
-
-
-def wilson(count: int, samples: int, confidence: float = 0.95) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion ``count / samples``."""
-    from statistics import NormalDist
-
-    if samples < 1:
-        raise ConfigError(f"samples must be >= 1, got {samples}")
-    if not 0 < confidence < 1:
-        raise ConfigError(f"confidence must be in (0, 1), got {confidence!r}")
-    z = NormalDist().inv_cdf(0.5 + confidence / 2)
-    p = count / samples
-    den = 1 + z * z / samples
-    mid = (p + z * z / (2 * samples)) / den
-    half = z * math.sqrt(p * (1 - p) / samples + z * z / (4 * samples * samples)) / den
-    # the interval always holds p (rounding could put an end of it a hair inside when p is 0 or 1)
-    return max(0.0, min(mid - half, p)), min(1.0, max(mid + half, p))
 
 
 def random_matrices(key, d: int, count: int, ensemble: str = "ginibre", dtype=None) -> jax.Array:

@@ -105,6 +105,7 @@ from .errors import ConfigError
 from .fields import Flow, velocity
 from .params import Model, validate
 from .spectral import eig_sorted, layer_matrices
+from .stats import wilson
 
 Kind = Union[Dynamics, Flow]
 
@@ -666,17 +667,6 @@ def classify(system: System, X, *, tol: float = 1e-7, cluster_tol: float = 1e-4,
         else:
             out.append(Terminal(f"clustering {m}", "clustering", 0, (), m, float(r1)))
     return out
-
-
-def wilson(count: int, total: int, z: float = 1.959963984540054) -> tuple[float, float]:
-    """Wilson score interval for a proportion ``count/total`` (95% by default)."""
-    if total <= 0:
-        return (0.0, 1.0)
-    p = count / total
-    den = 1 + z * z / total
-    centre = (p + z * z / (2 * total)) / den
-    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / den
-    return (max(0.0, centre - half), min(1.0, centre + half))
 
 
 def _silent(t, X, ctx=None):
