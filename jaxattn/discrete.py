@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -93,7 +94,7 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None) -> None:
         check_spd(S, model.d_model)
 
 
-def geometry_of(dyn: Dynamics, S=None) -> Optional[Geometry]:
+def geometry_of(dyn: Dynamics, S=None) -> Geometry | None:
     """The token space a dynamics retracts onto (``None`` for the affine LayerNorm)."""
     return {"l2": SPHERE, "none": FLAT, "ellipsoid": Geometry("ellipsoid", S)}.get(dyn.norm)
 
@@ -113,25 +114,20 @@ def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, bet
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
     if dyn.norm == "layernorm":
         return nn.layer_norm(y, w, b, model.ln_eps)
-    return geometry_of(dyn, S).retract(y)
+    geom = geometry_of(dyn, S)
+    assert geom is not None  # every norm but layernorm has a geometry
+    return geom.retract(y)
 
 
 def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
-          return_probs: bool = False, probs: Optional[jax.Array] = None):
+          return_probs: bool = False, probs: jax.Array | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
     ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them.
     """
 
-    def ffn(y):
-        act = nn.activation(model.activation)
-        h = y @ lw.w1.T
-        if dyn.biases and lw.b1 is not None:
-            h = h + lw.b1[None, :]
-        out = act(h) @ lw.w2.T
-        if dyn.biases and lw.b2 is not None:
-            out = out + lw.b2[None, :]
-        return out
+    def ffn(y):  # check_dynamics refuses ffn=True on a model without FFN weights
+        return nn.ffn(y, lw, model.activation, biases=dyn.biases)
 
     norm = lambda y, w, b: _norm(y, w, b, model, dyn, S)
     h = attention_input(X, lw, model, dyn)
@@ -174,7 +170,7 @@ class Simulation(NamedTuple):
 
     observables: Any
     final: jax.Array  # [B, n, d]
-    trajectory: Optional[jax.Array]  # [B, T, n, d] when asked for, else None
+    trajectory: jax.Array | None  # [B, T, n, d] when asked for, else None
 
 
 def saved_steps(steps: int, save=None) -> np.ndarray:
@@ -256,8 +252,8 @@ class _MapProgram:
 
 
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-             observe: Optional[Callable] = None, aux: Any = None, trajectory: bool = False,
-             batch_size: Optional[int] = None, dtype=None, save=None, devices=None,
+             observe: Callable | None = None, aux: Any = None, trajectory: bool = False,
+             batch_size: int | None = None, dtype=None, save=None, devices=None,
              precision: str = "highest", kernel: str = "auto") -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
@@ -330,15 +326,15 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     program = _MapProgram(dyn=dynamics, steps=int(steps), every=every, observe=observe or consensus_observables,
                           trajectory=bool(trajectory))
     one_device = devices is None or len(list(devices)) <= 1
-    choice = choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1]) if one_device or kernel == "plain" \
-        else "plain"
+    choice = (choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1])
+              if one_device or kernel == "plain" else "plain")
     if choice == "fused":
         try:
             with jax.default_matmul_precision(check_precision(precision)):
                 obs, final = fused_simulate(model, X0.astype(dtype), int(steps), dyn=dynamics, alpha=alpha,
                                             beta=beta, S=S, save=save)
             return Simulation(obs, final, None)
-        except Exception as e:  # noqa: BLE001 — a kernel the backend cannot lower must not stop a run
+        except Exception as e:
             if kernel == "fused":
                 raise
             # chosen automatically: fall back to the plain path, which computes the same map

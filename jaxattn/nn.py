@@ -7,7 +7,12 @@ import math
 import jax
 import jax.numpy as jnp
 
+from typing import TYPE_CHECKING
+
 from .errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: params does not import this module back
+    from .params import Layers
 
 
 def l2(y: jax.Array) -> jax.Array:
@@ -57,3 +62,19 @@ def activation(name: str):
         return _ACT[name]
     except KeyError:
         raise ConfigError(f"unsupported activation {name!r}; supported: {', '.join(sorted(_ACT))}") from None
+
+
+def ffn(y: jax.Array, lw: Layers, act: str, *, biases: bool = True) -> jax.Array:
+    """The feed-forward sublayer ``W2 act(W1 y + b1) + b2`` of one weight set, ``[..., d] -> [..., d]``.
+
+    ``biases=False`` drops ``b1, b2`` (the attention-only simplifications keep the FFN's matrices only).
+    """
+    assert lw.w1 is not None and lw.w2 is not None  # callers refuse ffn=True on models without FFN weights
+    lead = (1,) * (y.ndim - 1)  # explicit broadcast: rank promotion is "raise" in the tests
+    h = y @ lw.w1.T
+    if biases and lw.b1 is not None:
+        h = h + lw.b1.reshape(lead + lw.b1.shape)
+    out = activation(act)(h) @ lw.w2.T
+    if biases and lw.b2 is not None:
+        out = out + lw.b2.reshape(lead + lw.b2.shape)
+    return out

@@ -123,26 +123,26 @@ def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: flo
     u = jnp.asarray(u_np, ftype)
     lw = jax.tree_util.tree_map(lambda a: jnp.asarray(a, ftype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a,
                                 lay.take(model.schedule[block % model.depth]))
-    act = nn.activation(model.activation)
-
     def norm(y, w_, b_):
         return nn.layer_norm(y, w_, b_, model.ln_eps) if layernorm else nn.l2(y)
 
     def loss(p):
         y = norm(p[None, :], lw.ln1_w, lw.ln1_b)
-        h = y + (act(y @ lw.w1.T + lw.b1[None]) @ lw.w2.T + lw.b2[None])
+        h = y + nn.ffn(y, lw, model.activation)
         o = norm(h, lw.ln2_w, lw.ln2_b)[0]
         return -jnp.dot(o, u) / jnp.linalg.norm(o)
 
-    grad = jax.jit(jax.grad(loss))
+    import optax
+
+    opt = optax.adam(lr)  # Adam on the unnormalised direction (the loss is scale-invariant)
+
+    def update(carry, _):
+        p, state = carry
+        upd, state = opt.update(jax.grad(loss)(p), state, p)
+        return (optax.apply_updates(p, upd), state), None
+
     p = u + 0.01 * jax.random.normal(jax.random.key(seed), (d,), ftype)
-    m = jnp.zeros_like(p)
-    v = jnp.zeros_like(p)
-    for i in range(1, steps + 1):  # Adam on the unnormalised direction
-        gr = grad(p)
-        m = 0.9 * m + 0.1 * gr
-        v = 0.999 * v + 0.001 * gr * gr
-        p = p - lr * (m / (1 - 0.9 ** i)) / (jnp.sqrt(v / (1 - 0.999 ** i)) + 1e-8)
+    (p, _), _ = jax.jit(lambda p: jax.lax.scan(update, (p, opt.init(p)), None, length=steps))(p)
     out = np.asarray(p, np.float64)
     return out / np.linalg.norm(out)
 
