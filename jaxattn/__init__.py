@@ -12,26 +12,26 @@ Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :f
 
 from importlib import metadata as _metadata
 
-from . import geometry, metrics, nn
+from . import geometry, metrics, nn, observables, prompts
+from ._runner import Context
+from ._sweep import sweep
 from .attention import KERNELS, allowed, attend, probabilities
 from .checkpoints import builtin_path, convert, load, load_any, save
-from ._runner import Context
 from .continuous import Solution, solve
 from .discrete import D1, D3, D4, D5, FAITHFUL, NO_FFN, Dynamics, Simulation, block, layer_index, simulate, step
-from .fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
 from .errors import CheckpointError, ConfigError, JaxattnError
-from .experiments.power_method import StudyConfig, alignment, run_study
 from .experiments.consensus import ConsensusConfig
+from .experiments.power_method import StudyConfig, alignment, run_study
 from .faithful import embed, forward, hidden_states
-from .metrics import alignment_observables, alignment_tables, consensus_observables
+from .fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
+from .grid import sweep_grid
+from .metrics import consensus_observables
+from .observables import alignment_observables, alignment_tables
 from .params import Embeddings, Layers, Model, from_heads, parse_mask, validate
+from .passes import repeated_passes
 from .sampling import init_tokens, random_model, symmetric_with_spectrum
 from .spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from .steering import precompensate, steer
-from ._sweep import sweep
-from .grid import sweep_grid
-from .passes import repeated_passes
-from . import observables, prompts
 from .store import open_sweep
 
 try:  # one version string: the installed package's metadata (pyproject.toml)
@@ -40,15 +40,13 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
     __version__ = "0+unknown"
 
 __all__ = [
-    "D1", "D3", "D4", "D5", "FAITHFUL", "NO_FFN", "Dynamics", "repeated_passes", "observables", "prompts", "Simulation", "block", "layer_index", "simulate", "step", "sweep",
-    "C1", "C2", "C3", "C3_RESCALED", "OJA", "Flow", "Solution", "solve", "velocity", "Context",
-    "KERNELS", "allowed", "attend", "probabilities", "geometry", "metrics", "nn",
-    "builtin_path", "convert", "load", "load_any", "save",
-    "CheckpointError", "ConfigError", "JaxattnError",
-    "StudyConfig", "ConsensusConfig", "alignment", "run_study", "embed", "forward", "hidden_states",
-    "alignment_observables", "alignment_tables", "consensus_observables",
-    "Embeddings", "Layers", "Model", "from_heads", "parse_mask", "validate",
-    "init_tokens", "random_model", "symmetric_with_spectrum",
-    "Spectrum", "cumulative_products", "layer_matrices", "lyapunov_exponents", "spectrum",
-    "precompensate", "steer", "sweep_grid", "open_sweep", "__version__",
+    "C1", "C2", "C3", "C3_RESCALED", "D1", "D3", "D4", "D5", "FAITHFUL", "KERNELS", "NO_FFN", "OJA", "CheckpointError",
+    "ConfigError", "ConsensusConfig", "Context", "Dynamics", "Embeddings", "Flow", "JaxattnError", "Layers", "Model",
+    "Simulation", "Solution", "Spectrum", "StudyConfig", "__version__", "alignment", "alignment_observables",
+    "alignment_tables", "allowed", "attend", "block", "builtin_path", "consensus_observables", "convert",
+    "cumulative_products", "embed", "forward", "from_heads", "geometry", "hidden_states", "init_tokens", "layer_index",
+    "layer_matrices", "load", "load_any", "lyapunov_exponents", "metrics", "nn", "observables", "open_sweep",
+    "parse_mask", "precompensate", "probabilities", "prompts", "random_model", "repeated_passes", "run_study", "save",
+    "simulate", "solve", "spectrum", "steer", "step", "sweep", "sweep_grid", "symmetric_with_spectrum", "validate",
+    "velocity",
 ]

@@ -7,10 +7,10 @@ import pytest
 
 import jaxattn as ja
 from jaxattn import metrics
-
-from . import reference as ref
 from jaxattn.experiments.power_method import layer_table
 from jaxattn.spectral import cumulative_products, layer_matrices, spectrum
+
+from . import reference as ref
 
 
 def np_rho(X, v):
@@ -43,9 +43,9 @@ def test_layer_table_matches_numpy_reference(shared, mask):
     spec = spectrum(model)
     Fs = layer_matrices(model)[list(model.schedule)]
     _, u1 = cumulative_products(Fs)
-    tab = metrics.alignment_tables(spec, model.schedule, L, u1, 1.0, jnp.float64)
+    tab = ja.observables.alignment_tables(spec, model.schedule, L, u1, 1.0, jnp.float64)
     X0 = ja.init_tokens(jax.random.key(1), B, n, d, kind="gaussian", dtype=jnp.float64)
-    res = ja.simulate(model, X0, L, observe=metrics.alignment_observables, aux=tab, trajectory=True)
+    res = ja.simulate(model, X0, L, observe=ja.observables.alignment_observables, aux=tab, trajectory=True)
     obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
     rows = layer_table(obs, spec, model.schedule, L, "main")
     traj = np.asarray(res.trajectory)  # [B, L+1, n, d]

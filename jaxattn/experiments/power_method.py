@@ -21,14 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._sweep import Timer, sweep
 from ..discrete import D1, FAITHFUL, Dynamics, simulate
 from ..errors import ConfigError
-from ..metrics import alignment_observables, alignment_tables
+from ..observables import alignment_observables, alignment_tables
 from ..params import Model
 from ..results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from ..spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from ..steering import precompensate, steer, steer_to_target, steered_alignment
-from .._sweep import Timer, sweep
 
 
 @dataclasses.dataclass
