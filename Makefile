@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   the main job on the built-in default model (creates .venv on first use)
-#   make test   the whole test suite (creates .venv on first use)
+#   make test   ruff, mypy and the whole test suite (creates .venv on first use)
 #   make docs   the documentation site into build/site (mkdocs build --strict)
 PYTHON ?= python3
 VENV   ?= .venv
@@ -25,7 +25,10 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/jaxattn analyze --out runs/demo
 
+# lint (ruff, pyproject.toml [tool.ruff]) and type-check (mypy, [tool.mypy]) first, then the suite
 test: $(STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt

@@ -102,7 +102,8 @@ def main():
 
     res = {
         "workload": f"C2 sphere flow, B={a.B} n={a.n} d={a.d} H={a.heads}, t1={a.t1}, rtol=atol={a.rtol}, float32",
-        "device": f"{platform.machine()} {jax.default_backend()} ({jax.devices()[0].device_kind}), torch {torch.__version__}",
+        "device": f"{platform.machine()} {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+                  f"torch {torch.__version__}",
         "jaxattn_warm_s": round(j["warm"], 3), "jaxattn_first_call_s": round(j["first"], 3),
         "jaxattn_steps_per_condition_median": int(np.median(j["steps"])),
         "torchdiffeq_dopri5_s": round(t["seconds"], 3), "torchdiffeq_function_evaluations": t["nfe"],

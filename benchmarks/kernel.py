@@ -45,7 +45,9 @@ def main():
             X0 = ja.init_tokens(jax.random.key(1), a.B, n, d)
             res = {}
             for kernel in ("plain", "fused"):
-                f = lambda: jax.block_until_ready(ja.simulate(model, X0, L, kernel=kernel))
+                def f(model=model, X0=X0, kernel=kernel):  # the loop's values, bound now
+                    return jax.block_until_ready(ja.simulate(model, X0, L, kernel=kernel))
+
                 out = f()
                 t = time.perf_counter()
                 for _ in range(3):
@@ -53,7 +55,8 @@ def main():
                 res[kernel] = ((time.perf_counter() - t) / 3, out)
             err = float(np.abs(np.asarray(res["plain"][1].final) - np.asarray(res["fused"][1].final)).max())
             flops = (8 * n * d * d + 4 * n * n * d) * a.B * L
-            row = {"d": d, "n": n, "plain_ms": round(res["plain"][0] * 1e3, 2), "fused_ms": round(res["fused"][0] * 1e3, 2),
+            row = {"d": d, "n": n, "plain_ms": round(res["plain"][0] * 1e3, 2),
+                   "fused_ms": round(res["fused"][0] * 1e3, 2),
                    "speedup": round(res["plain"][0] / res["fused"][0], 2), "max_abs_diff": err,
                    "fused_tflops": round(flops / res["fused"][0] / 1e12, 2),
                    "plain_bytes_per_cond_layer": 4 * (6 * n * d + 2 * H * n * n + 2 * n * d),

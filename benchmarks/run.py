@@ -89,7 +89,7 @@ def make_jaxattn(model, X0):
 def _torch_layer(X, wqkv, wo, H, dh, scale, sdpa=False):
     import torch
 
-    B, n, d = X.shape
+    B, n, _ = X.shape
     qkv = (X @ wqkv.T).view(B, n, 3, H, dh).permute(2, 0, 3, 1, 4)  # [3, B, H, n, dh]
     q, k, v = qkv[0], qkv[1], qkv[2]
     if sdpa:
@@ -105,7 +105,8 @@ def make_torch(ws, X0, mode):
     import torch
 
     torch.set_grad_enabled(False)
-    tw = [dict(wqkv=torch.from_numpy(np.array(w["wqkv"])), wo=torch.from_numpy(np.array(w["wo"])), H=w["H"], dh=w["dh"], scale=w["scale"])
+    tw = [dict(wqkv=torch.from_numpy(np.array(w["wqkv"])), wo=torch.from_numpy(np.array(w["wo"])), H=w["H"], dh=w["dh"],
+               scale=w["scale"])
           for w in ws]
     X0t = torch.from_numpy(np.array(X0))
     layer = _torch_layer
@@ -232,7 +233,8 @@ def bench_workload(name, repeats, quick):
         err = float(np.abs(out - ref).max())
         assert err < 1e-3, f"{name}: {label} disagrees with jaxattn by {err:.3g}"
         rows[label] = dict(seconds=round(best, 4), compile_s=round(max(first - best, 0.0), 2), max_abs_diff=err,
-                           cond_steps_per_s=round(B * L / best), gflops=round(B * L * flops_per_cond_step / best / 1e9, 2))
+                           cond_steps_per_s=round(B * L / best),
+                           gflops=round(B * L * flops_per_cond_step / best / 1e9, 2))
     fn = make_numpy(ws, X0[:nb])
     t = time.perf_counter()
     out = fn()

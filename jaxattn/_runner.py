@@ -20,7 +20,8 @@ equal programs share one compiled executable. The runner owns what both kinds of
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -47,7 +48,7 @@ def default_lanes() -> int:
     return DEFAULT_LANES.get(jax.default_backend(), 1024)
 
 
-def lanes_for(batch: int, batch_size: Optional[int]) -> int:
+def lanes_for(batch: int, batch_size: int | None) -> int:
     """The lane width used for a batch: ``batch_size`` when given, else the backend default.
 
     Never clamped to the batch: a batch smaller than the lane width is padded, so a condition's
@@ -62,9 +63,9 @@ def lanes_for(batch: int, batch_size: Optional[int]) -> int:
 def _run(program, X0, params, *, lanes, mesh):
     def local(X0, params):  # the conditions of one device, in blocks of `lanes`
         B = X0.shape[0]
-        blocks = X0.reshape((B // lanes, lanes) + X0.shape[1:])
+        blocks = X0.reshape((B // lanes, lanes, *X0.shape[1:]))
         out = jax.lax.map(jax.vmap(lambda x: program(x, params)), blocks)
-        return jax.tree_util.tree_map(lambda a: a.reshape((B,) + a.shape[2:]), out)
+        return jax.tree_util.tree_map(lambda a: a.reshape((B, *a.shape[2:])), out)
 
     if mesh is None:
         return local(X0, params)
@@ -73,7 +74,7 @@ def _run(program, X0, params, *, lanes, mesh):
                          check_vma=False)(X0, params)
 
 
-def mesh_of(devices) -> Optional[jax.sharding.Mesh]:
+def mesh_of(devices) -> jax.sharding.Mesh | None:
     """A one-axis mesh (``'conditions'``) over ``devices``; ``None`` for a single device."""
     devices = list(devices) if devices is not None else []
     if len(devices) <= 1:
@@ -81,7 +82,7 @@ def mesh_of(devices) -> Optional[jax.sharding.Mesh]:
     return jax.sharding.Mesh(np.asarray(devices), ("conditions",))
 
 
-def replicate(tree: Any, mesh: Optional[jax.sharding.Mesh]) -> Any:
+def replicate(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
     """Place ``tree`` on every device of ``mesh`` once (weights of a sweep), or leave it as is."""
     if mesh is None:
         return tree
@@ -94,7 +95,7 @@ def check_precision(precision: str) -> str:
     return PRECISIONS[precision]
 
 
-def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None, devices=None,
+def run(program, X0: jax.Array, params: Any, *, batch_size: int | None = None, devices=None,
         precision: str = "highest") -> Any:
     """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
 
@@ -111,7 +112,7 @@ def run(program, X0: jax.Array, params: Any, *, batch_size: Optional[int] = None
     width = lanes * (1 if mesh is None else mesh.size)
     pad = (-B) % width
     if pad:  # pad with copies of the first condition: finite, and dropped below
-        X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad,) + X0.shape[1:])])
+        X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad, *X0.shape[1:]))])
     with jax.default_matmul_precision(xla_precision):  # part of the compilation cache key
         out = _run(program, X0, params, lanes=lanes, mesh=mesh)
     if pad:
@@ -179,6 +180,6 @@ def resolve_dtype(dtype, X0) -> jnp.dtype:
     dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(X0).dtype
     if not jnp.issubdtype(dt, jnp.floating):
         dt = jnp.dtype(jnp.float32)
-    if dt == jnp.float64 and not jax.config.jax_enable_x64:
+    if dt == jnp.float64 and not jax.config.read("jax_enable_x64"):
         raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
     return dt

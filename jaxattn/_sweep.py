@@ -15,8 +15,8 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -50,9 +50,9 @@ def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: in
 
 
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
-          chunk: Optional[int] = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-          dtype=jnp.float32, observe: Optional[Callable] = None, aux=None, keep_final: bool = True,
-          progress: bool = True, fingerprint: Optional[dict] = None, stats: Optional[dict] = None) -> dict[str, np.ndarray]:
+          chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
+          dtype=jnp.float32, observe: Callable | None = None, aux=None, keep_final: bool = True,
+          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
@@ -120,7 +120,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                                    aux=aux, dtype=dtype)
                     got = flatten({"observables": res.observables})
                     if keep_final:
-                        got["final"] = res.final
+                        got["final"] = np.asarray(res.final)
                     pieces.append({k: np.asarray(v)[:min(piece, size - p0)] for k, v in got.items()})
                     bar.update(min(piece, size - p0))
                 part = {k: np.concatenate([q[k] for q in pieces]) for k in pieces[0]}

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import diffrax
 import jax
@@ -45,7 +46,7 @@ class Solution(NamedTuple):
     ts: np.ndarray  # [T] saved times
     observables: Any  # pytree of [B, T, ...]
     final: jax.Array  # [B, n, d] state at t1
-    trajectory: Optional[jax.Array]  # [B, T, n, d] when asked for
+    trajectory: jax.Array | None  # [B, T, n, d] when asked for
     result: jax.Array  # [B] int32, 0 = success (see RESULT_NAMES)
     num_steps: jax.Array  # [B] accepted + rejected steps taken
 
@@ -80,7 +81,7 @@ class _FlowProgram:
     observe: Callable
     trajectory: bool
     max_steps: int
-    weights_fn: Optional[Callable]
+    weights_fn: Callable | None
 
     def __call__(self, X0, p):
         model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets = p
@@ -94,6 +95,7 @@ class _FlowProgram:
                 ctx = Context(aux, lambda: attention_at(t, y, lw_at(t), self.flow, beta))
                 return self.observe(t, y, ctx), (y if self.trajectory else None)
 
+            controller: diffrax.AbstractStepSizeController
             if self.adaptive:
                 controller, dt0 = diffrax.PIDController(rtol=rtol, atol=atol), None
             else:
@@ -143,9 +145,9 @@ def _finite_positive(name: str, v) -> float:
 
 
 def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts=None,
-          observe: Optional[Callable] = None, aux: Any = None, solver="tsit5", rtol=1e-6, atol=1e-8,
-          dt=None, max_steps: int = 100_000, layer_time=1.0, weights_fn: Optional[Callable] = None,
-          trajectory: bool = False, batch_size: Optional[int] = None, dtype=None, devices=None,
+          observe: Callable | None = None, aux: Any = None, solver="tsit5", rtol=1e-6, atol=1e-8,
+          dt=None, max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
+          trajectory: bool = False, batch_size: int | None = None, dtype=None, devices=None,
           precision: str = "highest") -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.
 
@@ -264,10 +266,11 @@ def _check_weights_fn(weights_fn, model: Model, dtype) -> None:
         got = jax.eval_shape(weights_fn, jnp.zeros((), dtype))
     except Exception as e:  # the user's function failed on a scalar time
         raise ConfigError(f"weights_fn(t) failed for a scalar time t: {e}") from None
-    if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):
+    # jaxlib ships no type stubs for PyTreeDef (mypy sees an unresolved name)
+    if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):  # type: ignore[operator]
         raise ConfigError("weights_fn(t) must return a jaxattn.Layers with the same members as the model's "
                           "(e.g. model.layers.take(0).replace(q=...))")
-    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree_util.tree_leaves(want)):
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree_util.tree_leaves(want), strict=True):
         if g.shape != w.shape:
             name = jax.tree_util.keystr(path)
             raise ConfigError(f"weights_fn(t){name} has shape {g.shape}, expected {w.shape}")

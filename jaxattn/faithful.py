@@ -9,7 +9,6 @@ entry is after ``ln_f``.
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -66,7 +65,7 @@ def _forward(X, model, alpha, beta, *, dyn, steps, final_norm):
     return states, As
 
 
-def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: Optional[int] = None, alpha=1.0, beta=1.0,
+def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None = None, alpha=1.0, beta=1.0,
             final_norm: bool = True, dtype=None):
     """All hidden states of one configuration.
 

@@ -23,7 +23,7 @@ or any smooth function ``weights_fn(t) -> Layers`` of one weight set.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -67,7 +67,7 @@ def set_index(model: Model, t, layer_time=1.0) -> jax.Array:
     return sched[jnp.mod(k, model.depth)]
 
 
-def weights_at(model: Model, t, layer_time=1.0, weights_fn: Optional[Callable] = None) -> Layers:
+def weights_at(model: Model, t, layer_time=1.0, weights_fn: Callable | None = None) -> Layers:
     """The weight set (leading axis removed) in force at time ``t``."""
     if weights_fn is not None:
         return weights_fn(t)
@@ -104,7 +104,7 @@ def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
 
 
 def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer_time=1.0,
-             weights_fn: Optional[Callable] = None) -> jax.Array:
+             weights_fn: Callable | None = None) -> jax.Array:
     """The vector field of ``flow`` at time ``t`` for one configuration ``X: [n, d]``, shape ``[n, d]``.
 
     A pure function of ``X``: ``jax.jacfwd(lambda X: velocity(model, X, ...))(X)`` linearises the flow.

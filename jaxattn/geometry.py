@@ -17,8 +17,6 @@ through the projection itself.
 
 from __future__ import annotations
 
-from typing import Optional
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -34,7 +32,7 @@ class Geometry:
     """A token space. ``kind`` is static; ``S: [d, d]`` (ellipsoid only) is an array leaf."""
 
     kind: str = struct.field(pytree_node=False, default="sphere")
-    S: Optional[jax.Array] = None
+    S: jax.Array | None = None
 
     def _metric(self, X, V):
         """``<x_i, V_i>_S`` per token: ``[..., n, d] x [..., n, d] -> [..., n]``."""
@@ -90,7 +88,7 @@ def ellipsoid(S, dtype=None) -> Geometry:
     return Geometry("ellipsoid", jnp.asarray(S, dtype))
 
 
-def geometry(kind: str, S=None, d: Optional[int] = None, dtype=None) -> Geometry:
+def geometry(kind: str, S=None, d: int | None = None, dtype=None) -> Geometry:
     """The geometry named ``kind`` (``'sphere'``, ``'ellipsoid'`` with ``S``, ``'flat'``)."""
     if kind not in SPACES:
         raise ConfigError(f"space must be one of {SPACES}, got {kind!r}")

@@ -38,8 +38,9 @@ import os
 import sys
 import time
 import tomllib
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -58,8 +59,8 @@ class Key:
 
     types: tuple
     default: Any
-    choices: Optional[tuple] = None
-    check: Optional[Callable[[Any], Optional[str]]] = None
+    choices: tuple | None = None
+    check: Callable[[Any], str | None] | None = None
     help: str = ""
     axis: bool = True  # a list value makes it a grid axis
 
@@ -105,7 +106,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "depth": Key((int,), 12, check=_positive, help="random model: number of blocks"),
         "shared": Key((bool,), True, help="random model: one weight set for every block"),
         "mask": Key((str,), "full", help="random model: 'full', 'causal' or 'local:W'"),
-        "weights": Key((str,), "gaussian", choices=("gaussian", "uniform", "identity"), help="random model: Q, K (and V) law"),
+        "weights": Key((str,), "gaussian", choices=("gaussian", "uniform", "identity"),
+                       help="random model: Q, K (and V) law"),
         "value": Key((str,), "random", choices=("random", "identity"), help="random model: value/output matrices"),
         "scale": Key(_NUM, None, check=_finite_positive, help="random model: score scale (default 1/sqrt(d_h))"),
     },
@@ -208,7 +210,7 @@ def validate_config(raw: Mapping) -> dict:
                 _fill(out, key, sub.replace("-", "_"), v)
         else:
             _fill(out, "", key, value)
-    given = {k for k in out["model"]}
+    given = set(out["model"])
     for sec, keys in SCHEMA.items():
         for k, spec in keys.items():
             out[sec].setdefault(k, spec.default)
@@ -257,8 +259,8 @@ def expand(cfg: dict) -> list[dict]:
     points = []
     for combo in itertools.product(*(flat[a] for a in axes)):
         p = dict(flat)
-        p.update(zip(axes, combo))
-        p["params"] = dict(zip(axes, combo))
+        p.update(zip(axes, combo, strict=True))
+        p["params"] = dict(zip(axes, combo, strict=True))
         points.append(p)
     return points
 
@@ -289,7 +291,7 @@ def _model_of(p: dict, cache: dict):
     from .sampling import random_model
 
     if p["model.source"] == "random":
-        spec = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
+        spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
                 p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"])
         if spec not in cache:  # drawn in float32 whatever the run's dtype: a seed names one model
             cache[spec] = random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), p["model.d"],
@@ -324,9 +326,9 @@ def _run_chunk(p: dict, model, X0, devices, lanes):
     flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"])
     sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], observe=obs,
                 ts=np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"]), solver=p["dynamics.solver"],
-                rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"], max_steps=p["dynamics.max_steps"],
-                layer_time=p["dynamics.layer_time"], dtype=dtype, devices=devices, batch_size=lanes,
-                precision=p["matmul_precision"])
+                rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"],
+                max_steps=p["dynamics.max_steps"], layer_time=p["dynamics.layer_time"], dtype=dtype, devices=devices,
+                batch_size=lanes, precision=p["matmul_precision"])
     return {"observables": sol.observables, "final": sol.final, "result": sol.result, "num_steps": sol.num_steps}
 
 
@@ -354,7 +356,7 @@ def saved_times(p: dict, depth: int) -> np.ndarray:
     return saved_steps(steps, p["dynamics.save"]).astype(np.float64)
 
 
-def distributed_from_env(process_id=None, num_processes=None, coordinator=None) -> tuple[int, int, Optional[str]]:
+def distributed_from_env(process_id=None, num_processes=None, coordinator=None) -> tuple[int, int, str | None]:
     """Process index, count and coordinator from the arguments, else the environment
     (``JAXATTN_PROCESS_ID`` / ``JAXATTN_NUM_PROCESSES`` / ``JAXATTN_COORDINATOR``, or Slurm's
     ``SLURM_PROCID`` / ``SLURM_NTASKS``)."""
@@ -367,12 +369,13 @@ def distributed_from_env(process_id=None, num_processes=None, coordinator=None) 
     if num_processes < 1 or not 0 <= process_id < num_processes:
         raise ConfigError(f"process id {process_id} is outside 0..{num_processes - 1}")
     if num_processes > 1 and not coordinator:
-        raise ConfigError("several processes need a coordinator address host:port (--coordinator or JAXATTN_COORDINATOR)")
+        raise ConfigError("several processes need a coordinator address host:port "
+                          "(--coordinator or JAXATTN_COORDINATOR)")
     return process_id, num_processes, coordinator
 
 
-def sweep_grid(config, out, *, process_id: Optional[int] = None, num_processes: Optional[int] = None,
-               coordinator: Optional[str] = None, progress: bool = True, devices=None, lanes: Optional[int] = None,
+def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int | None = None,
+               coordinator: str | None = None, progress: bool = True, devices=None, lanes: int | None = None,
                log=None):
     """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
     configuration). Returns the opened :class:`jaxattn.store.Sweep`.
@@ -400,7 +403,7 @@ def sweep_grid(config, out, *, process_id: Optional[int] = None, num_processes: 
 
     cfg = validate_config(load_config(config))
     points = expand(cfg)
-    if any(p["dtype"] == "float64" for p in points) and not jax.config.jax_enable_x64:
+    if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         jax.config.update("jax_enable_x64", True)  # asked for in the configuration
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if nproc > 1 and not jax.distributed.is_initialized():
@@ -422,7 +425,8 @@ def sweep_grid(config, out, *, process_id: Optional[int] = None, num_processes: 
     store.lock(pid)
     computed = 0
     try:
-        work = [(i, c, start, size) for i, p in enumerate(points) for c, start, size in chunk_ranges(p["num_init"], chunk)]
+        work = [(i, c, start, size) for i, p in enumerate(points)
+                for c, start, size in chunk_ranges(p["num_init"], chunk)]
         mine = [w for j, w in enumerate(work) if j % nproc == pid]
         total = sum(w[3] for w in mine)
         bar = tqdm(total=total, unit="cond", desc="sweep", file=sys.stderr, disable=not progress, smoothing=0.1)

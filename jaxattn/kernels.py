@@ -20,7 +20,6 @@ mode, which is how the test suite checks it), ``'plain'`` forbids it.
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 import jax
 import jax.numpy as jnp
@@ -33,7 +32,7 @@ MAX_TOKENS = 128
 MAX_DIM = 128
 
 
-def applies(model, dyn, observe, trajectory: bool, save) -> Optional[str]:
+def applies(model, dyn, observe, trajectory: bool, save) -> str | None:
     """``None`` if the fused kernel can run this simulation, else the reason it cannot."""
     from .metrics import consensus_observables
 
@@ -100,7 +99,8 @@ def _kernel(x_ref, sets_ref, q_ref, k_ref, v_ref, o_ref, causal_ref, window_ref,
     def step(k, X):
         g = sets_ref[k]
         q, kk, v, o = q_ref[g], k_ref[g], v_ref[g], o_ref[g]  # [H, dh, d], [H, d, dh]
-        ok = jnp.where(causal_ref[g] > 0, j <= i, True) & jnp.where(window_ref[g] > 0, jnp.abs(i - j) < window_ref[g], True)
+        ok = (jnp.where(causal_ref[g] > 0, j <= i, True)
+              & jnp.where(window_ref[g] > 0, jnp.abs(i - j) < window_ref[g], True))
         if attention == "uniform":
             w = ok.astype(X.dtype)
             A = jnp.broadcast_to((w / w.sum(-1, keepdims=True))[None, None], (X.shape[0], q.shape[0], n, n))
@@ -154,7 +154,7 @@ def _fused(X0, sets, q, k, v, o, causal, window, scale, ab, S, *, steps, norm, a
 
 
 def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, save=None, tile: int = 16,
-                   interpret: Optional[bool] = None):
+                   interpret: bool | None = None):
     """The fused path of :func:`jaxattn.simulate` (validated inputs, cast model): returns
     ``(observables, final)`` with observables ``{'diameter', 'cos_consensus'}: [B, T]``."""
     B, n, d = X0.shape

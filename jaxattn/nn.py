@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
-
-from typing import TYPE_CHECKING
 
 from .errors import ConfigError
 

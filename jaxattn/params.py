@@ -20,8 +20,7 @@ The attention kind of every weight set (causal or not, local window, score scale
 from __future__ import annotations
 
 import dataclasses
-
-from typing import Optional
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +29,8 @@ from flax import struct
 
 from .errors import ConfigError
 
-Array = jax.Array
+# a loaded checkpoint keeps numpy arrays (no float64 truncation while x64 is off); JAX converts them on use
+Array = jax.Array | np.ndarray
 
 #: Activations understood by the faithful layers, keyed by the name a HF config uses.
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu",
@@ -53,18 +53,18 @@ class Layers:
     causal: Array  # [G] bool
     window: Array  # [G] int32; 0 means no window
     scale: Array  # [G] float: score scale s (1/sqrt(d_h) for BERT, 1 for GPT-Neo)
-    bq: Optional[Array] = None  # [G, H, d_h]
-    bk: Optional[Array] = None  # [G, H, d_h]
-    bv: Optional[Array] = None  # [G, H, d_h]
-    bo: Optional[Array] = None  # [G, d]
-    ln1_w: Optional[Array] = None  # [G, d] norm of the attention sublayer (after it: post, before: pre)
-    ln1_b: Optional[Array] = None
-    ln2_w: Optional[Array] = None  # [G, d] norm of the FFN sublayer
-    ln2_b: Optional[Array] = None
-    w1: Optional[Array] = None  # [G, f, d]
-    b1: Optional[Array] = None  # [G, f]
-    w2: Optional[Array] = None  # [G, d, f]
-    b2: Optional[Array] = None  # [G, d]
+    bq: Array | None = None  # [G, H, d_h]
+    bk: Array | None = None  # [G, H, d_h]
+    bv: Array | None = None  # [G, H, d_h]
+    bo: Array | None = None  # [G, d]
+    ln1_w: Array | None = None  # [G, d] norm of the attention sublayer (after it: post, before: pre)
+    ln1_b: Array | None = None
+    ln2_w: Array | None = None  # [G, d] norm of the FFN sublayer
+    ln2_b: Array | None = None
+    w1: Array | None = None  # [G, f, d]
+    b1: Array | None = None  # [G, f]
+    w2: Array | None = None  # [G, d, f]
+    b2: Array | None = None  # [G, d]
 
     @property
     def n_sets(self) -> int:
@@ -82,7 +82,11 @@ class Layers:
     def d_model(self) -> int:
         return self.q.shape[3]
 
-    def take(self, g) -> "Layers":
+    if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
+        def replace(self, **updates: Any) -> Layers:
+            """A copy with the given members replaced."""
+
+    def take(self, g) -> Layers:
         """The weights of set ``g`` (an int or a traced index), leading axis removed."""
         return jax.tree_util.tree_map(lambda a: a[g], self)
 
@@ -93,11 +97,15 @@ class Embeddings:
 
     word: Array  # [V, E]
     position: Array  # [P, E]
-    token_type: Optional[Array] = None  # [T, E]
-    ln_w: Optional[Array] = None  # [E]
-    ln_b: Optional[Array] = None
-    proj_w: Optional[Array] = None  # [d, E]  ALBERT's embedding_hidden_mapping_in
-    proj_b: Optional[Array] = None  # [d]
+    token_type: Array | None = None  # [T, E]
+    ln_w: Array | None = None  # [E]
+    ln_b: Array | None = None
+    proj_w: Array | None = None  # [d, E]  ALBERT's embedding_hidden_mapping_in
+    proj_b: Array | None = None  # [d]
+
+    if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
+        def replace(self, **updates: Any) -> Embeddings:
+            """A copy with the given members replaced."""
 
 
 @struct.dataclass
@@ -106,13 +114,17 @@ class Model:
 
     layers: Layers
     schedule: tuple = struct.field(pytree_node=False)  # weight set used by each block
-    embeddings: Optional[Embeddings] = None
-    final_ln_w: Optional[Array] = None  # [d] GPT-2 / GPT-Neo ln_f
-    final_ln_b: Optional[Array] = None
+    embeddings: Embeddings | None = None
+    final_ln_w: Array | None = None  # [d] GPT-2 / GPT-Neo ln_f
+    final_ln_b: Array | None = None
     norm_style: str = struct.field(pytree_node=False, default="post")
     activation: str = struct.field(pytree_node=False, default="gelu")
     ln_eps: float = struct.field(pytree_node=False, default=1e-12)
     family: str = struct.field(pytree_node=False, default="synthetic")
+
+    if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
+        def replace(self, **updates: Any) -> Model:
+            """A copy with the given members replaced."""
 
     @property
     def depth(self) -> int:
@@ -131,7 +143,7 @@ class Model:
     def n_heads(self) -> int:
         return self.layers.n_heads
 
-    def astype(self, dtype) -> "Model":
+    def astype(self, dtype) -> Model:
         """Cast every floating array (weights, scales) to ``dtype``."""
 
         def cast(a):  # no copy when already of that dtype (models are cast on every simulate call)
@@ -153,21 +165,23 @@ class Model:
             f"depth        {self.depth} blocks, {lay.n_sets} weight set(s)"
             + ("  (shared weights)" if self.shared else ""),
             f"norm style   {self.norm_style}-norm   activation {self.activation}   ln_eps {self.ln_eps:g}",
-            "attention    " + ", ".join(sorted(set(kinds))) + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
+            "attention    " + ", ".join(sorted(set(kinds)))
+            + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
             "has          " + (", ".join(has) if has else "attention weights only"),
         ]
         if lay.w1 is not None:
             lines.append(f"ffn          {lay.w1.shape[1]} hidden units")
         if self.embeddings is not None:
             e = self.embeddings
-            lines.append(f"embeddings   vocab {e.word.shape[0]}  positions {e.position.shape[0]}  size {e.word.shape[1]}")
+            lines.append(f"embeddings   vocab {e.word.shape[0]}  positions {e.position.shape[0]}  "
+                         f"size {e.word.shape[1]}")
         return "\n".join(lines)
 
 
 def _finite(name: str, a) -> None:
-    if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
-        if not bool(np.all(np.isfinite(np.asarray(a)))):
-            raise ConfigError(f"tensor '{name}' has non-finite values (NaN or inf)")
+    if (a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)
+            and not bool(np.all(np.isfinite(np.asarray(a))))):
+        raise ConfigError(f"tensor '{name}' has non-finite values (NaN or inf)")
 
 
 #: The members of :class:`Layers` and :class:`Embeddings`, in declaration order (the converted-file
@@ -263,7 +277,7 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
     q, k, v, o = (jnp.asarray(a) for a in (q, k, v, o))
     if q.ndim != 4 or o.ndim != 4:
         raise ConfigError(f"q/k/v must be [G, H, d_h, d] and o [G, H, d, d_h]; got q {q.shape}, o {o.shape}")
-    G, H, dh, d = q.shape
+    G, _, dh, _ = q.shape
     masks = [masks] * G if isinstance(masks, str) else list(masks)
     if len(masks) != G:
         raise ConfigError(f"{len(masks)} masks given for {G} weight sets")

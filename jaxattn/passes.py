@@ -23,7 +23,8 @@ Observables ``observe(t, X, ctx)`` are evaluated on the input (``t = 0``) and af
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -112,8 +113,8 @@ class _Observe0:
 
 
 def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
-                    redraw: bool = False, key=None, init_std: float = 0.02, mask: Optional[str] = None,
-                    observe: Optional[Callable] = None, aux: Any = None, batch_size: Optional[int] = None,
+                    redraw: bool = False, key=None, init_std: float = 0.02, mask: str | None = None,
+                    observe: Callable | None = None, aux: Any = None, batch_size: int | None = None,
                     dtype="float32") -> Passes:
     """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
 
@@ -137,7 +138,7 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     if dtype not in DTYPES:
         raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     dt = jnp.dtype(DTYPES[dtype])
-    if dt == jnp.float64 and not jax.config.jax_enable_x64:
+    if dt == jnp.float64 and not jax.config.read("jax_enable_x64"):
         raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
     if redraw and key is None:
         raise ConfigError("redraw=True (aperiodic passes) needs a PRNG key")
@@ -169,4 +170,4 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     return Passes(obs, X)
 
 
-__all__ = ["Passes", "repeated_passes", "redraw_weights", "with_mask", "Layers"]
+__all__ = ["Layers", "Passes", "redraw_weights", "repeated_passes", "with_mask"]

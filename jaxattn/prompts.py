@@ -8,7 +8,7 @@ LayerNorm where the family has one, ALBERT's projection); see :func:`jaxattn.fai
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -16,21 +16,25 @@ import numpy as np
 
 from .errors import ConfigError, positive_int
 from .faithful import embed
-from .params import Model
+from .params import Embeddings, Model
 
 
-def _vocab(model: Model) -> int:
+def _embeddings(model: Model) -> Embeddings:
     if model.embeddings is None:
         raise ConfigError("this model has no embeddings: prompts need a converted model (synthetic models take "
                           "random tokens)")
-    return int(model.embeddings.word.shape[0])
+    return model.embeddings
+
+
+def _vocab(model: Model) -> int:
+    return int(_embeddings(model).word.shape[0])
 
 
 def random_prompts(key, model: Model, num: int, n: int, start: int = 0) -> np.ndarray:
     """``[num, n]`` token ids uniform over ``model``'s vocabulary; prompt i from ``fold_in(key, start + i)``."""
     vocab = _vocab(model)
     positive_int("num", num), positive_int("n", n)
-    positions = model.embeddings.position.shape[0]
+    positions = _embeddings(model).position.shape[0]
     if n > positions:
         raise ConfigError(f"prompts of {n} tokens exceed the model's {positions} positions")
     draw = jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(key, i), (n,), 0, vocab, dtype=jnp.int32))
@@ -52,9 +56,9 @@ def check_ids(model: Model, ids) -> np.ndarray:
         raise ConfigError(f"token ids must be integers, got dtype {ids.dtype}")
     if ids.min() < 0 or ids.max() >= vocab:
         raise ConfigError(f"token ids must be in [0, {vocab}), got values in [{ids.min()}, {ids.max()}]")
-    if ids.shape[1] > model.embeddings.position.shape[0]:
-        raise ConfigError(f"prompts of {ids.shape[1]} tokens exceed the model's {model.embeddings.position.shape[0]} "
-                          "positions")
+    positions = _embeddings(model).position.shape[0]
+    if ids.shape[1] > positions:
+        raise ConfigError(f"prompts of {ids.shape[1]} tokens exceed the model's {positions} positions")
     return ids
 
 
@@ -86,7 +90,7 @@ def text_prompts(tokenizer_path, texts: Sequence[str]) -> list[np.ndarray]:
     return out
 
 
-def hemisphere_tokens(key, batch: int, n: int, d: int, pole: Optional[np.ndarray] = None, margin: float = 0.1,
+def hemisphere_tokens(key, batch: int, n: int, d: int, pole: np.ndarray | None = None, margin: float = 0.1,
                       dtype=jnp.float32) -> jax.Array:
     """Random unit tokens in the open hemisphere ``<x, pole> > margin`` (pole: e_1 by default)."""
     from .sampling import init_tokens

@@ -7,6 +7,7 @@ a half-written file behind.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -14,9 +15,10 @@ import os
 import platform
 import sys
 import tempfile
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -87,10 +89,8 @@ def _json_default(o):
 def versions() -> dict:
     out = {"python": sys.version.split()[0]}
     for name in _PACKAGES:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 
@@ -100,13 +100,13 @@ def device_info() -> dict:
     devs = jax.devices()
     return {"backend": jax.default_backend(), "devices": [f"{d.platform}:{d.device_kind}" for d in devs],
             "count": len(devs), "host": platform.node(), "machine": platform.machine(),
-            "x64": bool(jax.config.jax_enable_x64)}
+            "x64": bool(jax.config.read("jax_enable_x64"))}
 
 
 def provenance() -> dict:
     """Versions, device and time of a run, recorded next to its configuration."""
     return {"versions": versions(), "device": device_info(),
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")}
 
 
 def config_hash(config: Mapping) -> str:

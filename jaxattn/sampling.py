@@ -8,7 +8,8 @@ split into chunks or shards (``start`` gives the global index of a chunk's first
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +47,7 @@ def _orthogonal(key, d: int, dtype) -> jax.Array:
     return q * jnp.sign(jnp.diag(r))[None, :]
 
 
-def symmetric_with_spectrum(key, spectrum: Sequence[float], dtype=None) -> jax.Array:
+def symmetric_with_spectrum(key, spectrum: Sequence[float] | np.ndarray, dtype=None) -> jax.Array:
     """``U diag(spectrum) Uᵀ`` with ``U`` Haar-orthogonal: a symmetric ``[d, d]`` matrix.
 
     Examples:
@@ -63,8 +64,8 @@ def symmetric_with_spectrum(key, spectrum: Sequence[float], dtype=None) -> jax.A
 
 
 def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = True,
-                 weights: str = "gaussian", value: str = "random", spectrum: Optional[Sequence[float]] = None,
-                 mask: str = "full", scale: Optional[float] = None, biases: bool = False,
+                 weights: str = "gaussian", value: str = "random", spectrum: Sequence[float] | np.ndarray | None = None,
+                 mask: str = "full", scale: float | None = None, biases: bool = False,
                  bias_std: float = 0.1, unit_output: bool = False, uniform_range=(-1.0, 1.0),
                  dtype=None) -> Model:
     """A synthetic attention-only model (the D1/D2 setting).
@@ -129,10 +130,16 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
         q = draw(kq, (heads, dh, d))
         kmat = draw(kk, (heads, dh, d))
         if value == "random":
-            v = draw(kv, (heads, dh, d)) if weights != "identity" else jax.random.normal(kv, (heads, dh, d), dtype) / np.sqrt(d)
-            o = jnp.eye(d, dtype=dtype)[None] if unit_output else jax.random.normal(ko, (heads, d, dh), dtype) / np.sqrt(d)
+            v = (draw(kv, (heads, dh, d)) if weights != "identity"
+                 else jax.random.normal(kv, (heads, dh, d), dtype) / np.sqrt(d))
+            o = (jnp.eye(d, dtype=dtype)[None] if unit_output
+                 else jax.random.normal(ko, (heads, d, dh), dtype) / np.sqrt(d))
         else:
-            f = jnp.eye(d, dtype=dtype) if value == "identity" else symmetric_with_spectrum(ks, spectrum, dtype)
+            if value == "identity":
+                f = jnp.eye(d, dtype=dtype)
+            else:
+                assert spectrum is not None  # value='symmetric' without one is refused above
+                f = symmetric_with_spectrum(ks, spectrum, dtype)
             # Vstack = I (head h reads its own coordinates), O = F split by columns: Σ O_h V_h = F.
             v = jnp.eye(d, dtype=dtype).reshape(heads, dh, d)
             o = f.reshape(d, heads, dh).transpose(1, 0, 2)

@@ -8,7 +8,6 @@ jitted simulation: their results enter the simulation as plain arrays.
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional
 
 import numpy as np
 
@@ -121,7 +120,8 @@ def _directions(lam: np.ndarray, vec: np.ndarray, imag_tol: float):
 
 def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: float = 1e-3,
              collinear_tol: float = 0.9, imag_tol: float = 1e-9) -> Spectrum:
-    """Eigen-decomposition of every layer matrix with the case analysis (1 real dominant, 2 complex pair, 3 no strict dominance).
+    """Eigen-decomposition of every layer matrix with the case analysis (1 real dominant, 2 complex pair,
+    3 no strict dominance).
 
     Args:
         model_or_F: a :class:`Model` or stacked matrices ``[G, d, d]`` (or one ``[d, d]``).
@@ -168,8 +168,14 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
             # span(v1, v2) (v2's real part if λ2 starts a complex pair)
             sub = _orthonormal(np.stack([v1, v2.real], axis=1)) if d > 1 else v1[:, None]
         D, grp, nd = _directions(lam[g], vec[g], tol)
-        cases.append(case), gaps.append(gap), coll.append(c), v1s.append(v1.astype(complex)), subs.append(sub)
-        dirs.append(D), groups.append(grp), ndirs.append(nd)
+        cases.append(case)
+        gaps.append(gap)
+        coll.append(c)
+        v1s.append(v1.astype(complex))
+        subs.append(sub)
+        dirs.append(D)
+        groups.append(grp)
+        ndirs.append(nd)
     return Spectrum(F=F, eigvals=lam, eigvecs=vec, case=np.asarray(cases), gap=np.asarray(gaps, float),
                     collinearity=np.asarray(coll), v1=np.stack(v1s), subspace=np.stack(subs),
                     directions=np.stack(dirs), direction_group=np.stack(groups), n_directions=np.asarray(ndirs),
@@ -204,7 +210,7 @@ def cumulative_products(Fs: np.ndarray, order: str = "real", alpha: float = 1.0)
     return Phi, vec[:, :, 0]
 
 
-def lyapunov_exponents(Fs: np.ndarray, *, affine_alpha: Optional[float] = None) -> np.ndarray:
+def lyapunov_exponents(Fs: np.ndarray, *, affine_alpha: float | None = None) -> np.ndarray:
     """Lyapunov exponents of the product ``F(T) ⋯ F(1)`` by repeated QR (Oseledets), sorted
     descending: ``(1/T) Σ_k log |diag R_k|``. With ``affine_alpha`` the factors are ``I + α F``.
 

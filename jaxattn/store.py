@@ -21,8 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any
 
 import numpy as np
 
@@ -46,12 +47,12 @@ class SweepStore:
     def __init__(self, root, manifest: dict):
         self.root = Path(root)
         self.manifest = manifest
-        self._group = None
+        self._group: Any = None  # the zarr group, opened on first use
         self._locks: list = []
 
     # ------------------------------------------------------------------ creation
     @classmethod
-    def open(cls, root, manifest: Optional[dict] = None) -> "SweepStore":
+    def open(cls, root, manifest: dict | None = None) -> SweepStore:
         """Open the store at ``root``; with ``manifest``, create it or check that it matches.
 
         ``manifest`` must hold ``fingerprint`` (what decides the numbers); a store whose fingerprint
@@ -134,14 +135,14 @@ class SweepStore:
                 return self.group[key]
             except KeyError:
                 fill = np.nan if np.issubdtype(like.dtype, np.floating) else 0
-                return self.group.create_array(key, shape=(rows,) + like.shape[1:], chunks=(chunk,) + like.shape[1:],
+                return self.group.create_array(key, shape=(rows, *like.shape[1:]), chunks=(chunk, *like.shape[1:]),
                                                dtype=like.dtype, fill_value=fill)
 
     def _marker(self, point: int, chunk_index: int) -> Path:
         return self.root / "done" / f"p{point:04d}" / f"c{chunk_index:06d}.json"
 
     def write_chunk(self, point: int, chunk_index: int, start: int, arrays: Mapping[str, np.ndarray],
-                    rows: int, chunk: int, info: Optional[dict] = None) -> None:
+                    rows: int, chunk: int, info: dict | None = None) -> None:
         """Write rows ``start : start + len`` of every array, then the chunk's marker (atomically)."""
         sums = {}
         for name, a in arrays.items():
@@ -200,6 +201,8 @@ def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:
 class Sweep:
     """A finished or unfinished sweep opened for reading (:func:`open_sweep`)."""
 
+    summary: dict  # set on the sweep that sweep_grid returns: this process's run summary
+
     def __init__(self, root):
         self.store = SweepStore.open(root)
         self.manifest = self.store.manifest
@@ -257,8 +260,8 @@ class Sweep:
         df = pd.concat(frames, ignore_index=True)
         if not summary:
             return df
-        keys = ["point"] + list(self.points[0]["params"])
-        num = [c for c in df.columns if c not in keys + ["condition", "finished", "result"]
+        keys = ["point", *self.points[0]["params"]]
+        num = [c for c in df.columns if c not in [*keys, "condition", "finished", "result"]
                and pd.api.types.is_numeric_dtype(df[c])]
         g = df[df["finished"]].groupby(keys, dropna=False)[num]
         out = g.agg(["mean", "std", "min", "median", "max"])
@@ -276,4 +279,4 @@ def fingerprint(config: Mapping) -> str:
     return config_hash(config)
 
 
-__all__ = ["SweepStore", "Sweep", "open_sweep", "chunk_ranges", "fingerprint"]
+__all__ = ["Sweep", "SweepStore", "chunk_ranges", "fingerprint", "open_sweep"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -22,7 +21,7 @@ FAMILIES = {"bert": bert.convert, "albert": albert.convert, "gpt2": gpt2.convert
 DTYPES = ("source", "float32", "float64")
 
 
-def convert_source(source, *, dtype: str = "source", revision: Optional[str] = None) -> tuple[Model, dict]:
+def convert_source(source, *, dtype: str = "source", revision: str | None = None) -> tuple[Model, dict]:
     """Read a checkpoint folder or hub id and build the model in memory; also return its provenance."""
     if dtype not in DTYPES:
         raise CheckpointError(f"dtype must be one of {DTYPES}, got {dtype!r}")
@@ -39,7 +38,7 @@ def convert_source(source, *, dtype: str = "source", revision: Optional[str] = N
     return model, info
 
 
-def convert(source, out, *, dtype: str = "source", revision: Optional[str] = None) -> Path:
+def convert(source, out, *, dtype: str = "source", revision: str | None = None) -> Path:
     """Convert a Hugging Face checkpoint to the canonical layout at ``out`` (written atomically).
 
     Args:
@@ -81,7 +80,8 @@ def builtin_path(name: str = "minilm") -> Path:
         try:
             meta = read_meta(out)
             st = (folder / "model.safetensors").stat()
-            if meta.get("source", {}).get("path") == str(folder.resolve()) and meta.get("source_stat") == [st.st_size, int(st.st_mtime)]:
+            same_source = meta.get("source", {}).get("path") == str(folder.resolve())
+            if same_source and meta.get("source_stat") == [st.st_size, int(st.st_mtime)]:
                 load(out)  # verifies the content checksum: a damaged cache is converted again
                 return out
         except CheckpointError:
@@ -118,5 +118,7 @@ def inspect(path) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["FAMILIES", "FORMAT_VERSION", "convert", "convert_source", "load", "load_any", "save", "read_meta",
-           "builtin_path", "inspect", "read"]
+__all__ = [
+    "FAMILIES", "FORMAT_VERSION", "builtin_path", "convert", "convert_source", "inspect", "load", "load_any", "read",
+    "read_meta", "save",
+]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from ..params import Embeddings, Layers, Model, validate
@@ -17,10 +19,13 @@ def build(sets: list[dict], *, schedule, causal, window, scale, embeddings: dict
     """
     st = stack(sets)
     arr = lambda a: None if a is None else np.ascontiguousarray(a)
-    layers = Layers(**{k: arr(v) for k, v in st.items()},
-                    causal=np.asarray(causal, dtype=bool), window=np.asarray(window, dtype=np.int32),
+    members: dict[str, Any] = {k: arr(v) for k, v in st.items()}  # validate() checks the required ones
+    layers = Layers(**members, causal=np.asarray(causal, dtype=bool), window=np.asarray(window, dtype=np.int32),
                     scale=np.asarray(scale, dtype=np.float64))  # exact; cast at use
-    emb = None if embeddings is None else Embeddings(**{k: arr(v) for k, v in embeddings.items()})
+    emb = None
+    if embeddings is not None:
+        emb_members: dict[str, Any] = {k: arr(v) for k, v in embeddings.items()}
+        emb = Embeddings(**emb_members)
     return validate(Model(layers=layers, schedule=tuple(int(s) for s in schedule), embeddings=emb,
                           final_ln_w=arr(final_ln[0]), final_ln_b=arr(final_ln[1]), norm_style=norm_style,
                           activation=activation, ln_eps=float(ln_eps), family=family))

@@ -22,7 +22,7 @@ So ``F = Σ_h O_h V_h`` is ``output.dense.weight @ value.weight`` (BERT/ALBERT/G
 from __future__ import annotations
 
 import re
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -84,7 +84,7 @@ def split_cols(W: np.ndarray, H: int) -> np.ndarray:
     return W.reshape(d, H, din // H).transpose(1, 0, 2)
 
 
-def split_bias(b: Optional[np.ndarray], H: int) -> Optional[np.ndarray]:
+def split_bias(b: np.ndarray | None, H: int) -> np.ndarray | None:
     return None if b is None else b.reshape(H, b.shape[0] // H)
 
 

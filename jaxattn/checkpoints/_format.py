@@ -11,8 +11,9 @@ and a schedule that repeats it.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -69,16 +70,18 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Mo
     missing = [k for k in _REQUIRED if k not in arrays]
     if missing:
         raise CheckpointError(f"converted file lacks tensor(s): {', '.join(missing)}")
-    known = {f"layers.{f}" for f in _LAYER_FIELDS} | {f"embeddings.{f}" for f in _EMB_FIELDS} | {"final_ln_w", "final_ln_b"}
+    known = ({f"layers.{f}" for f in _LAYER_FIELDS} | {f"embeddings.{f}" for f in _EMB_FIELDS}
+             | {"final_ln_w", "final_ln_b"})
     extra = sorted(set(arrays) - known)
     if extra:
         raise CheckpointError(f"converted file has unexpected tensor(s): {', '.join(extra[:5])}")
     get = lambda k: None if k not in arrays else np.asarray(arrays[k])
-    lay = {f: get(f"layers.{f}") for f in _LAYER_FIELDS}
+    lay: dict[str, Any] = {f: get(f"layers.{f}") for f in _LAYER_FIELDS}  # the required ones are checked above
     lay["causal"] = lay["causal"].astype(bool)
     emb = None
     if "embeddings.word" in arrays:
-        emb = Embeddings(**{f: get(f"embeddings.{f}") for f in _EMB_FIELDS})
+        emb_members: dict[str, Any] = {f: get(f"embeddings.{f}") for f in _EMB_FIELDS}
+        emb = Embeddings(**emb_members)
     try:
         model = Model(layers=Layers(**lay), schedule=tuple(int(s) for s in meta["schedule"]), embeddings=emb,
                       final_ln_w=get("final_ln_w"), final_ln_b=get("final_ln_b"), norm_style=meta["norm_style"],

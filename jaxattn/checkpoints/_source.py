@@ -11,7 +11,6 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -39,7 +38,7 @@ def _read_safetensors(path: Path) -> dict:
     out = {}
     try:
         with safe_open(str(path), framework="numpy") as f:
-            for k in f.keys():
+            for k in f.keys():  # noqa: SIM118 -- safetensors' safe_open is not iterable
                 try:
                     out[k] = f.get_tensor(k)
                 except (TypeError, ValueError):  # bfloat16 has no numpy dtype: go through torch
@@ -96,7 +95,7 @@ def weight_files(folder: Path) -> list[Path]:
     raise CheckpointError(f"{folder} has no model.safetensors, sharded safetensors or pytorch_model.bin")
 
 
-def _hub_folder(model_id: str, revision: Optional[str]) -> Path:
+def _hub_folder(model_id: str, revision: str | None) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
@@ -106,20 +105,22 @@ def _hub_folder(model_id: str, revision: Optional[str]) -> Path:
         folder = Path(snapshot_download(model_id, revision=revision, allow_patterns=patterns))
         if not any(folder.glob("*.safetensors")):
             folder = Path(snapshot_download(model_id, revision=revision,
-                                            allow_patterns=["config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"]))
+                                            allow_patterns=["config.json", "pytorch_model*.bin",
+                                                            "pytorch_model.bin.index.json"]))
     except Exception as e:
         raise CheckpointError(f"{model_id!r} is neither a local checkpoint folder nor a reachable hub model id "
                               f"({type(e).__name__}; offline machines need a local folder)") from None
     return folder
 
 
-def read(source, revision: Optional[str] = None) -> Source:
+def read(source, revision: str | None = None) -> Source:
     """Read config and tensors from a local checkpoint folder or a hub model id."""
     path = Path(source)
     if path.is_file():
         raise CheckpointError(f"{source} is a file: give the checkpoint folder (with config.json and the weights)")
     if path.is_dir():
-        folder, origin = path, {"path": str(path.resolve())}
+        origin: dict[str, str | None] = {"path": str(path.resolve())}
+        folder = path
     elif re.fullmatch(r"[\w.-]+(/[\w.-]+)?", str(source)) and not str(source).startswith((".", "/")):
         folder, origin = _hub_folder(str(source), revision), {"hub_id": str(source), "revision": revision}
     else:

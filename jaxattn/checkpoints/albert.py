@@ -9,13 +9,13 @@ from ._common import Tensors, cfg_int, check_heads, find_prefix
 from .bert import IGNORE as BERT_IGNORE
 from .bert import attention_set, embeddings
 
-IGNORE = BERT_IGNORE + [r"predictions\..*", r"sop_classifier\..*"]
+IGNORE = [*BERT_IGNORE, r"predictions\..*", r"sop_classifier\..*"]
 
 
 def schedule(num_layers: int, groups: int, inner: int) -> list[int]:
     """Weight set of every block: layer i runs group ``int(i / (L / G))``, whose ``inner``
     sub-layers are sets ``g * inner + j`` (transformers' AlbertTransformer)."""
-    out = []
+    out: list[int] = []
     for i in range(num_layers):
         g = int(i / (num_layers / groups))
         out.extend(g * inner + j for j in range(inner))

@@ -22,7 +22,8 @@ def _formatter(prog):
 def register(sub) -> None:
     d = DEFAULTS
     p = sub.add_parser("consensus", formatter_class=_formatter,
-                       help="the consensus study: theorem settings in continuous time and a real model run for many passes",
+                       help="the consensus study: theorem settings in continuous time and a real model run for many "
+                            "passes",
                        description="Do tokens reach consensus? (1) The consensus theorems' settings integrated in "
                                    "continuous time on the sphere: time-varying random weights from a hemisphere, "
                                    "causal attention with two heads, causal attention with a symmetric value matrix. "
@@ -44,7 +45,8 @@ def register(sub) -> None:
     p.add_argument("--synthetic-n", type=int, help=f"tokens of the theorem settings [{d['synthetic_n']}]")
     p.add_argument("--synthetic-num", type=int, help=f"initial conditions per theorem setting [{d['synthetic_num']}]")
     p.add_argument("--t1", type=float, help=f"final time of the theorem settings [{d['t1']}]")
-    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None, help=f"write PNG figures [{d['figures']}]")
+    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"write PNG figures [{d['figures']}]")
     p.add_argument("--out", help=f"output directory (must not hold another run) [{d['out']}]")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="stage messages on stderr")
     p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
@@ -52,10 +54,10 @@ def register(sub) -> None:
 
 
 def run(args, cfg) -> int:
+    import jax
+
     from ..checkpoints import load_any
     from ..experiments.consensus import ConsensusConfig, run_study
-
-    import jax
 
     study = ConsensusConfig(**{k: cfg[k] for k in ConsensusConfig.__dataclass_fields__})
     study.check()

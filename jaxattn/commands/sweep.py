@@ -16,7 +16,8 @@ def _formatter(prog):
 
 def add_process_options(p) -> None:
     g = p.add_argument_group("several processes (one per host, jax.distributed)")
-    g.add_argument("--process-id", type=int, help="this process's index (default: $JAXATTN_PROCESS_ID, $SLURM_PROCID or 0)")
+    g.add_argument("--process-id", type=int,
+                   help="this process's index (default: $JAXATTN_PROCESS_ID, $SLURM_PROCID or 0)")
     g.add_argument("--num-processes", type=int,
                    help="number of cooperating processes (default: $JAXATTN_NUM_PROCESSES, $SLURM_NTASKS or 1)")
     g.add_argument("--coordinator", help="host:port of process 0 (default: $JAXATTN_COORDINATOR)")

@@ -80,7 +80,7 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
     d, n, B = cfg.synthetic_d, cfg.synthetic_n, cfg.synthetic_num
     key = jax.random.key(cfg.seed)
     # float64 where JAX allows it: the theorems' limits are far below float32's round-off (1e-7)
-    dt = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    dt = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
     solve = _with_dtype(solve, dt)
     ts = np.linspace(0.0, cfg.t1, 61)
     out = {}
@@ -100,7 +100,7 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
                      dtype=jnp.float32)
     X0 = init_tokens(jax.random.fold_in(key, 6), B, n, d)
     sol = solve(m, X0, cfg.t1, observe=consensus, ts=ts)
-    lam, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], m.layers.v[0]), np.float64))
+    _, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], m.layers.v[0]), np.float64))
     out["causal_symmetric_V"] = (sol, np.abs(np.asarray(sol.final, np.float64) @ vec[:, -1]))
     return out
 
@@ -119,13 +119,15 @@ def _runs(model: Model) -> list[tuple[str, Dynamics, bool]]:
             ("no_ffn_periodic", no_ffn, False), ("no_ffn_redrawn", no_ffn, True)]
 
 
-def run_study(model: Model, out_dir, cfg: ConsensusConfig = ConsensusConfig(), *, model_name: str = "model",
+def run_study(model: Model, out_dir, cfg: ConsensusConfig | None = None, *, model_name: str = "model",
               progress=None) -> dict:
-    """Run the study into ``out_dir``; returns the tables (lists of row dicts)."""
+    """Run the study into ``out_dir``; returns the tables (lists of row dicts). ``cfg`` defaults to
+    ``ConsensusConfig()``."""
+    cfg = ConsensusConfig() if cfg is None else cfg
     cfg.check()
     say = progress or (lambda msg: None)
     out = Path(out_dir)
-    if cfg.dtype == "float64" and not jax.config.jax_enable_x64:
+    if cfg.dtype == "float64" and not jax.config.read("jax_enable_x64"):
         jax.config.update("jax_enable_x64", True)
     runs = _runs(model)
     key = jax.random.key(cfg.seed)
@@ -141,7 +143,8 @@ def run_study(model: Model, out_dir, cfg: ConsensusConfig = ConsensusConfig(), *
         cc = np.asarray(res.observables["cos_consensus"], np.float64)
         curves[name] = ft
         for layer in range(ft.shape[1]):
-            tables["passes"].append({"run": name, "layer": layer, "pass": (layer - 1) // model.depth + 1 if layer else 0,
+            tables["passes"].append({"run": name, "layer": layer,
+                                     "pass": (layer - 1) // model.depth + 1 if layer else 0,
                                      "first_token_mean": float(np.nanmean(ft[:, layer])),
                                      "first_token_std": float(np.nanstd(ft[:, layer])),
                                      "cos_consensus_mean": float(np.nanmean(cc[:, layer]))})
@@ -153,7 +156,7 @@ def run_study(model: Model, out_dir, cfg: ConsensusConfig = ConsensusConfig(), *
     if cfg.synthetic:
         say("synthetic settings (continuous time, sphere)")
         syn = synthetic_settings(cfg)
-        for name, (sol, extra) in syn.items():
+        for name, (sol, _) in syn.items():
             obs = {k: np.asarray(v, np.float64) for k, v in sol.observables.items()}
             for i, t in enumerate(sol.ts):
                 row = {"setting": name, "t": float(t), "first_token_mean": float(obs["first_token"][:, i].mean()),
@@ -195,7 +198,8 @@ def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, table
             obs = {k: np.asarray(v, np.float64) for k, v in sol.observables.items()}
             line = (f"* **{name}**: mean first-token measure {obs['first_token'][:, 0].mean():.3f} at t = 0 → "
                     f"{obs['first_token'][:, -1].mean():.2e} at t = {sol.ts[-1]:g}; all-pairs cosine measure "
-                    f"{obs['cos_consensus'][:, -1].mean():.2e}; solver failures {int(np.sum(np.asarray(sol.result) != 0))}")
+                    f"{obs['cos_consensus'][:, -1].mean():.2e}; "
+                    f"solver failures {int(np.sum(np.asarray(sol.result) != 0))}")
             if name == "hemisphere":
                 dec = np.diff(obs["hemisphere"], axis=1).min()
                 line += f"; hemisphere Lyapunov function: largest decrease between saved times {min(dec, 0.0):.1e}"
@@ -235,7 +239,7 @@ def _figures(out: Path, model: Model, curves, syn) -> list[str]:
     names.append("passes.png")
     if syn:
         fig, axes = plt.subplots(1, len(syn), figsize=(4 * len(syn), 3.4))
-        for ax, (name, (sol, _)) in zip(np.atleast_1d(axes), syn.items()):
+        for ax, (name, (sol, _)) in zip(np.atleast_1d(axes), syn.items(), strict=True):
             ft = np.asarray(sol.observables["first_token"], np.float64)
             ax.semilogy(sol.ts, np.maximum(ft.T, 1e-16), color="C0", alpha=0.15)
             ax.semilogy(sol.ts, np.maximum(ft.mean(0), 1e-16), color="k")
