@@ -40,7 +40,8 @@ def main():
     import transformers
 
     import jaxattn as ja
-    from jaxattn import observables, prompts
+    from jaxattn.analysis import observables
+    from jaxattn.dynamics import prompts
 
     torch.set_grad_enabled(False)
     cfg = transformers.GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=max(a.tokens, 1024))

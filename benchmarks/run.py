@@ -69,7 +69,7 @@ def weight_list(model):
 
 # ------------------------------------------------------------------------------------ implementations
 def _diameter_obs(t, X, ctx):
-    from jaxattn.metrics import diameter
+    from jaxattn.analysis.metrics import diameter
 
     return diameter(X)
 

@@ -16,7 +16,7 @@ import tempfile
 
 CHILD = """
 import json, resource, sys, time
-import jaxattn.grid as g
+import jaxattn.sweeps.grid as g
 n = int(sys.argv[1])
 cfg = {"num_init": n, "chunk": 16384, "model": {"d": 16, "heads": 2, "depth": 8, "shared": False},
        "init": {"n": 8}}

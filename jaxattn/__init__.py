@@ -12,27 +12,42 @@ Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :f
 
 from importlib import metadata as _metadata
 
-from . import geometry, metrics, nn, observables, prompts
-from ._runner import Context
-from ._sweep import sweep
-from .attention import KERNELS, allowed, attend, probabilities
-from .checkpoints import builtin_path, convert, load, load_any, save
-from .continuous import Solution, solve
-from .discrete import D1, D3, D4, D5, FAITHFUL, NO_FFN, Dynamics, Simulation, block, layer_index, simulate, step
-from .errors import CheckpointError, ConfigError, JaxattnError
-from .experiments.consensus import ConsensusConfig
-from .experiments.power_method import StudyConfig, alignment, run_study
-from .faithful import embed, forward, hidden_states
-from .fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
-from .grid import sweep_grid
-from .metrics import consensus_observables
-from .observables import alignment_observables, alignment_tables
-from .params import Embeddings, Layers, Model, from_heads, parse_mask, validate
-from .passes import repeated_passes
-from .sampling import init_tokens, random_model, symmetric_with_spectrum
-from .spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
-from .steering import precompensate, steer
-from .store import open_sweep
+from jaxattn.analysis import metrics, observables
+from jaxattn.analysis.metrics import consensus_observables
+from jaxattn.analysis.observables import alignment_observables, alignment_tables
+from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
+from jaxattn.analysis.steering import precompensate, steer
+from jaxattn.dynamics import geometry, prompts
+from jaxattn.dynamics.continuous import Solution, solve
+from jaxattn.dynamics.discrete import (
+    D1,
+    D3,
+    D4,
+    D5,
+    FAITHFUL,
+    NO_FFN,
+    Dynamics,
+    Simulation,
+    block,
+    layer_index,
+    simulate,
+    step,
+)
+from jaxattn.dynamics.faithful import embed, forward, hidden_states
+from jaxattn.dynamics.fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
+from jaxattn.dynamics.passes import repeated_passes
+from jaxattn.dynamics.runner import Context
+from jaxattn.errors import CheckpointError, ConfigError, JaxattnError
+from jaxattn.io.checkpoints import builtin_path, convert, load, load_any, save
+from jaxattn.io.store import open_sweep
+from jaxattn.model import nn
+from jaxattn.model.attention import KERNELS, allowed, attend, probabilities
+from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, validate
+from jaxattn.model.sampling import init_tokens, random_model, symmetric_with_spectrum
+from jaxattn.studies.consensus import ConsensusConfig
+from jaxattn.studies.power_method import StudyConfig, alignment, run_study
+from jaxattn.sweeps.chunked import sweep
+from jaxattn.sweeps.grid import sweep_grid
 
 try:  # one version string: the installed package's metadata (pyproject.toml)
     __version__ = _metadata.version("jaxattn")

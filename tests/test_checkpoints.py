@@ -13,10 +13,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 import jaxattn as ja  # noqa: E402
-import jaxattn.checkpoints as ck  # noqa: E402
+import jaxattn.io.checkpoints as ck  # noqa: E402
 from jaxattn.cli import main  # noqa: E402
+from jaxattn.dynamics.faithful import hidden_states  # noqa: E402
 from jaxattn.errors import CheckpointError  # noqa: E402
-from jaxattn.faithful import hidden_states  # noqa: E402
 
 from . import hf_models, reference  # noqa: E402
 

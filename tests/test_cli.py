@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-import jaxattn._sweep as sweep_mod
+import jaxattn.sweeps.chunked as sweep_mod
 from jaxattn.cli import main
-from jaxattn.results import load_arrays
+from jaxattn.io.results import load_arrays
 
 from . import hf_models, reference
 
@@ -171,7 +171,7 @@ def minilm_lambda1_from_raw_tensors():
     """λ1 (largest real part) of F = W_O W_V per layer, from the Hugging Face checkpoint's own tensors."""
     from safetensors.numpy import load_file
 
-    from jaxattn.checkpoints import minilm_folder
+    from jaxattn.io.checkpoints import minilm_folder
 
     t = load_file(str(Path(minilm_folder()) / "model.safetensors"))
     pre = "" if "encoder.layer.0.attention.self.value.weight" in t else "bert."

@@ -11,9 +11,9 @@ import pytest
 import scipy.linalg as sla
 
 import jaxattn as ja
-from jaxattn import clusters as cl
+from jaxattn.analysis import clusters as cl
 from jaxattn.cli import main
-from jaxattn.experiments.clusters import solve_rescaled
+from jaxattn.studies.clusters import solve_rescaled
 
 
 def _similar(M, seed=0):

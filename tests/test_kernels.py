@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn import kernels
+from jaxattn.dynamics import kernels
 from jaxattn.errors import ConfigError
 
 CASES = [
@@ -76,7 +76,7 @@ def test_selection():
 
 
 def test_sweep_records_the_kernel_and_agrees(tmp_path):
-    from jaxattn import grid
+    from jaxattn.sweeps import grid
 
     cfg = {"num_init": 40, "chunk": 32, "model": {"d": 8, "heads": 2, "depth": 3, "shared": False},
            "init": {"n": 5}, "kernel": ["plain", "fused"]}
@@ -87,7 +87,7 @@ def test_sweep_records_the_kernel_and_agrees(tmp_path):
 
 
 def test_auto_falls_back_to_the_plain_path_when_the_kernel_cannot_run(monkeypatch):
-    import jaxattn.discrete as discrete
+    import jaxattn.dynamics.discrete as discrete
 
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     X0 = ja.init_tokens(jax.random.key(1), 5, 4, 8, dtype=jnp.float64)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn import metrics
-from jaxattn.experiments.power_method import layer_table
-from jaxattn.spectral import cumulative_products, layer_matrices, spectrum
+from jaxattn.analysis import metrics
+from jaxattn.analysis.spectral import cumulative_products, layer_matrices, spectrum
+from jaxattn.studies.power_method import layer_table
 
 from . import reference as ref
 

@@ -9,9 +9,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import jaxattn as ja  # noqa: E402
-from jaxattn import observables, prompts  # noqa: E402
+from jaxattn.analysis import observables  # noqa: E402
+from jaxattn.dynamics import prompts
+from jaxattn.dynamics.passes import redraw_weights, repeated_passes  # noqa: E402
 from jaxattn.errors import ConfigError  # noqa: E402
-from jaxattn.passes import redraw_weights, repeated_passes  # noqa: E402
 
 from . import hf_models  # noqa: E402
 from .test_checkpoints import gpt_neo_exact  # noqa: E402,F401  (fixture)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-import jaxattn._sweep as sweep_mod
+import jaxattn.sweeps.chunked as sweep_mod
 from jaxattn.cli import main
 from jaxattn.errors import CheckpointError, ConfigError
 
@@ -150,7 +150,7 @@ def test_a_finished_runs_config_json_replays_it(tmp_path):
     a = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
     b = json.loads((tmp_path / "b" / "config.json").read_text())["config"]
     assert a["weights_sha256"] == b["weights_sha256"] and a["seed"] == b["seed"] == 4
-    from jaxattn.results import load_arrays
+    from jaxattn.io.results import load_arrays
 
     np.testing.assert_array_equal(load_arrays(tmp_path / "a" / "observables.safetensors")["observables.diameter"],
                                   load_arrays(tmp_path / "b" / "observables.safetensors")["observables.diameter"])
@@ -251,7 +251,7 @@ def test_single_token_is_at_consensus():
 
 
 def test_files_follow_the_umask(tmp_path):
-    from jaxattn.results import write_json
+    from jaxattn.io.results import write_json
 
     old = os.umask(0o022)
     try:

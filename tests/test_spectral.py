@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
+from jaxattn.analysis.spectral import cumulative_products, eig_sorted, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.errors import ConfigError
-from jaxattn.spectral import cumulative_products, eig_sorted, layer_matrices, lyapunov_exponents, spectrum
 
 
 def similar(diag_or_block, seed=0):

@@ -1,4 +1,4 @@
-"""Equilibria and stability (jaxattn.stability) against closed forms, and `jaxattn stability`."""
+"""Equilibria and stability (jaxattn.analysis.stability) against closed forms, and `jaxattn stability`."""
 
 import csv
 import json
@@ -10,7 +10,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 import jaxattn as ja
-from jaxattn import stability as st
+from jaxattn.analysis import stability as st
 from jaxattn.cli import main
 
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-import jaxattn.checkpoints as ck
+import jaxattn.io.checkpoints as ck
+from jaxattn.analysis.spectral import eig_sorted, layer_matrices
+from jaxattn.analysis.steering import precompensate, steer, steer_to_target
 from jaxattn.errors import ConfigError
-from jaxattn.spectral import eig_sorted, layer_matrices
-from jaxattn.steering import precompensate, steer, steer_to_target
 
 from . import hf_models, reference
 

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn import grid
 from jaxattn.errors import ConfigError
-from jaxattn.store import open_sweep
+from jaxattn.io.store import open_sweep
+from jaxattn.sweeps import grid
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"num_init": 150, "chunk": 64, "seed": [0, 3],
@@ -88,7 +88,7 @@ def test_continuous_points_and_result_codes(tmp_path):
 
 _SCRIPT = textwrap.dedent("""
     import json, sys
-    import jaxattn.grid as g
+    import jaxattn.sweeps.grid as g
     cfg, out = json.loads(sys.argv[1]), sys.argv[2]
     g.sweep_grid(cfg, out, progress=False)
 """)
@@ -172,7 +172,7 @@ def test_second_writer_with_the_same_process_id_is_refused(tmp_path):
     out = tmp_path / "s"
     grid.sweep_grid(_cfg(num_init=10), out, progress=False)
     with FileLock(str(out / "locks" / "process-0.lock")):
-        code = (f"import jaxattn.grid as g, json; g.sweep_grid(json.loads({json.dumps(json.dumps(_cfg(num_init=10)))}),"
+        code = (f"import jaxattn.sweeps.grid as g, json; g.sweep_grid(json.loads({json.dumps(json.dumps(_cfg(num_init=10)))}),"
                 f" {str(out)!r}, progress=False)")
         r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True)
     assert r.returncode != 0 and "already writing" in r.stderr
@@ -267,7 +267,7 @@ def test_cli_bad_input_one_line_exit_2_nothing_left(args, match, tmp_path):
 def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkeypatch):
     import errno
 
-    from jaxattn import store
+    from jaxattn.io import store
 
     out = tmp_path / "s"
     cfg = _cfg(seed=0, model__mask="full")
@@ -281,7 +281,7 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
         return real(self, *a, **k)
 
     monkeypatch.setattr(store.SweepStore, "write_chunk", failing)
-    from jaxattn.commands.sweep import execute
+    from jaxattn.cli.sweep import execute
 
     class Args:
         process_id = num_processes = coordinator = None

@@ -1,0 +1,243 @@
+"""Rank-1 steering of the last layer.
+
+``O' = O + β u zᵀ`` with ``zᵀ = wᵀ Vstack⁻¹`` (least squares when ``Vstack`` is singular), so
+that ``F' = O' Vstack = F + β u wᵀ``; ``β = γ · |λ1(F)|``. For large β the principal eigenpair
+of ``F'`` is about ``(β wᵀu, u)``: tokens leaving the last layer align with ``u``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
+from jaxattn.errors import ConfigError
+from jaxattn.model.params import Model, validate
+
+
+@dataclasses.dataclass
+class SteerInfo:
+    beta: float  # the gain actually added, β = γ |λ1|
+    z: np.ndarray  # [d] with zᵀ Vstack = wᵀ (least squares)
+    residual: float  # ||zᵀ Vstack − wᵀ||: 0 when Vstack is invertible
+    weight_set: int  # index of the modified (possibly new) weight set
+
+
+def _unit(u, d, name):
+    u = np.asarray(u, np.float64).reshape(-1)
+    if u.shape != (d,) or not np.all(np.isfinite(u)) or np.linalg.norm(u) == 0:
+        raise ConfigError(f"{name} must be a finite non-zero vector of length d={d}")
+    return u / np.linalg.norm(u)
+
+
+def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> tuple[Model, SteerInfo]:
+    """Return a model whose block ``block`` (default: the last) has layer matrix ``F + β u wᵀ``.
+
+    ``u`` is normalised; ``w`` (default ``u``) is used as given; ``β = γ |λ1(F)|``.
+
+    When the block's weight set is also used by other blocks (shared weights), a new set is
+    appended for that block alone, so the other blocks keep their weights.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> u = np.eye(8)[0]
+        >>> steered, info = ja.steer(model, u, gamma=10.0)
+        >>> info.weight_set, round(info.residual, 9)     # the last block's set; exact (V invertible)
+        (2, 0.0)
+        >>> dF = ja.layer_matrices(steered)[2] - ja.layer_matrices(model)[2]
+        >>> bool(np.allclose(dF, info.beta * np.outer(u, u), atol=1e-5))   # F + β u uᵀ
+        True
+        >>> bool(np.isclose(info.beta, 10.0 * abs(ja.spectrum(model).lambda1[2])))   # β = γ |λ1(F)|
+        True
+        >>> shared = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)
+        >>> s2, info2 = ja.steer(shared, u, gamma=10.0)
+        >>> s2.schedule, info2.weight_set                # a new set for the last block only
+        ((0, 0, 1), 1)
+    """
+    d = model.d_model
+    u = _unit(u, d, "u")
+    if w is None:
+        w = u
+    else:  # used as given (not normalised), so that wᵀu = 1 can be imposed for the exact spectral shift
+        w = np.asarray(w, np.float64).reshape(-1)
+        if w.shape != (d,) or not np.all(np.isfinite(w)):
+            raise ConfigError(f"w must be a finite vector of length d={d}")
+    if not np.isfinite(gamma):
+        raise ConfigError(f"gamma must be finite, got {gamma}")
+    depth = model.depth
+    b = block % depth
+    g = model.schedule[b]
+    lay = model.layers
+    F = layer_matrices(model)[g]
+    lam, _ = eig_sorted(F)
+    beta = float(gamma * np.abs(lam[0]))
+    H, dh = lay.n_heads, lay.d_head
+    Vstack = np.asarray(lay.v[g], np.float64).reshape(H * dh, d)  # [d, d] rows of every head
+    z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
+    residual = float(np.linalg.norm(Vstack.T @ z - w))
+    delta = beta * np.outer(u, z)  # [d, d]: columns h*dh:(h+1)*dh belong to head h
+    o_new = np.asarray(lay.o[g], np.float64) + delta.reshape(d, H, dh).transpose(1, 0, 2)
+    o_new = o_new.astype(np.asarray(lay.o).dtype)
+    shared_use = sum(1 for s in model.schedule if s == g) > 1
+    if shared_use:
+        new = jax.tree_util.tree_map(lambda a: np.concatenate([np.asarray(a), np.asarray(a)[g:g + 1]]), lay)
+        gi = lay.n_sets
+        sched = list(model.schedule)
+        sched[b] = gi
+    else:  # the other tensors are never mutated: share them, copy only o below
+        new = lay
+        gi, sched = g, list(model.schedule)
+    o_all = np.array(new.o)
+    o_all[gi] = o_new
+    new = new.replace(o=o_all)
+    steered = validate(model.replace(layers=new, schedule=tuple(sched)))
+    return steered, SteerInfo(beta=beta, z=z, residual=residual, weight_set=gi)
+
+
+def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: float = 0.05, seed: int = 0,
+                  layernorm: bool = True) -> np.ndarray:
+    """A direction ``u'`` to steer the attention of ``block`` towards when the FFN is kept, so
+    that the block's output points along ``u`` (the paper's pre-compensation, by numerical
+    inversion).
+
+    Post-norm (BERT, ALBERT): with a large gain the attention update is ``≈ c u'``, so the block
+    output is ``g(u') = Norm2(y + FFN(y))`` with ``y = Norm1(u')``; we maximise ``cos(g(u'), u)``
+    by gradient ascent (Adam). ``Norm`` is the model's affine LayerNorm (``layernorm=True``) or L2.
+    Pre-norm (GPT-2, GPT-Neo): the output is ``c u' + FFN(Norm2(u'))`` and the bounded FFN term
+    vanishes against ``c``, so ``u`` itself is returned.
+    """
+    from jaxattn.model import nn
+
+    lay = model.layers
+    if lay.w1 is None:
+        raise ConfigError("precompensation needs a model with FFN weights")
+    d = model.d_model
+    u_np = _unit(u, d, "u")
+    if model.norm_style == "pre":
+        return u_np
+    ftype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    u = jnp.asarray(u_np, ftype)
+    lw = jax.tree_util.tree_map(lambda a: jnp.asarray(a, ftype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a,
+                                lay.take(model.schedule[block % model.depth]))
+    def norm(y, w_, b_):
+        return nn.layer_norm(y, w_, b_, model.ln_eps) if layernorm else nn.l2(y)
+
+    def loss(p):
+        y = norm(p[None, :], lw.ln1_w, lw.ln1_b)
+        h = y + nn.ffn(y, lw, model.activation)
+        o = norm(h, lw.ln2_w, lw.ln2_b)[0]
+        return -jnp.dot(o, u) / jnp.linalg.norm(o)
+
+    import optax
+
+    opt = optax.adam(lr)  # Adam on the unnormalised direction (the loss is scale-invariant)
+
+    def update(carry, _):
+        p, state = carry
+        upd, state = opt.update(jax.grad(loss)(p), state, p)
+        return (optax.apply_updates(p, upd), state), None
+
+    p = u + 0.01 * jax.random.normal(jax.random.key(seed), (d,), ftype)
+    (p, _), _ = jax.jit(lambda p: jax.lax.scan(update, (p, opt.init(p)), None, length=steps))(p)
+    out = np.asarray(p, np.float64)
+    return out / np.linalg.norm(out)
+
+
+def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
+                      beta=1.0, dtype=None) -> tuple[np.ndarray, Model, SteerInfo]:
+    """Steer ``block`` with gain ``gamma`` and run the dynamics of the steered model from ``X0: [B, n, d]``
+    through all its blocks; return ``|<x, u>| / ||x||`` for every final token (``[B, n]``), the model
+    and the steering information. ``dynamics`` defaults to D1."""
+    from jaxattn.dynamics.discrete import D1, simulate
+
+    u_n = _unit(u, model.d_model, "u")
+    ms, info = steer(model, u_n, gamma, w, block=block)
+    res = simulate(ms, X0, ms.depth, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
+                   dtype=dtype)
+    F = np.asarray(res.final, np.float64)
+    return np.abs(F @ u_n) / np.linalg.norm(F, axis=-1), ms, info
+
+
+@dataclasses.dataclass
+class SteerTarget:
+    target: float  # the mean alignment asked for
+    reached: bool  # False when even the largest gain tried (``gamma``) stays below the target
+    gamma: float  # the smallest gain found whose mean alignment reaches the target (upper bracket)
+    alignment: np.ndarray  # [B, n] alignments measured at ``gamma``
+    gamma_below: float  # the lower bracket: its mean alignment stays below the target (0: none tried below)
+    align_below: float  # mean alignment at ``gamma_below``
+    beta: float  # β = γ |λ1| added at ``gamma``
+    gap: float  # spectral gap of the steered block's layer matrix at ``gamma`` (as in :func:`spectrum`)
+    lambda1_re: float  # Re λ1 of the steered block's layer matrix at ``gamma``
+    residual: float
+    evaluations: list  # (γ, mean alignment) in the order tried
+
+    @property
+    def align_mean(self) -> float:
+        return float(self.alignment.mean())
+
+
+def steer_to_target(model: Model, u, target: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
+                    beta=1.0, dtype=None, gamma0: float = 1.0, rtol: float = 0.01, gamma_min: float = 1e-6,
+                    gamma_max: float = 1e9) -> SteerTarget:
+    """The smallest gain ``γ`` whose mean alignment with ``u`` (measured by running the steered model's
+    dynamics from ``X0``) reaches ``target``, by bisection in ``log γ``.
+
+    A bracket is first found by factors of 10 from ``gamma0`` (down to ``gamma_min``, up to
+    ``gamma_max``); it is then halved in ``log γ`` until ``γ_hi / γ_lo ≤ 1 + rtol``. The answer is the
+    upper end (it reaches the target); the lower end, which does not, is returned as well. With a
+    mean alignment that is not monotone in ``γ`` this is a local answer: a gain that reaches the target
+    with a gain within ``rtol`` below it that does not.
+    """
+    if not (0 < target < 1):
+        raise ConfigError(f"the steering target must be in (0, 1), got {target}")
+    if not (0 < rtol < 1) or not (0 < gamma_min <= gamma0 <= gamma_max):
+        raise ConfigError("need 0 < rtol < 1 and 0 < gamma_min <= gamma0 <= gamma_max")
+    evals = []
+    cache = {}
+
+    def mean_at(g):
+        if g not in cache:
+            a, ms, info = steered_alignment(model, u, g, X0, w=w, block=block, dynamics=dynamics, alpha=alpha,
+                                            beta=beta, dtype=dtype)
+            cache[g] = (a, ms, info)
+            evals.append((float(g), float(a.mean())))
+        return float(cache[g][0].mean())
+
+    g = float(gamma0)
+    if mean_at(g) >= target:  # walk down until the target is missed
+        hi, lo = g, 0.0
+        while hi / 10 >= gamma_min:
+            if mean_at(hi / 10) < target:
+                lo = hi / 10
+                break
+            hi = hi / 10
+    else:  # walk up until it is reached
+        lo, hi = g, None
+        while lo * 10 <= gamma_max:
+            if mean_at(lo * 10) >= target:
+                hi = lo * 10
+                break
+            lo = lo * 10
+        if hi is None:  # not reachable within gamma_max
+            hi = lo
+    reached = mean_at(hi) >= target
+    if reached and lo > 0:
+        while hi / lo > 1 + rtol:
+            mid = float(np.sqrt(lo * hi))
+            if mean_at(mid) >= target:
+                hi = mid
+            else:
+                lo = mid
+    a, ms, info = cache[hi]
+    b = ms.schedule[block % ms.depth]
+    sp = spectrum(layer_matrices(ms)[b])
+    lam, gap = sp.eigvals[0], float(sp.gap[0])
+    return SteerTarget(target=float(target), reached=bool(reached), gamma=float(hi), alignment=a,
+                       gamma_below=float(lo), align_below=float(cache[lo][0].mean()) if lo in cache else float("nan"),
+                       beta=info.beta, gap=gap, lambda1_re=float(lam[0].real), residual=info.residual,
+                       evaluations=evals)

@@ -1,0 +1,79 @@
+"""``jaxattn consensus [MODEL]``: the consensus study (see :mod:`jaxattn.studies.consensus`)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from jaxattn.dynamics.passes import DTYPES
+from jaxattn.errors import ConfigError
+
+DEFAULTS = dict(model="minilm", passes=10, prompts=100, tokens=32, seed=0, dtype="float32", synthetic=True,
+                synthetic_d=3, synthetic_n=8, synthetic_num=64, t1=30.0, figures=True, out="runs/consensus",
+                progress=True)
+
+
+def _formatter(prog):
+    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+
+
+def register(sub) -> None:
+    d = DEFAULTS
+    p = sub.add_parser("consensus", formatter_class=_formatter,
+                       help="the consensus study: theorem settings in continuous time and a real model run for many "
+                            "passes",
+                       description="Do tokens reach consensus? (1) The consensus theorems' settings integrated in "
+                                   "continuous time on the sphere: time-varying random weights from a hemisphere, "
+                                   "causal attention with two heads, causal attention with a symmetric value matrix. "
+                                   "(2) A converted model run for many passes (every block, then its final LayerNorm) "
+                                   "on random prompts, with and without the FFN, with the same or redrawn weights each "
+                                   "pass; the first-token measure 1 - mean_j cos(x_1, x_j) after every layer. Writes "
+                                   "tables (CSV), figures (PNG) and report.md.")
+    p.add_argument("model", nargs="?", help=f"'minilm' (built-in all-MiniLM-L6-v2), a converted .safetensors file or "
+                                            f"a checkpoint folder [{d['model']}]")
+    p.add_argument("--passes", type=int, help=f"passes of the model [{d['passes']}]")
+    p.add_argument("--prompts", type=int, help=f"random prompts [{d['prompts']}]")
+    p.add_argument("--tokens", type=int, help=f"tokens per prompt (the paper: 200) [{d['tokens']}]")
+    p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
+    p.add_argument("--dtype", choices=list(DTYPES),
+                   help=f"precision of the passes [{d['dtype']}]")
+    p.add_argument("--synthetic", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"also run the theorem settings in continuous time [{d['synthetic']}]")
+    p.add_argument("--synthetic-d", type=int, help=f"token dimension of the theorem settings [{d['synthetic_d']}]")
+    p.add_argument("--synthetic-n", type=int, help=f"tokens of the theorem settings [{d['synthetic_n']}]")
+    p.add_argument("--synthetic-num", type=int, help=f"initial conditions per theorem setting [{d['synthetic_num']}]")
+    p.add_argument("--t1", type=float, help=f"final time of the theorem settings [{d['t1']}]")
+    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"write PNG figures [{d['figures']}]")
+    p.add_argument("--out", help=f"output directory (must not hold another run) [{d['out']}]")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="stage messages on stderr")
+    p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    p.set_defaults(func=run, defaults=DEFAULTS)
+
+
+def run(args, cfg) -> int:
+    import jax
+
+    from jaxattn.io.checkpoints import load_any
+    from jaxattn.studies.consensus import ConsensusConfig, run_study
+
+    study = ConsensusConfig(**{k: cfg[k] for k in ConsensusConfig.__dataclass_fields__})
+    study.check()
+    jax.config.update("jax_enable_x64", True)  # the theorem settings run in float64; --dtype sets the passes
+    out = Path(cfg["out"])
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"--out {out} exists and is not an empty directory: choose another one")
+    model = load_any(cfg["model"])
+    say = (lambda m: print(f"[consensus] {m}", file=sys.stderr, flush=True)) if cfg["progress"] else None
+    try:
+        tables = run_study(model, out, study, model_name=str(cfg["model"]), progress=say)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # an interrupted study leaves nothing half-written
+        raise
+    for r in tables["summary"]:
+        print(f"{r['run']:<16} first-token measure {r['first_token_start']:.4f} -> {r['first_token_end']:.4g} "
+              f"after {study.passes} passes")
+    print(f"report       {out / 'report.md'}")
+    return 0

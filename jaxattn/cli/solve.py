@@ -1,0 +1,146 @@
+"""``jaxattn solve``: a continuous-time model over many random initial conditions.
+
+A run is a one-point sweep (:mod:`jaxattn.sweeps.grid`): the options are the configuration keys of
+:data:`jaxattn.sweeps.grid.SCHEMA` that apply to flows (their defaults and help come from there), the
+run directory is a sweep store (chunked, checksummed, resumable) with ``config.json`` and
+``summary.txt`` beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jaxattn.errors import ConfigError
+
+#: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
+KEYS = {
+    "": ("num_init", "chunk", "seed", "dtype", "matmul_precision", "keep_final", "observables"),
+    "model": ("source", "d", "heads", "depth", "shared", "mask", "weights", "value", "scale"),
+    "dynamics": ("space", "rescaled", "attention", "beta", "t1", "saves", "solver", "rtol", "atol", "dt",
+                 "max_steps", "layer_time"),
+    "init": ("n", "kind"),
+}
+#: Option names that differ from the key names.
+FLAGS = {("model", "source"): "model", ("init", "kind"): "init"}
+
+
+def _flag(sec: str, key: str) -> str:
+    return FLAGS.get((sec, key), key).replace("_", "-")
+
+
+def _formatter(prog):
+    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+
+
+def register(sub) -> None:
+    from jaxattn.cli.sweep import add_process_options
+    from jaxattn.sweeps.grid import SCHEMA
+
+    p = sub.add_parser("solve", formatter_class=_formatter,
+                       help="integrate a continuous-time model (C2 sphere, C3 flat, Oja) over many initial conditions",
+                       description="Integrate the continuous-time token dynamics (diffrax, adaptive Tsit5 by default) "
+                                   "from many random initial conditions and save observables at equally spaced times. "
+                                   "Flows: --space sphere (tokens on the unit sphere, the vector field projected on "
+                                   "its tangent space), --space flat (no normalisation), --space flat --rescaled "
+                                   "(z = e^{-tF} x); --attention uniform gives the multi-agent Oja flow. A layered "
+                                   "model changes weights every --layer-time (solved interval by interval). Failed "
+                                   "solves are flagged per condition (result column), never aborting the run. The "
+                                   "output directory is resumable: run the same command again after an interruption.")
+    groups = {"model": p.add_argument_group("model"), "dynamics": p.add_argument_group("flow"),
+              "init": p.add_argument_group("initial conditions"), "": p.add_argument_group("run")}
+    for sec, keys in KEYS.items():
+        for key in keys:
+            spec = SCHEMA[sec][key]
+            flag = "--" + _flag(sec, key)
+            extra = f" [{', '.join(map(str, spec.choices))}]" if spec.choices else ""
+            helptext = f"{spec.help}{extra} (default: {spec.default})"
+            if spec.types == (bool,):
+                groups[sec].add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=helptext)
+            elif key == "observables":
+                groups[sec].add_argument(flag, help=f"comma-separated: {helptext}")
+            else:
+                typ = int if spec.types == (int,) else (float if float in spec.types else str)
+                groups[sec].add_argument(flag, type=typ, help=helptext)
+    g = groups[""]
+    g.add_argument("--out", help="output run directory [runs/solve]")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
+    g.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    add_process_options(p)
+    p.set_defaults(func=run)
+
+
+def _point_config(args) -> dict:
+    from jaxattn.sweeps.grid import load_config
+
+    base = load_config(args.config) if args.config else {}
+    if not isinstance(base, dict):
+        raise ConfigError("--config must hold a table of option = value")
+    flat_cfg = {}
+    for k, v in base.items():  # accept flat keys (d = 64) or sections ([model] d = 64)
+        if isinstance(v, dict):
+            for kk, vv in v.items():
+                flat_cfg[(k, kk.replace("-", "_"))] = vv
+        else:
+            sec = next((s for s, keys in KEYS.items() if k.replace("-", "_") in keys), None)
+            if sec is None and k.replace("-", "_") in ("model", "init"):
+                sec, k = {"model": ("model", "source"), "init": ("init", "kind")}[k.replace("-", "_")]
+            if sec is None:
+                raise ConfigError(f"unknown option in config file: {k}")
+            flat_cfg[(sec, k.replace("-", "_"))] = v
+    for sec, keys in KEYS.items():
+        for key in keys:
+            v = getattr(args, _flag(sec, key).replace("-", "_"))
+            if v is not None:
+                flat_cfg[(sec, key)] = v.split(",") if key == "observables" else v
+    cfg: dict = {"dynamics": {"kind": "continuous"}}
+    for (sec, key), v in flat_cfg.items():
+        if (sec and key not in KEYS.get(sec, ())) or (not sec and key not in KEYS[""]):
+            raise ConfigError(f"unknown option in config file: {sec + '.' if sec else ''}{key}")
+        if isinstance(v, list) and key != "observables":
+            raise ConfigError(f"{key}: solve runs one point; use `jaxattn sweep` for a grid")
+        (cfg.setdefault(sec, {}) if sec else cfg)[key] = v
+    return cfg
+
+
+def run(args, cfg) -> int:
+    import numpy as np
+
+    from jaxattn.cli.sweep import execute
+    from jaxattn.io.results import atomic_write_text, provenance, write_json
+    from jaxattn.sweeps.grid import expand, validate_config
+
+    point = _point_config(args)
+    resolved = validate_config(point)
+    out = Path(args.out or "runs/solve")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} exists and is not a directory")
+    sw = execute(point, out, args, args.quiet)
+    p = expand(resolved)[0]
+    arrays = sw.arrays(0)
+    ts = np.asarray(sw.points[0]["times"])
+    res = arrays.get("result")
+    write_json(out / "config.json", {"command": "solve", "config": resolved, "summary": sw.summary, **provenance()})
+    lines = ["jaxattn solve",
+             f"flow         space={p['dynamics.space']}{' rescaled' if p['dynamics.rescaled'] else ''} "
+             f"attention={p['dynamics.attention']} beta={p['dynamics.beta']:g}  t in [0, {p['dynamics.t1']:g}]  "
+             f"solver={p['dynamics.solver']} " + (f"dt={p['dynamics.dt']:g}" if p["dynamics.dt"] else
+                                                  f"rtol={p['dynamics.rtol']:g} atol={p['dynamics.atol']:g}"),
+             f"run          {p['num_init']} initial conditions x {p['init.n']} tokens, seed {p['seed']}, {p['dtype']}, "
+             f"{sw.summary['seconds']:.2f} s ({sw.summary['computed']} computed, {sw.summary['resumed']} resumed)"]
+    if res is not None:
+        bad = int(np.sum(res != 0))
+        steps = arrays["num_steps"]
+        lines.append(f"solver       {len(res) - bad} of {len(res)} solves succeeded; steps per condition median "
+                     f"{int(np.median(steps))}, max {int(steps.max())}")
+    for name in p["observables"]:
+        a = arrays.get(f"observables.{name}")
+        if a is not None and a.ndim == 2:
+            q = np.nanquantile(a[:, -1], [0.0, 0.5, 1.0])
+            lines.append(f"{name:<12} t=0 mean {np.nanmean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
+                         f"median {q[1]:.3g} max {q[2]:.3g}")
+    lines.append(f"output       {out}/ (config.json, summary.txt, manifest.json, data.zarr)")
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(out / "summary.txt", text)
+    print(text, end="")
+    return 0

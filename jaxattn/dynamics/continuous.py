@@ -1,0 +1,276 @@
+"""Continuous-time token dynamics solved with diffrax, batched over initial conditions.
+
+:func:`solve` integrates one of the flows of :mod:`jaxattn.dynamics.fields` from every initial configuration
+of a batch in one compiled call: ``diffrax.diffeqsolve`` per condition, ``vmap``-ed by the shared
+runner (:mod:`jaxattn.dynamics.runner`), observables evaluated at the requested times inside the solve
+(``SaveAt(fn=...)``), so memory does not grow with the number of saved times unless the trajectory
+is asked for. Each condition reports its own result code: a failed solve (``max_steps`` reached, a
+step size that collapsed) is flagged in its row while the others are returned intact.
+
+Layered models (weights that change from layer to layer) are piecewise constant in time: they are
+solved layer interval by layer interval, so that no step straddles a change of weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
+from jaxattn.dynamics.geometry import Geometry, check_spd
+from jaxattn.dynamics.runner import Context, cast_floats, check_scalar, check_states, resolve_dtype, run
+from jaxattn.errors import ConfigError, positive_int
+from jaxattn.model.params import Model, validate
+
+#: Solvers by name. The adaptive ones carry an embedded error estimate.
+SOLVERS = {
+    "euler": diffrax.Euler, "heun": diffrax.Heun, "midpoint": diffrax.Midpoint, "ralston": diffrax.Ralston,
+    "bosh3": diffrax.Bosh3, "tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8,
+}
+
+#: Result codes of :class:`Solution` (diffrax's, in this order).
+RESULT_NAMES = ("successful", "max_steps_reached", "dt_min_reached", "event_occurred", "max_steps_rejected",
+                "internal_error")
+
+
+class Solution(NamedTuple):
+    """Result of :func:`solve`. Observables and trajectory have leading axes ``[B, T]``."""
+
+    ts: np.ndarray  # [T] saved times
+    observables: Any  # pytree of [B, T, ...]
+    final: jax.Array  # [B, n, d] state at t1
+    trajectory: jax.Array | None  # [B, T, n, d] when asked for
+    result: jax.Array  # [B] int32, 0 = success (see RESULT_NAMES)
+    num_steps: jax.Array  # [B] accepted + rejected steps taken
+
+    @property
+    def ok(self) -> jax.Array:
+        """``[B]`` bool: the solve of each condition succeeded."""
+        return self.result == 0
+
+
+def _solver(solver):
+    if isinstance(solver, diffrax.AbstractSolver):
+        return solver
+    if isinstance(solver, str) and solver.lower() in SOLVERS:
+        return SOLVERS[solver.lower()]()
+    raise ConfigError(f"solver must be one of {', '.join(SOLVERS)} or a diffrax solver, got {solver!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlowProgram:
+    """One initial condition through ``diffeqsolve`` (see :mod:`jaxattn.dynamics.runner`).
+
+    A layered model is solved interval by interval (``lax.scan`` over the layer intervals, one
+    ``diffeqsolve`` each with that interval's weights), so no step ever straddles a change of
+    weights, whatever the solver or step size. Observables at the times of an interval come from
+    that interval's solve.
+    """
+
+    flow: Flow
+    solver: Any  # a diffrax solver (an equinox module: hashable, compares by value)
+    adaptive: bool  # PID controller, else constant steps of dt
+    layered: bool  # solve interval by interval (bounds and weight sets in params)
+    observe: Callable
+    trajectory: bool
+    max_steps: int
+    weights_fn: Callable | None
+
+    def __call__(self, X0, p):
+        model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets = p
+        geom = Geometry(self.flow.space, S)
+
+        def segment(y0, a, b, lw_at, save_ts):
+            def vf(t, y, args):
+                return field(t, y, lw_at(t), self.flow, beta, geom)
+
+            def save(t, y, args):
+                ctx = Context(aux, lambda: attention_at(t, y, lw_at(t), self.flow, beta))
+                return self.observe(t, y, ctx), (y if self.trajectory else None)
+
+            controller: diffrax.AbstractStepSizeController
+            if self.adaptive:
+                controller, dt0 = diffrax.PIDController(rtol=rtol, atol=atol), None
+            else:
+                controller, dt0 = diffrax.ConstantStepSize(), dt
+            saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_ts, fn=save), diffrax.SubSaveAt(t1=True)])
+            sol = diffrax.diffeqsolve(diffrax.ODETerm(vf), self.solver, a, b, dt0, y0, saveat=saveat,
+                                      stepsize_controller=controller, max_steps=self.max_steps, throw=False)
+            (obs, traj), final = sol.ys
+            return obs, traj, final[0], sol.result._value.astype(jnp.int32), sol.stats["num_steps"].astype(jnp.int32)
+
+        if not self.layered:
+            lw_at = lambda t: weights_at(model, t, 1.0, self.weights_fn)
+            return segment(X0, t0, t1, lw_at, ts)
+
+        def body(carry, seg):
+            a, b, g = seg
+            lw = model.layers.take(g)
+
+            def run_segment(c):
+                y, obs, traj, res, nsteps = c
+                o, tr, yb, r, ns = segment(y, a, b, lambda t: lw, jnp.clip(ts, a, b))
+                mine = (ts >= a) & ((ts < b) | (b == t1))  # the saved times this interval owns
+                pick = lambda new, old: jnp.where(mine.reshape(mine.shape + (1,) * (new.ndim - 1)), new, old)
+                obs = jax.tree_util.tree_map(pick, o, obs)
+                traj = jax.tree_util.tree_map(pick, tr, traj)
+                return yb, obs, traj, jnp.where(res == 0, r, res), nsteps + ns
+
+            return jax.lax.cond(a < b, run_segment, lambda c: c, carry), None
+
+        shapes = jax.eval_shape(lambda: segment(X0, t0, t1, lambda t: model.layers.take(0), ts)[:2])
+        zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        init = (X0, zeros[0], zeros[1], jnp.int32(0), jnp.int32(0))
+        (final, obs, traj, res, nsteps), _ = jax.lax.scan(body, init, (bounds[:-1], bounds[1:], sets))
+        return obs, traj, final, res, nsteps
+
+
+def _finite_positive(name: str, v) -> float:
+    if isinstance(v, bool):
+        raise ConfigError(f"{name} must be a number, got {v!r}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a number, got {v!r}") from None
+    if not math.isfinite(f) or f <= 0:
+        raise ConfigError(f"{name} must be finite and > 0, got {v!r}")
+    return f
+
+
+def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts=None,
+          observe: Callable | None = None, aux: Any = None, solver="tsit5", rtol=1e-6, atol=1e-8,
+          dt=None, max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
+          trajectory: bool = False, batch_size: int | None = None, dtype=None, devices=None,
+          precision: str = "highest") -> Solution:
+    """Integrate a continuous-time model from every initial configuration, under ``jit``.
+
+    Args:
+        model: the weights. A shared-weight model is time-invariant; a layered one uses weight set
+            ``schedule[floor(t / layer_time) % depth]`` at time ``t`` (periodic: repeated passes).
+        X0: ``[B, n, d]`` initial configurations (``[n, d]`` is taken as ``B = 1``). On the sphere
+            or ellipsoid they should lie on it (they are not projected).
+        t1: final time (> ``t0``).
+        flow: which model (:data:`jaxattn.C1`, :data:`C2`, :data:`OJA`, :data:`C3`,
+            :data:`C3_RESCALED` or any :class:`jaxattn.Flow`).
+        beta: inverse temperature multiplying the scores. S: ``[d, d]`` for the ellipsoid (C1).
+        ts: times at which observables (and the trajectory) are saved, within ``[t0, t1]``;
+            default 101 equally spaced times from ``t0`` to ``t1``.
+        observe: ``observe(t, X: [n, d], ctx) -> pytree`` (``ctx.aux`` = ``aux``,
+            ``ctx.attention()`` the attention weights ``[H, n, n]`` at ``(t, X)``). Default:
+            :func:`jaxattn.analysis.metrics.consensus_observables`.
+        solver: ``'tsit5'`` (default), ``'dopri5'``, ``'dopri8'``, ``'bosh3'``, ``'heun'``,
+            ``'midpoint'``, ``'ralston'``, ``'euler'`` or any diffrax solver instance.
+        rtol, atol: tolerances of the PID step-size controller (adaptive steps).
+        dt: a fixed step size instead of adaptive steps (required for solvers without an error
+            estimate such as Euler).
+        max_steps: most steps per condition (per layer interval for a layered model); a condition
+            that needs more is flagged in ``result`` (code 1) and the others are unaffected.
+        layer_time: duration of one layer of a layered model.
+        weights_fn: ``t -> Layers`` of one weight set (leading axis removed), for smooth
+            time-varying weights; replaces the model's schedule (the model gives the shapes).
+        trajectory: also keep the configuration at every saved time.
+        batch_size: conditions per compiled block (see :func:`jaxattn.simulate`).
+        devices: split the batch over these devices (e.g. ``jax.local_devices()``); default one.
+        precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend,
+            the default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
+        dtype: computation dtype (default that of ``X0``).
+
+    ``beta``, ``t0``, ``t1``, ``ts`` (same length), ``rtol``, ``atol`` and ``dt`` are traced:
+    changing them does not recompile (except the number of layer intervals of a layered model,
+    which is rounded up to a power of two).
+
+    Returns:
+        :class:`Solution`.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=4, heads=1)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 3, 5, 4)
+        >>> sol = ja.solve(model, X0, t1=2.0, flow=ja.C2, ts=jnp.linspace(0.0, 2.0, 5))
+        >>> sol.ts.tolist()
+        [0.0, 0.5, 1.0, 1.5, 2.0]
+        >>> sol.observables["diameter"].shape, sol.final.shape, bool(sol.ok.all())
+        ((3, 5), (3, 5, 4), True)
+    """
+    from jaxattn.analysis.metrics import consensus_observables
+
+    if not isinstance(flow, Flow):
+        raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED), got {flow!r}")
+    validate(model)  # shapes and finite weights, also for a model edited with `replace`
+    d = model.d_model
+    X0 = check_states(X0, d, normalised=flow.space != "flat")
+    beta = check_scalar("beta", beta)
+    dtype = resolve_dtype(dtype, X0)
+    t0f, t1f = check_scalar("t0", t0), check_scalar("t1", t1)
+    if t1f <= t0f:
+        raise ConfigError(f"t1 must be greater than t0, got t0={t0f:g}, t1={t1f:g}")
+    rtol, atol = _finite_positive("rtol", rtol), _finite_positive("atol", atol)
+    layer_time = _finite_positive("layer_time", layer_time)
+    positive_int("max_steps", max_steps)
+    solver_ = _solver(solver)
+    adaptive = dt is None
+    if adaptive and not isinstance(solver_, diffrax.AbstractAdaptiveSolver):
+        raise ConfigError(f"solver {type(solver_).__name__} has no error estimate: give a fixed step size dt")
+    if not adaptive:
+        dt = _finite_positive("dt", dt)
+    if flow.space == "ellipsoid":
+        S = check_spd(S, d)
+    elif S is not None:
+        raise ConfigError(f"S is only used on the ellipsoid (flow space 'ellipsoid'), not '{flow.space}'")
+    if weights_fn is not None:
+        _check_weights_fn(weights_fn, model, dtype)
+    if flow.rescaled and (weights_fn is not None or not model.shared):
+        raise ConfigError("the rescaled flow z = e^{-tF} x needs time-invariant weights (a shared-weight model)")
+    ts = np.linspace(t0f, t1f, 101) if ts is None else np.asarray(ts, dtype=np.float64)
+    if ts.ndim != 1 or ts.size == 0:
+        raise ConfigError(f"ts must be a non-empty 1-D sequence of times, got shape {ts.shape}")
+    if not np.all(np.isfinite(ts)) or ts.min() < t0f or ts.max() > t1f or np.any(np.diff(ts) < 0):
+        raise ConfigError(f"ts must be non-decreasing times within [t0, t1] = [{t0f:g}, {t1f:g}]")
+
+    layered = weights_fn is None and not model.shared and not flow.rescaled
+    bounds = sets = None
+    if layered:
+        # the layer intervals [a_k, b_k) covering [t0, t1], padded with empty ones (a = b = t1) to
+        # a power of two so that a new t1 recompiles only when their number crosses one
+        first = math.floor(t0f / layer_time) + 1
+        inner = [k * layer_time for k in range(first, math.ceil(t1f / layer_time)) if t0f < k * layer_time < t1f]
+        edges = [t0f, *inner, t1f]
+        count = 1 << (len(edges) - 2).bit_length()
+        bounds = np.asarray(edges + [t1f] * (count + 1 - len(edges)))
+        starts = np.floor(bounds[:-1] / layer_time + 1e-12).astype(np.int64)
+        sets = np.asarray([model.schedule[k % model.depth] for k in starts], dtype=np.int32)
+
+    model = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
+    program = _FlowProgram(flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
+                           observe=observe or consensus_observables, trajectory=bool(trajectory),
+                           max_steps=int(max_steps), weights_fn=weights_fn)
+    as_ = lambda v: None if v is None else jnp.asarray(v, dtype)
+    params = (model, as_(beta), as_(S), cast_floats(aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol), as_(atol),
+              as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))
+    obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
+                                           precision=precision)
+    return Solution(ts, obs, final, traj, result, nsteps)
+
+
+def _check_weights_fn(weights_fn, model: Model, dtype) -> None:
+    """The weights a user's function returns must have the shapes of one of the model's sets."""
+    want = jax.eval_shape(lambda: model.layers.take(0))
+    try:
+        got = jax.eval_shape(weights_fn, jnp.zeros((), dtype))
+    except Exception as e:  # the user's function failed on a scalar time
+        raise ConfigError(f"weights_fn(t) failed for a scalar time t: {e}") from None
+    # jaxlib ships no type stubs for PyTreeDef (mypy sees an unresolved name)
+    if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):  # type: ignore[operator]
+        raise ConfigError("weights_fn(t) must return a jaxattn.Layers with the same members as the model's "
+                          "(e.g. model.layers.take(0).replace(q=...))")
+    for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree_util.tree_leaves(want), strict=True):
+        if g.shape != w.shape:
+            name = jax.tree_util.keystr(path)
+            raise ConfigError(f"weights_fn(t){name} has shape {g.shape}, expected {w.shape}")

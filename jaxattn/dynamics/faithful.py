@@ -1,0 +1,95 @@
+"""Faithful forward passes (D6): real prompts in, every hidden state out.
+
+``hidden_states`` follows transformers' convention so the two can be compared entry by entry:
+entry 0 is the input of the first block (after ALBERT's ``embedding_hidden_mapping_in``),
+entry k the output of block k, and for models with a final norm (GPT-2, GPT-Neo) the last
+entry is after ``ln_f``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, block, layer_index
+from jaxattn.errors import ConfigError
+from jaxattn.model import nn
+from jaxattn.model.params import Model
+
+
+def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
+    """Token ids ``[n]`` -> hidden states ``[n, d]`` (token + position (+ type) embeddings,
+    the embedding LayerNorm where the family has one, ALBERT's projection to d)."""
+    e = model.embeddings
+    if e is None:
+        raise ConfigError("this model has no embeddings (synthetic models take tokens, not ids)")
+    if isinstance(ids, jax.core.Tracer):  # inside vmap/jit: checked by the caller
+        n = ids.shape[0]
+    else:
+        host = np.asarray(ids)
+        if host.ndim != 1 or host.size == 0:
+            raise ConfigError(f"ids must be a non-empty 1-D sequence of token ids, got shape {tuple(host.shape)}")
+        if not np.issubdtype(host.dtype, np.integer):
+            raise ConfigError(f"token ids must be integers, got dtype {host.dtype}")
+        vocab = e.word.shape[0]
+        if host.min() < 0 or host.max() >= vocab:
+            raise ConfigError(f"token ids must be in [0, {vocab}), got values in [{host.min()}, {host.max()}]")
+        n = host.shape[0]
+    ids = jnp.asarray(ids)
+    if n > e.position.shape[0]:
+        raise ConfigError(f"{n} tokens exceed the model's {e.position.shape[0]} positions")
+    x = jnp.asarray(e.word)[ids] + jnp.asarray(e.position)[:n]
+    if e.token_type is not None:
+        tt = jnp.zeros_like(ids) if token_type_ids is None else jnp.asarray(token_type_ids)
+        x = x + jnp.asarray(e.token_type)[tt]
+    if e.ln_w is not None:
+        x = nn.layer_norm(x, e.ln_w, e.ln_b, model.ln_eps)
+    if e.proj_w is not None:
+        x = x @ jnp.asarray(e.proj_w).T + jnp.asarray(e.proj_b)[None, :]
+    return x
+
+
+@functools.partial(jax.jit, static_argnames=("dyn", "steps", "final_norm"))
+def _forward(X, model, alpha, beta, *, dyn, steps, final_norm):
+    def body(x, k):
+        y, A = block(x, model.layers.take(layer_index(model, k)), model, dyn, alpha, beta, return_probs=True)
+        return y, (y, A)
+
+    last, (ys, As) = jax.lax.scan(body, X, jnp.arange(steps, dtype=jnp.int32))
+    states = jnp.concatenate([X[None], ys])
+    if final_norm and model.final_ln_w is not None:
+        states = states.at[-1].set(nn.layer_norm(last, model.final_ln_w, model.final_ln_b, model.ln_eps))
+    return states, As
+
+
+def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None = None, alpha=1.0, beta=1.0,
+            final_norm: bool = True, dtype=None):
+    """All hidden states of one configuration.
+
+    Args:
+        X: ``[n, d]`` block input (e.g. from :func:`embed`).
+        steps: blocks to run (default: the model's depth).
+        final_norm: apply the model's final LayerNorm to the last entry (transformers' convention).
+
+    Returns:
+        ``(states [steps + 1, n, d], attention probabilities [steps, H, n, n])``.
+    """
+    X = jnp.asarray(X)
+    if X.ndim != 2 or X.shape[-1] != model.d_model:
+        raise ConfigError(f"X must be [n, {model.d_model}], got shape {tuple(X.shape)}")
+    steps = model.depth if steps is None else steps
+    if steps < 0:
+        raise ConfigError(f"steps must be >= 0, got {steps}")
+    dtype = X.dtype if dtype is None else jnp.dtype(dtype)
+    m = model.replace(embeddings=None).astype(dtype)  # the blocks need no embedding table
+    return _forward(X.astype(dtype), m, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), dyn=dynamics,
+                    steps=int(steps), final_norm=final_norm)
+
+
+def hidden_states(model: Model, ids, token_type_ids=None, dtype=None):
+    """transformers-style ``(hidden_states, attentions)`` for token ids ``[n]``."""
+    m = model if dtype is None else model.astype(dtype)
+    return forward(m, embed(m, ids, token_type_ids), dtype=dtype)

@@ -1,0 +1,173 @@
+"""Repeated passes of a real model, as the consensus paper's experiments run them.
+
+One **pass** is every block of the model in order followed, for models that have one (GPT-2,
+GPT-Neo), by the final LayerNorm ``ln_f``; the next pass starts from that output. This is what
+calling the Hugging Face model pass after pass does (with its position embeddings left out of the
+later passes, see :func:`repeated_passes`). Options reproduce the paper's ablations:
+
+* ``dynamics``: :data:`jaxattn.FAITHFUL` (the real blocks), :data:`jaxattn.NO_FFN` (the FFN removed
+  as the GPT-Consensus code does it: ``x + Attn(LN1 x)``), or any :class:`jaxattn.Dynamics`;
+* ``final_norm``: apply ``ln_f`` between passes (default) or not;
+* ``redraw``: *aperiodic* runs, every block's weights redrawn before each pass with the model's own
+  initialisation (:func:`redraw_weights`), from ``fold_in(key, pass)`` — the same weights for every
+  prompt of a batch;
+* masks come with the model (causal for GPT-2, global/local for GPT-Neo); a ``mask`` override makes
+  every layer full, causal or local;
+* ``dtype``: float16, bfloat16, float32 or float64.
+
+Observables ``observe(t, X, ctx)`` are evaluated on the input (``t = 0``) and after every block
+(``t = 1 .. passes·depth``; the last block of a pass is observed after ``ln_f``, as in transformers'
+``hidden_states``); ``ctx.attention()`` gives the next block's attention weights at that state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, attention_weights, block, check_dynamics
+from jaxattn.dynamics.runner import Context, cast_floats, run
+from jaxattn.errors import ConfigError, positive_int
+from jaxattn.model import nn
+from jaxattn.model.params import Layers, Model, parse_mask
+
+DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32, "float64": jnp.float64}
+
+
+class Passes(NamedTuple):
+    """Result of :func:`repeated_passes`: observables ``[B, passes·depth + 1, ...]`` and the final state."""
+
+    observables: Any
+    final: jax.Array
+
+
+def redraw_weights(model: Model, key, std: float = 0.02) -> Model:
+    """The model with every block's weights drawn afresh from its family's initialisation.
+
+    Weight matrices ``N(0, std²)`` (``std`` is transformers' ``initializer_range``, 0.02 for GPT-2 and
+    GPT-Neo); GPT-2 also scales its two output projections (``attn.c_proj``, ``mlp.c_proj``) by
+    ``1/sqrt(2·n_layer)`` as its ``_init_weights`` does; biases 0; LayerNorm gains 1 and shifts 0.
+    Embeddings and the final norm are kept.
+    """
+    lay = model.layers
+    keys = jax.random.split(key, 6)
+    scaled = std / np.sqrt(2 * model.depth) if model.family == "gpt2" else std
+    normal = lambda k, a, s: None if a is None else (s * jax.random.normal(k, a.shape)).astype(a.dtype)
+    zeros = lambda a: None if a is None else jnp.zeros_like(a)
+    ones = lambda a: None if a is None else jnp.ones_like(a)
+    new = lay.replace(q=normal(keys[0], lay.q, std), k=normal(keys[1], lay.k, std), v=normal(keys[2], lay.v, std),
+                      o=normal(keys[3], lay.o, scaled), w1=normal(keys[4], lay.w1, std),
+                      w2=normal(keys[5], lay.w2, scaled), bq=zeros(lay.bq), bk=zeros(lay.bk), bv=zeros(lay.bv),
+                      bo=zeros(lay.bo), b1=zeros(lay.b1), b2=zeros(lay.b2), ln1_w=ones(lay.ln1_w),
+                      ln1_b=zeros(lay.ln1_b), ln2_w=ones(lay.ln2_w), ln2_b=zeros(lay.ln2_b))
+    return model.replace(layers=new)
+
+
+def with_mask(model: Model, mask: str) -> Model:
+    """Every weight set of ``model`` with the attention mask ``mask`` ('full', 'causal', 'local:W')."""
+    causal, window = parse_mask(mask)
+    G = model.layers.n_sets
+    return model.replace(layers=model.layers.replace(causal=jnp.full((G,), causal), window=jnp.full((G,), window,
+                                                                                                  jnp.int32)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _OnePass:
+    """One pass of every block (and ``ln_f``) for one configuration (a runner program)."""
+
+    dyn: Dynamics
+    observe: Callable
+    final_norm: bool
+
+    def __call__(self, X, p):
+        model, t0, aux = p
+        depth = model.depth
+        sched = jnp.asarray(model.schedule, jnp.int32)
+
+        def body(X, k):
+            lw = model.layers.take(sched[k])
+            Y = block(X, lw, model, self.dyn, 1.0, 1.0)
+            if self.final_norm and model.final_ln_w is not None:
+                Y = jnp.where(k == depth - 1, nn.layer_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps), Y)
+            nxt = model.layers.take(sched[jnp.mod(k + 1, depth)])
+            ctx = Context(aux, lambda: attention_weights(Y, nxt, model, self.dyn, 1.0))
+            return Y, self.observe(t0 + k + 1, Y, ctx)
+
+        return jax.lax.scan(body, X, jnp.arange(depth, dtype=jnp.int32))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Observe0:
+    dyn: Dynamics
+    observe: Callable
+
+    def __call__(self, X, p):
+        model, aux = p
+        lw = model.layers.take(model.schedule[0])
+        return self.observe(jnp.int32(0), X, Context(aux, lambda: attention_weights(X, lw, model, self.dyn, 1.0)))
+
+
+def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
+                    redraw: bool = False, key=None, init_std: float = 0.02, mask: str | None = None,
+                    observe: Callable | None = None, aux: Any = None, batch_size: int | None = None,
+                    dtype="float32") -> Passes:
+    """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
+
+    ``X0`` is the input of the first block (e.g. :func:`jaxattn.dynamics.prompts.embed_prompts`). Calling the
+    Hugging Face model pass after pass with ``inputs_embeds`` adds the position embeddings again at
+    every pass; this function applies the blocks and ``ln_f`` only (it equals that loop when the
+    position embeddings are zero, which is how the tests check it). See the module docstring for the
+    options. Returns :class:`Passes`.
+
+    Examples:
+        >>> import jax, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 4, 5, 8)
+        >>> res = ja.repeated_passes(model, X0, passes=2, dynamics=ja.D1)
+        >>> res.observables["diameter"].shape, res.final.shape      # the input, then 2 passes of 3 blocks
+        ((4, 7), (4, 5, 8))
+    """
+    from jaxattn.analysis.metrics import consensus_observables
+
+    positive_int("passes", passes)
+    if dtype not in DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    dt = jnp.dtype(DTYPES[dtype])
+    if dt == jnp.float64 and not jax.config.read("jax_enable_x64"):
+        raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
+    if redraw and key is None:
+        raise ConfigError("redraw=True (aperiodic passes) needs a PRNG key")
+    X0 = jnp.asarray(X0)
+    if X0.ndim == 2:
+        X0 = X0[None]
+    if X0.ndim != 3 or X0.shape[-1] != model.d_model or X0.shape[1] < 1:
+        raise ConfigError(f"X0 must be [B, n, {model.d_model}] with n >= 1, got shape {tuple(X0.shape)}")
+    check_dynamics(model, dynamics)
+    if dynamics.norm == "layernorm" and model.layers.ln1_w is None:
+        raise ConfigError("this model has no LayerNorm weights: use an L2 dynamics (e.g. jaxattn.D1)")
+    if mask is not None:
+        model = with_mask(model, mask)
+    observe = observe or consensus_observables
+    base = model.replace(embeddings=None)
+    aux = cast_floats(aux, dt)
+    X = X0.astype(dt)
+    # prompts are few and long: by default the whole batch is one block (no padding to the runner's
+    # fixed width); pass batch_size for numbers that do not depend on the batch size
+    batch_size = X.shape[0] if batch_size is None else batch_size
+    first = run(_Observe0(dynamics, observe), X, (base.astype(dt), aux), batch_size=batch_size)
+    parts = [jax.tree_util.tree_map(lambda a: a[:, None], first)]
+    program = _OnePass(dynamics, observe, bool(final_norm))
+    for p in range(passes):
+        m = redraw_weights(base, jax.random.fold_in(key, p), init_std) if redraw else base
+        X, obs = run(program, X, (m.astype(dt), jnp.int32(p * model.depth), aux), batch_size=batch_size)
+        parts.append(obs)
+    obs = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
+    return Passes(obs, X)
+
+
+__all__ = ["Layers", "Passes", "redraw_weights", "repeated_passes", "with_mask"]

@@ -1,0 +1,185 @@
+"""The batched runner shared by maps (:func:`jaxattn.simulate`) and flows (:func:`jaxattn.solve`).
+
+A *program* solves one initial condition ``X0: [n, d]`` and returns a pytree (observables, final
+state, ...). It is a frozen dataclass, so it is hashable and compares by value: two calls with
+equal programs share one compiled executable. The runner owns what both kinds of model need once:
+
+* **Batching with fixed compiled shapes.** The batch is padded to a multiple of a lane width
+  ``lanes`` and run as ``lax.map`` over blocks of ``lanes`` conditions, each block ``vmap``-ed. The
+  program XLA compiles therefore sees ``[lanes, n, d]`` whatever the batch size, so the numbers of
+  condition ``i`` are bit-identical however a sweep is split into chunks (XLA picks different
+  kernels for different shapes, which changed float32 results by ~1e-7 when chunks had their own
+  shapes). The default lane width depends only on the backend.
+* **dtype** casting of the states and of every floating parameter.
+* **Observables** ``observe(t, X, ctx)``: ``t`` is the step index of a map or the time of a flow,
+  ``ctx.aux`` the user's pytree of arrays, ``ctx.attention()`` the attention weights ``[H, n, n]``
+  applied at this state. Maps hand the weights their step already computed; elsewhere the call
+  computes them, and an observable that never calls it costs nothing (XLA removes dead code).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.errors import ConfigError, positive_int
+
+#: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
+#: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
+PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
+
+#: Conditions per vmapped block by backend (see the module docstring).
+DEFAULT_LANES = {"cpu": 64, "gpu": 8192, "cuda": 8192, "rocm": 8192, "tpu": 8192}
+
+
+class Context(NamedTuple):
+    """What an observable ``observe(t, X, ctx)`` receives besides the time and the state."""
+
+    aux: Any
+    attention: Callable[[], jax.Array]
+
+
+def default_lanes() -> int:
+    return DEFAULT_LANES.get(jax.default_backend(), 1024)
+
+
+def lanes_for(batch: int, batch_size: int | None) -> int:
+    """The lane width used for a batch: ``batch_size`` when given, else the backend default.
+
+    Never clamped to the batch: a batch smaller than the lane width is padded, so a condition's
+    numbers do not depend on the size of the batch it was run in.
+    """
+    if batch_size is None:
+        return default_lanes()
+    return positive_int("batch_size", batch_size)
+
+
+@functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))
+def _run(program, X0, params, *, lanes, mesh):
+    def local(X0, params):  # the conditions of one device, in blocks of `lanes`
+        B = X0.shape[0]
+        blocks = X0.reshape((B // lanes, lanes, *X0.shape[1:]))
+        out = jax.lax.map(jax.vmap(lambda x: program(x, params)), blocks)
+        return jax.tree_util.tree_map(lambda a: a.reshape((B, *a.shape[2:])), out)
+
+    if mesh is None:
+        return local(X0, params)
+    spec = jax.sharding.PartitionSpec(mesh.axis_names[0])
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, jax.sharding.PartitionSpec()), out_specs=spec,
+                         check_vma=False)(X0, params)
+
+
+def mesh_of(devices) -> jax.sharding.Mesh | None:
+    """A one-axis mesh (``'conditions'``) over ``devices``; ``None`` for a single device."""
+    devices = list(devices) if devices is not None else []
+    if len(devices) <= 1:
+        return None
+    return jax.sharding.Mesh(np.asarray(devices), ("conditions",))
+
+
+def replicate(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
+    """Place ``tree`` on every device of ``mesh`` once (weights of a sweep), or leave it as is."""
+    if mesh is None:
+        return tree
+    return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return PRECISIONS[precision]
+
+
+def run(program, X0: jax.Array, params: Any, *, batch_size: int | None = None, devices=None,
+        precision: str = "highest") -> Any:
+    """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
+
+    ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
+    not recompile. With several ``devices`` the batch is split over them (``shard_map``: each device
+    runs its own blocks of the same width, so a condition's numbers do not depend on the number of
+    devices). ``precision`` is the matrix-product policy (:data:`PRECISIONS`). Returns the program's
+    pytree with a leading axis ``B``.
+    """
+    xla_precision = check_precision(precision)
+    B = X0.shape[0]
+    lanes = lanes_for(B, batch_size)
+    mesh = mesh_of(devices)
+    width = lanes * (1 if mesh is None else mesh.size)
+    pad = (-B) % width
+    if pad:  # pad with copies of the first condition: finite, and dropped below
+        X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad, *X0.shape[1:]))])
+    with jax.default_matmul_precision(xla_precision):  # part of the compilation cache key
+        out = _run(program, X0, params, lanes=lanes, mesh=mesh)
+    if pad:
+        out = jax.tree_util.tree_map(lambda a: a[:B], out)
+    return out
+
+
+def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
+    """``X0`` as a real ``[B, n, d]`` array (``[n, d]`` is taken as ``B = 1``), refused with one clear
+    line if it is missing, complex, non-finite, empty, of the wrong shape, or has zero-norm tokens
+    where the dynamics normalise them."""
+    if X0 is None:
+        raise ConfigError("X0 is None: give initial configurations [B, n, d]")
+    X0 = np.asarray(X0) if not isinstance(X0, jax.Array) else X0
+    if jnp.iscomplexobj(X0):
+        raise ConfigError("X0 is complex: tokens must be real")
+    if not (jnp.issubdtype(X0.dtype, jnp.floating) or jnp.issubdtype(X0.dtype, jnp.integer)):
+        raise ConfigError(f"X0 must hold real numbers, got dtype {X0.dtype}")
+    if X0.ndim == 2:
+        X0 = X0[None]
+    if X0.ndim != 3:
+        raise ConfigError(f"X0 must be [B, n, d] or [n, d], got shape {tuple(X0.shape)}")
+    if X0.shape[-1] != d:
+        raise ConfigError(f"tokens have dimension {X0.shape[-1]} but the model has d={d}")
+    if X0.shape[0] == 0 or X0.shape[1] == 0:
+        raise ConfigError(f"X0 holds no configuration or no token (shape {tuple(X0.shape)})")
+    host = np.asarray(X0)
+    if not np.all(np.isfinite(host)):
+        raise ConfigError("X0 has non-finite values (NaN or inf)")
+    if normalised and np.any(np.all(host == 0, axis=-1)):
+        raise ConfigError("X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
+    if not normalised and not np.any(host):
+        raise ConfigError("X0 is all zeros: every model stays there")
+    return jnp.asarray(X0)
+
+
+def check_scalar(name: str, v) -> float:
+    """A finite real number (β, α, times...), refused otherwise (arrays, booleans, NaN, inf)."""
+    if isinstance(v, bool) or np.ndim(v) != 0:
+        raise ConfigError(f"{name} must be a finite number, got {v!r}")
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be a finite number, got {v!r}") from None
+    if not np.isfinite(f):
+        raise ConfigError(f"{name} must be finite, got {v!r}")
+    return f
+
+
+def cast_floats(tree: Any, dtype) -> Any:
+    """Cast every floating leaf of ``tree`` to ``dtype`` (integers and booleans unchanged)."""
+
+    def cast(a):
+        a = jnp.asarray(a)
+        return a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != dtype else a
+
+    return jax.tree_util.tree_map(cast, tree)
+
+
+def resolve_dtype(dtype, X0) -> jnp.dtype:
+    """The computation dtype: ``dtype`` if given, else that of ``X0``; float32 for non-floats.
+
+    Refuses float64 when JAX runs without x64 (it would silently compute in float32).
+    """
+    dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(X0).dtype
+    if not jnp.issubdtype(dt, jnp.floating):
+        dt = jnp.dtype(jnp.float32)
+    if dt == jnp.float64 and not jax.config.read("jax_enable_x64"):
+        raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
+    return dt

@@ -1,5 +1,0 @@
-"""One module per study of the papers; each composes the library's pieces."""
-
-from .power_method import StudyConfig, run_study
-
-__all__ = ["StudyConfig", "run_study"]

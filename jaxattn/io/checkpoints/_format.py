@@ -1,0 +1,146 @@
+"""The canonical safetensors layout: a :class:`~jaxattn.model.params.Model` as flat tensors + metadata.
+
+Tensor names are the pytree paths of the model (``layers.q``, ``embeddings.word``,
+``final_ln_w``...), in the column convention (docs/models.md). One metadata entry, ``jaxattn``,
+holds a JSON object with the format version, the static fields of the model (schedule, norm
+style, activation, LayerNorm eps, family) and the provenance of the conversion (source, sha256
+of the source files, options). Shared weights are stored once: a shared ALBERT holds one set
+and a schedule that repeats it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxattn.errors import CheckpointError
+from jaxattn.io.results import atomic_write_bytes
+from jaxattn.model.params import EMBEDDING_FIELDS, LAYER_FIELDS, Embeddings, Layers, Model, validate
+
+FORMAT_VERSION = 1
+_LAYER_FIELDS = LAYER_FIELDS
+_EMB_FIELDS = EMBEDDING_FIELDS
+_REQUIRED = ("layers.q", "layers.k", "layers.v", "layers.o", "layers.causal", "layers.window", "layers.scale")
+
+
+def to_arrays(model: Model) -> dict[str, np.ndarray]:
+    """Flat ``{name: array}`` of every tensor of the model (None members are left out)."""
+    out = {}
+    for f in _LAYER_FIELDS:
+        a = getattr(model.layers, f)
+        if a is not None:
+            a = np.asarray(a)
+            out[f"layers.{f}"] = a.astype(np.uint8) if a.dtype == bool else a
+    if model.embeddings is not None:
+        for f in _EMB_FIELDS:
+            a = getattr(model.embeddings, f)
+            if a is not None:
+                out[f"embeddings.{f}"] = np.asarray(a)
+    for f in ("final_ln_w", "final_ln_b"):
+        a = getattr(model, f)
+        if a is not None:
+            out[f] = np.asarray(a)
+    return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes (in name order): stored at conversion
+    and checked on load, so a modified or corrupted file is refused instead of silently used."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def static_meta(model: Model) -> dict:
+    return {"schedule": list(model.schedule), "norm_style": model.norm_style, "activation": model.activation,
+            "ln_eps": model.ln_eps, "family": model.family}
+
+
+def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Model:
+    """Inverse of :func:`to_arrays` + :func:`static_meta`; validates the result."""
+    missing = [k for k in _REQUIRED if k not in arrays]
+    if missing:
+        raise CheckpointError(f"converted file lacks tensor(s): {', '.join(missing)}")
+    known = ({f"layers.{f}" for f in _LAYER_FIELDS} | {f"embeddings.{f}" for f in _EMB_FIELDS}
+             | {"final_ln_w", "final_ln_b"})
+    extra = sorted(set(arrays) - known)
+    if extra:
+        raise CheckpointError(f"converted file has unexpected tensor(s): {', '.join(extra[:5])}")
+    get = lambda k: None if k not in arrays else np.asarray(arrays[k])
+    lay: dict[str, Any] = {f: get(f"layers.{f}") for f in _LAYER_FIELDS}  # the required ones are checked above
+    lay["causal"] = lay["causal"].astype(bool)
+    emb = None
+    if "embeddings.word" in arrays:
+        emb_members: dict[str, Any] = {f: get(f"embeddings.{f}") for f in _EMB_FIELDS}
+        emb = Embeddings(**emb_members)
+    try:
+        model = Model(layers=Layers(**lay), schedule=tuple(int(s) for s in meta["schedule"]), embeddings=emb,
+                      final_ln_w=get("final_ln_w"), final_ln_b=get("final_ln_b"), norm_style=meta["norm_style"],
+                      activation=meta["activation"], ln_eps=float(meta["ln_eps"]), family=meta["family"])
+    except KeyError as e:
+        raise CheckpointError(f"converted file metadata lacks {e.args[0]!r}") from None
+    return validate(model)
+
+
+def save(model: Model, path, info: Mapping[str, Any] | None = None) -> Path:
+    """Write ``model`` in the canonical layout (atomically). ``info``: provenance to record."""
+    from safetensors.numpy import save as st_save
+
+    arrays = to_arrays(model)
+    meta = {"format_version": FORMAT_VERSION, **static_meta(model), **dict(info or {}),
+            "content_sha256": content_sha256(arrays)}
+    blob = st_save(arrays, metadata={"jaxattn": json.dumps(meta, sort_keys=True)})
+    return atomic_write_bytes(path, blob)
+
+
+def read_meta(path) -> dict:
+    """The ``jaxattn`` metadata of a converted file."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist or is not a file")
+    try:
+        with safe_open(str(path), framework="numpy") as f:
+            raw = (f.metadata() or {}).get("jaxattn")
+    except Exception as e:  # safetensors raises its own error types for corrupt headers
+        raise CheckpointError(f"{path} is not a readable safetensors file ({type(e).__name__}: {e})") from None
+    if raw is None:
+        raise CheckpointError(f"{path} is a safetensors file but not a jaxattn model (no 'jaxattn' metadata); "
+                              "convert the checkpoint first with `jaxattn convert`")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        raise CheckpointError(f"{path} has corrupt jaxattn metadata") from None
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CheckpointError(f"{path} has format version {meta.get('format_version')}, "
+                              f"this jaxattn reads version {FORMAT_VERSION}")
+    return meta
+
+
+def load(path) -> Model:
+    """Load a converted file as a :class:`~jaxattn.model.params.Model` (arrays in their stored dtype)."""
+    from safetensors.numpy import load_file
+
+    meta = read_meta(path)
+    try:
+        arrays = load_file(str(path))
+    except Exception as e:
+        raise CheckpointError(f"{path} is truncated or corrupt ({type(e).__name__}: {e})") from None
+    want = meta.get("content_sha256")
+    if want is None:
+        raise CheckpointError(f"{path} carries no content checksum (written by an older jaxattn): convert the "
+                              "checkpoint again with `jaxattn convert`")
+    if content_sha256(arrays) != want:
+        raise CheckpointError(f"{path}: the tensor data do not match the checksum recorded at conversion (the file "
+                              "was modified or corrupted); convert the checkpoint again")
+    return from_arrays(arrays, meta)

@@ -1,0 +1,282 @@
+"""The sweep store: results of a grid of runs on disk, chunk by chunk, in Zarr v3.
+
+Layout of a store directory::
+
+    manifest.json            configuration, its fingerprint, grid points, chunking, versions, devices
+    data.zarr/               one group per grid point: p0000/observables/<name> [N, T, ...],
+                             p0000/final [N, n, d] (optional), p0000/result [N] (flows), p0000/times [T]
+    done/p0000/c000000.json  one marker per finished chunk: rows, sha256 of every array slice
+    locks/                   one lock file per writing process
+
+A chunk counts as finished only when its marker exists and the data read back hashes to the
+marker's checksums, so a chunk half-written when a process was killed, truncated or with flipped
+bytes is recomputed on the next run. Markers are written atomically after the data. A store written
+with another configuration is refused, never mixed; several processes share a store by taking
+disjoint chunks, and a second process started with the same process index is refused (file lock).
+Zarr, xarray and pandas read the data directly; :func:`open_sweep` is the reader.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxattn.errors import ConfigError
+from jaxattn.io.results import config_hash, write_json
+
+FORMAT = "jaxattn-sweep-1"
+
+
+def _digest(a: np.ndarray) -> str:
+    a = np.ascontiguousarray(a)
+    h = hashlib.sha256()
+    h.update(str((a.dtype.str, a.shape)).encode())
+    h.update(a.tobytes())
+    return h.hexdigest()
+
+
+class SweepStore:
+    """Chunked, verified storage of a sweep (see the module docstring)."""
+
+    def __init__(self, root, manifest: dict):
+        self.root = Path(root)
+        self.manifest = manifest
+        self._group: Any = None  # the zarr group, opened on first use
+        self._locks: list = []
+
+    # ------------------------------------------------------------------ creation
+    @classmethod
+    def open(cls, root, manifest: dict | None = None) -> SweepStore:
+        """Open the store at ``root``; with ``manifest``, create it or check that it matches.
+
+        ``manifest`` must hold ``fingerprint`` (what decides the numbers); a store whose fingerprint
+        differs is refused with a clear error and left untouched.
+        """
+        root = Path(root)
+        path = root / "manifest.json"
+        if root.exists() and not root.is_dir():
+            raise ConfigError(f"{root} exists and is not a directory")
+        if manifest is None:
+            if not path.is_file():
+                raise ConfigError(f"{root} is not a jaxattn sweep store (no manifest.json)")
+            return cls(root, _read_manifest(path))
+        if path.is_file():
+            old = _read_manifest(path)
+            if old.get("fingerprint") != manifest["fingerprint"]:
+                raise ConfigError(f"{root} holds a sweep with another configuration (fingerprint "
+                                  f"{old.get('fingerprint')} != {manifest['fingerprint']}); choose another output "
+                                  "directory, or delete it to start again")
+            return cls(root, old)
+        if root.exists() and any(p.name not in ("locks",) for p in root.iterdir()):
+            raise ConfigError(f"{root} is not empty and holds no sweep: choose a new or empty directory")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            probe = root / ".jaxattn-write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as e:
+            raise ConfigError(f"cannot write to {root}: {e.strerror or e}") from None
+        manifest = {"format": FORMAT, **manifest}
+        tmp = root / f".manifest.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        try:
+            os.link(tmp, path)  # atomic create: exactly one process wins
+        except FileExistsError:
+            tmp.unlink(missing_ok=True)
+            return cls.open(root, manifest)
+        tmp.unlink(missing_ok=True)
+        return cls(root, manifest)
+
+    def lock(self, process_id: int = 0) -> None:
+        """Take this process's writer lock; refuse if another live process holds it."""
+        from filelock import FileLock, Timeout
+
+        (self.root / "locks").mkdir(exist_ok=True)
+        lk = FileLock(str(self.root / "locks" / f"process-{process_id}.lock"))
+        try:
+            lk.acquire(timeout=0)
+        except Timeout:
+            raise ConfigError(f"another process is already writing {self.root} as process {process_id}; "
+                              "wait for it to finish") from None
+        self._locks.append(lk)
+
+    def release(self) -> None:
+        for lk in self._locks:
+            lk.release()
+        self._locks.clear()
+
+    # ------------------------------------------------------------------ data
+    @property
+    def group(self):
+        if self._group is None:
+            import zarr
+
+            self._group = zarr.open_group(str(self.root / "data.zarr"), mode="a")
+        return self._group
+
+    def _array(self, point: int, name: str, like: np.ndarray, rows: int, chunk: int):
+        """The array ``p<point>/<name>`` of ``rows`` rows shaped like ``like[0]``, created on first use."""
+        from filelock import FileLock
+
+        key = f"p{point:04d}/{name}"
+        try:
+            return self.group[key]
+        except KeyError:
+            pass
+        with FileLock(str(self.root / "locks" / "create.lock")):
+            self._group = None  # another process may have created it meanwhile
+            try:
+                return self.group[key]
+            except KeyError:
+                fill = np.nan if np.issubdtype(like.dtype, np.floating) else 0
+                return self.group.create_array(key, shape=(rows, *like.shape[1:]), chunks=(chunk, *like.shape[1:]),
+                                               dtype=like.dtype, fill_value=fill)
+
+    def _marker(self, point: int, chunk_index: int) -> Path:
+        return self.root / "done" / f"p{point:04d}" / f"c{chunk_index:06d}.json"
+
+    def write_chunk(self, point: int, chunk_index: int, start: int, arrays: Mapping[str, np.ndarray],
+                    rows: int, chunk: int, info: dict | None = None) -> None:
+        """Write rows ``start : start + len`` of every array, then the chunk's marker (atomically)."""
+        sums = {}
+        for name, a in arrays.items():
+            a = np.asarray(a)
+            arr = self._array(point, name, a, rows, chunk)
+            arr[start:start + a.shape[0]] = a
+            sums[name] = _digest(a)
+        size = int(next(iter(arrays.values())).shape[0])
+        write_json(self._marker(point, chunk_index), {"start": start, "rows": size, "sha256": sums, **(info or {})})
+
+    def chunk_done(self, point: int, chunk_index: int, start: int, size: int) -> bool:
+        """True if the chunk's marker exists and its data read back matches the marker's checksums."""
+        m = self._marker(point, chunk_index)
+        if not m.is_file():
+            return False
+        try:
+            marker = json.loads(m.read_text())
+            if marker.get("start") != start or marker.get("rows") != size:
+                return False
+            for name, want in marker["sha256"].items():
+                a = self.group[f"p{point:04d}/{name}"][start:start + size]
+                if _digest(np.asarray(a)) != want:
+                    return False
+        except Exception:  # unreadable marker or chunk (truncated, corrupt): recompute it
+            return False
+        return True
+
+    def write_point_attrs(self, point: int, attrs: Mapping[str, Any]) -> None:
+        from filelock import FileLock
+
+        with FileLock(str(self.root / "locks" / "create.lock")):
+            g = self.group.require_group(f"p{point:04d}")
+            g.attrs.update(json.loads(json.dumps(dict(attrs), default=str)))
+
+    def mark_finished(self, summary: dict, process_id: int = 0) -> None:
+        """Record a process's summary of its part (``summary-<process>.json``)."""
+        write_json(self.root / f"summary-{process_id}.json", summary)
+
+
+def _read_manifest(path: Path) -> dict:
+    try:
+        m = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{path} is unreadable or not valid JSON ({e}); the store cannot be resumed") from None
+    if not isinstance(m, dict) or m.get("format") != FORMAT or "fingerprint" not in m:
+        raise ConfigError(f"{path} is not a jaxattn sweep manifest")
+    return m
+
+
+def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:
+    """``(chunk index, start, size)`` of every chunk of ``num_init`` conditions."""
+    for i, start in enumerate(range(0, num_init, chunk)):
+        yield i, start, min(chunk, num_init - start)
+
+
+class Sweep:
+    """A finished or unfinished sweep opened for reading (:func:`open_sweep`)."""
+
+    summary: dict  # set on the sweep that sweep_grid returns: this process's run summary
+
+    def __init__(self, root):
+        self.store = SweepStore.open(root)
+        self.manifest = self.store.manifest
+        self.points = self.manifest["points"]
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def arrays(self, point: int = 0) -> dict[str, np.ndarray]:
+        """Every array of a grid point (NaN rows where chunks are not finished yet)."""
+        g = self.store.group
+        key = f"p{point:04d}"
+        if key not in g:
+            return {}
+        out = {}
+
+        def walk(grp, prefix):
+            for name, arr in grp.arrays():
+                out[prefix + name] = np.asarray(arr[...])
+            for name, sub in grp.groups():
+                walk(sub, prefix + name + ".")
+
+        walk(g[key], "")
+        return out
+
+    def finished(self, point: int = 0) -> np.ndarray:
+        """``[N]`` bool: rows whose chunk is finished and verified."""
+        p = self.points[point]
+        ok = np.zeros(p["num_init"], bool)
+        for i, start, size in chunk_ranges(p["num_init"], self.manifest["chunk"]):
+            ok[start:start + size] = self.store.chunk_done(point, i, start, size)
+        return ok
+
+    def table(self, summary: bool = False):
+        """A tidy pandas table: one row per grid point and initial condition with the last saved value
+        of every scalar observable and the point's parameters; ``summary=True``: one row per point
+        with mean, std and quantiles over conditions."""
+        import pandas as pd
+
+        frames = []
+        for i, p in enumerate(self.points):
+            arrs = self.arrays(i)
+            cols = {"point": i, "condition": np.arange(p["num_init"])}
+            done = self.finished(i)
+            cols["finished"] = done
+            for name, a in arrs.items():
+                if name.startswith("observables.") and a.ndim == 2:  # [N, T] scalar observable
+                    cols[name.split(".", 1)[1]] = a[:, -1]
+                elif name == "result":
+                    cols["result"] = a
+            df = pd.DataFrame(cols)
+            for k, v in p["params"].items():
+                df[k] = v if not isinstance(v, (list, dict)) else json.dumps(v)
+            frames.append(df)
+        df = pd.concat(frames, ignore_index=True)
+        if not summary:
+            return df
+        keys = ["point", *self.points[0]["params"]]
+        num = [c for c in df.columns if c not in [*keys, "condition", "finished", "result"]
+               and pd.api.types.is_numeric_dtype(df[c])]
+        g = df[df["finished"]].groupby(keys, dropna=False)[num]
+        out = g.agg(["mean", "std", "min", "median", "max"])
+        out.columns = [f"{a}_{b}" for a, b in out.columns]
+        out["conditions"] = g.size()
+        return out.reset_index()
+
+
+def open_sweep(path) -> Sweep:
+    """Open a sweep store (finished or not) for reading: ``.arrays(point)``, ``.table()``."""
+    return Sweep(path)
+
+
+def fingerprint(config: Mapping) -> str:
+    return config_hash(config)
+
+
+__all__ = ["Sweep", "SweepStore", "chunk_ranges", "fingerprint", "open_sweep"]

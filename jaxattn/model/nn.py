@@ -1,0 +1,79 @@
+"""Normalisations and activations, exactly as the Hugging Face configs name them."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import jax
+import jax.numpy as jnp
+
+from jaxattn.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only: params does not import this module back
+    from jaxattn.model.params import Layers
+
+
+def l2(y: jax.Array) -> jax.Array:
+    """``N(y) = y / ||y||`` over the last axis."""
+    return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
+
+
+def ellipsoid(y: jax.Array, S: jax.Array) -> jax.Array:
+    """``N_S(y) = y / sqrt(yᵀ S y)`` over the last axis (S symmetric positive definite)."""
+    return y / jnp.sqrt(jnp.einsum("...d,de,...e->...", y, S, y))[..., None]
+
+
+def layer_norm(y: jax.Array, w, b, eps: float) -> jax.Array:
+    """Affine LayerNorm over the last axis, biased variance, as ``torch.nn.LayerNorm``."""
+    mu = y.mean(-1, keepdims=True)
+    var = ((y - mu) ** 2).mean(-1, keepdims=True)
+    out = (y - mu) / jnp.sqrt(var + eps)
+    lead = (1,) * (y.ndim - 1)  # explicit broadcast: tests run with rank promotion "raise"
+    if w is not None:
+        out = out * w.reshape(lead + w.shape)
+    if b is not None:
+        out = out + b.reshape(lead + b.shape)
+    return out
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+_ACT = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # erf form (transformers' GELUActivation)
+    "gelu_new": _gelu_tanh,  # NewGELUActivation
+    "gelu_pytorch_tanh": _gelu_tanh,
+    "gelu_fast": lambda x: 0.5 * x * (1.0 + jnp.tanh(x * 0.7978845608 * (1.0 + 0.044715 * x * x))),
+    "quick_gelu": lambda x: x * jax.nn.sigmoid(1.702 * x),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+    "swish": jax.nn.silu,
+    "tanh": jnp.tanh,
+    "linear": lambda x: x,
+}
+
+
+def activation(name: str):
+    """The activation function a HF config calls ``name``."""
+    try:
+        return _ACT[name]
+    except KeyError:
+        raise ConfigError(f"unsupported activation {name!r}; supported: {', '.join(sorted(_ACT))}") from None
+
+
+def ffn(y: jax.Array, lw: Layers, act: str, *, biases: bool = True) -> jax.Array:
+    """The feed-forward sublayer ``W2 act(W1 y + b1) + b2`` of one weight set, ``[..., d] -> [..., d]``.
+
+    ``biases=False`` drops ``b1, b2`` (the attention-only simplifications keep the FFN's matrices only).
+    """
+    assert lw.w1 is not None and lw.w2 is not None  # callers refuse ffn=True on models without FFN weights
+    lead = (1,) * (y.ndim - 1)  # explicit broadcast: rank promotion is "raise" in the tests
+    h = y @ lw.w1.T
+    if biases and lw.b1 is not None:
+        h = h + lw.b1.reshape(lead + lw.b1.shape)
+    out = activation(act)(h) @ lw.w2.T
+    if biases and lw.b2 is not None:
+        out = out + lw.b2.reshape(lead + lw.b2.shape)
+    return out

@@ -1,0 +1,292 @@
+"""Model and layer pytrees.
+
+Weight convention (the ``nn.Linear.weight`` orientation, see docs/models.md): tokens are columns, arrays
+are row-major, so a configuration is ``X: [n, d]`` and per head
+
+* ``q: [G, H, d_h, d]``, ``k``, ``v`` likewise, so that ``queries_h = X @ q[g, h].T``;
+* ``o: [G, H, d, d_h]``, so that the layer matrix is ``F = sum_h o[g, h] @ v[g, h]``.
+
+``G`` is the number of distinct weight sets. The model's depth is its ``schedule``: block ``k``
+uses weight set ``schedule[k]``. A shared-weight (ALBERT-like) model therefore holds ``G = 1``
+set and a schedule ``(0, 0, ..., 0)``; a layer-varying model holds ``G = L`` sets and the
+schedule ``(0, 1, ..., L-1)``. Running more steps than the depth cycles through the schedule
+(step ``k`` uses ``schedule[k % depth]``): this is "prolonging" a shared model and "repeated
+passes" of a layer-varying one. No weights are ever copied.
+
+The attention kind of every weight set (causal or not, local window, score scale) is data
+(``causal``, ``window``, ``scale`` arrays of shape ``[G]``), not a code path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from jaxattn.errors import ConfigError
+
+# a loaded checkpoint keeps numpy arrays (no float64 truncation while x64 is off); JAX converts them on use
+Array = jax.Array | np.ndarray
+
+#: Activations understood by the faithful layers, keyed by the name a HF config uses.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu",
+               "swish", "tanh", "linear")
+NORM_STYLES = ("post", "pre")
+
+
+@struct.dataclass
+class Layers:
+    """Stacked weights of the ``G`` distinct blocks of a model (see the module docstring).
+
+    Optional members are ``None`` when the model has no such tensor (GPT-Neo has no q/k/v
+    biases; synthetic models have no LayerNorm or FFN).
+    """
+
+    q: Array  # [G, H, d_h, d]
+    k: Array  # [G, H, d_h, d]
+    v: Array  # [G, H, d_h, d]
+    o: Array  # [G, H, d, d_h]
+    causal: Array  # [G] bool
+    window: Array  # [G] int32; 0 means no window
+    scale: Array  # [G] float: score scale s (1/sqrt(d_h) for BERT, 1 for GPT-Neo)
+    bq: Array | None = None  # [G, H, d_h]
+    bk: Array | None = None  # [G, H, d_h]
+    bv: Array | None = None  # [G, H, d_h]
+    bo: Array | None = None  # [G, d]
+    ln1_w: Array | None = None  # [G, d] norm of the attention sublayer (after it: post, before: pre)
+    ln1_b: Array | None = None
+    ln2_w: Array | None = None  # [G, d] norm of the FFN sublayer
+    ln2_b: Array | None = None
+    w1: Array | None = None  # [G, f, d]
+    b1: Array | None = None  # [G, f]
+    w2: Array | None = None  # [G, d, f]
+    b2: Array | None = None  # [G, d]
+
+    @property
+    def n_sets(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def d_head(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def d_model(self) -> int:
+        return self.q.shape[3]
+
+    if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
+        def replace(self, **updates: Any) -> Layers:
+            """A copy with the given members replaced."""
+
+    def take(self, g) -> Layers:
+        """The weights of set ``g`` (an int or a traced index), leading axis removed."""
+        return jax.tree_util.tree_map(lambda a: a[g], self)
+
+
+@struct.dataclass
+class Embeddings:
+    """Token, position and token-type embeddings (only needed to feed real prompts)."""
+
+    word: Array  # [V, E]
+    position: Array  # [P, E]
+    token_type: Array | None = None  # [T, E]
+    ln_w: Array | None = None  # [E]
+    ln_b: Array | None = None
+    proj_w: Array | None = None  # [d, E]  ALBERT's embedding_hidden_mapping_in
+    proj_b: Array | None = None  # [d]
+
+    if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
+        def replace(self, **updates: Any) -> Embeddings:
+            """A copy with the given members replaced."""
+
+
+@struct.dataclass
+class Model:
+    """A transformer seen as a dynamical system: weight sets, their schedule, and static facts."""
+
+    layers: Layers
+    schedule: tuple = struct.field(pytree_node=False)  # weight set used by each block
+    embeddings: Embeddings | None = None
+    final_ln_w: Array | None = None  # [d] GPT-2 / GPT-Neo ln_f
+    final_ln_b: Array | None = None
+    norm_style: str = struct.field(pytree_node=False, default="post")
+    activation: str = struct.field(pytree_node=False, default="gelu")
+    ln_eps: float = struct.field(pytree_node=False, default=1e-12)
+    family: str = struct.field(pytree_node=False, default="synthetic")
+
+    if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
+        def replace(self, **updates: Any) -> Model:
+            """A copy with the given members replaced."""
+
+    @property
+    def depth(self) -> int:
+        return len(self.schedule)
+
+    @property
+    def shared(self) -> bool:
+        """True when every block uses the same weights (a time-invariant system)."""
+        return len(set(self.schedule)) == 1
+
+    @property
+    def d_model(self) -> int:
+        return self.layers.d_model
+
+    @property
+    def n_heads(self) -> int:
+        return self.layers.n_heads
+
+    def astype(self, dtype) -> Model:
+        """Cast every floating array (weights, scales) to ``dtype``."""
+
+        def cast(a):  # no copy when already of that dtype (models are cast on every simulate call)
+            return a.astype(dtype) if jnp.issubdtype(a.dtype, jnp.floating) and a.dtype != dtype else a
+
+        return jax.tree_util.tree_map(cast, self)
+
+    def summary(self) -> str:
+        lay = self.layers
+        kinds = []
+        for g in range(lay.n_sets):
+            w = int(lay.window[g])
+            kind = "causal" if bool(lay.causal[g]) else "full"
+            kinds.append(f"{kind}" + (f"/local{w}" if w else ""))
+        has = [name for name in ("bq", "bk", "bv", "bo", "ln1_w", "ln2_w", "w1") if getattr(lay, name) is not None]
+        lines = [
+            f"family       {self.family}",
+            f"d_model      {lay.d_model}   heads {lay.n_heads}   d_head {lay.d_head}",
+            f"depth        {self.depth} blocks, {lay.n_sets} weight set(s)"
+            + ("  (shared weights)" if self.shared else ""),
+            f"norm style   {self.norm_style}-norm   activation {self.activation}   ln_eps {self.ln_eps:g}",
+            "attention    " + ", ".join(sorted(set(kinds)))
+            + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
+            "has          " + (", ".join(has) if has else "attention weights only"),
+        ]
+        if lay.w1 is not None:
+            lines.append(f"ffn          {lay.w1.shape[1]} hidden units")
+        if self.embeddings is not None:
+            e = self.embeddings
+            lines.append(f"embeddings   vocab {e.word.shape[0]}  positions {e.position.shape[0]}  "
+                         f"size {e.word.shape[1]}")
+        return "\n".join(lines)
+
+
+def _finite(name: str, a) -> None:
+    if (a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)
+            and not bool(np.all(np.isfinite(np.asarray(a))))):
+        raise ConfigError(f"tensor '{name}' has non-finite values (NaN or inf)")
+
+
+#: The members of :class:`Layers` and :class:`Embeddings`, in declaration order (the converted-file
+#: layout and the checks iterate over these).
+LAYER_FIELDS = tuple(f.name for f in dataclasses.fields(Layers))
+EMBEDDING_FIELDS = tuple(f.name for f in dataclasses.fields(Embeddings))
+
+
+def validate(model: Model) -> Model:
+    """Check shapes, the schedule and finiteness; raise :class:`ConfigError` with one clear line."""
+    lay = model.layers
+    if lay.q.ndim != 4:
+        raise ConfigError(f"q must be [G, H, d_h, d], got shape {tuple(lay.q.shape)}")
+    G, H, dh, d = lay.q.shape
+    want = {"q": (G, H, dh, d), "k": (G, H, dh, d), "v": (G, H, dh, d), "o": (G, H, d, dh),
+            "causal": (G,), "window": (G,), "scale": (G,),
+            "bq": (G, H, dh), "bk": (G, H, dh), "bv": (G, H, dh), "bo": (G, d),
+            "ln1_w": (G, d), "ln1_b": (G, d), "ln2_w": (G, d), "ln2_b": (G, d)}
+    if lay.w1 is not None:
+        f = lay.w1.shape[1]
+        want.update({"w1": (G, f, d), "b1": (G, f), "w2": (G, d, f), "b2": (G, d)})
+    for name, shape in want.items():
+        a = getattr(lay, name)
+        if a is not None and tuple(a.shape) != shape:
+            raise ConfigError(f"tensor '{name}' has shape {tuple(a.shape)}, expected {shape}")
+    if (lay.w1 is None) != (lay.w2 is None):
+        raise ConfigError("FFN needs both w1 and w2")
+    if not model.schedule:
+        raise ConfigError("schedule is empty: a model needs at least one block")
+    if any((not isinstance(g, (int, np.integer))) or g < 0 or g >= G for g in model.schedule):
+        raise ConfigError(f"schedule {model.schedule} refers to weight sets outside 0..{G - 1}")
+    if model.norm_style not in NORM_STYLES:
+        raise ConfigError(f"norm_style must be one of {NORM_STYLES}, got {model.norm_style!r}")
+    if model.activation not in ACTIVATIONS:
+        raise ConfigError(f"unsupported activation {model.activation!r}; supported: {', '.join(ACTIVATIONS)}")
+    if np.any(np.asarray(lay.window) < 0):
+        raise ConfigError("attention windows must be >= 0 (0 = no window)")
+    for name in LAYER_FIELDS:  # integer and boolean members (causal, window) are skipped by _finite
+        _finite(name, getattr(lay, name))
+    _finite("final_ln_w", model.final_ln_w)
+    _finite("final_ln_b", model.final_ln_b)
+    if model.embeddings is not None:
+        for name in EMBEDDING_FIELDS:
+            _finite(f"embeddings.{name}", getattr(model.embeddings, name))
+    return model
+
+
+def parse_mask(mask: str) -> tuple[bool, int]:
+    """``'full'``, ``'causal'`` or ``'local:W'`` (causal, window W) -> (causal, window).
+
+    Examples:
+        >>> import jaxattn as ja
+        >>> ja.parse_mask("full"), ja.parse_mask("causal"), ja.parse_mask("local:4")
+        ((False, 0), (True, 0), (True, 4))
+    """
+    if mask == "full":
+        return False, 0
+    if mask == "causal":
+        return True, 0
+    if mask.startswith("local:"):
+        try:
+            w = int(mask.split(":", 1)[1])
+        except ValueError:
+            w = -1
+        if w < 1:
+            raise ConfigError(f"local mask needs a positive window, e.g. 'local:4', got {mask!r}")
+        return True, w
+    raise ConfigError(f"mask must be 'full', 'causal' or 'local:W', got {mask!r}")
+
+
+def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, bk=None, bv=None,
+               bo=None, family="synthetic", **extra) -> Model:
+    """Build a validated :class:`Model` from stacked head weights.
+
+    Args:
+        q, k, v: ``[G, H, d_h, d]``; o: ``[G, H, d, d_h]``.
+        schedule: weight set of each block; default ``range(G)``.
+        masks: one mask string for every set or a sequence of ``G`` (see :func:`parse_mask`).
+        scale: score scale per set (scalar or ``[G]``); default ``1/sqrt(d_h)``.
+
+    Examples:
+        >>> import jax.numpy as jnp, numpy as np, jaxattn as ja
+        >>> q = jnp.eye(4).reshape(1, 2, 2, 4)                        # G = 1 set, H = 2 heads, d_h = 2, d = 4
+        >>> o = jnp.eye(4).reshape(4, 2, 2).transpose(1, 0, 2)[None]  # O_h: the columns head h owns
+        >>> model = ja.from_heads(q, q, q, o, schedule=(0, 0, 0), masks="causal")
+        >>> model.depth, model.shared
+        (3, True)
+        >>> bool(model.layers.causal[0]), round(float(model.layers.scale[0]), 6)   # s = 1/sqrt(d_h)
+        (True, 0.707107)
+        >>> bool((ja.layer_matrices(model)[0] == np.eye(4)).all())                 # F = Σ_h O_h V_h = I
+        True
+    """
+    q, k, v, o = (jnp.asarray(a) for a in (q, k, v, o))
+    if q.ndim != 4 or o.ndim != 4:
+        raise ConfigError(f"q/k/v must be [G, H, d_h, d] and o [G, H, d, d_h]; got q {q.shape}, o {o.shape}")
+    G, _, dh, _ = q.shape
+    masks = [masks] * G if isinstance(masks, str) else list(masks)
+    if len(masks) != G:
+        raise ConfigError(f"{len(masks)} masks given for {G} weight sets")
+    parsed = [parse_mask(m) for m in masks]
+    scale = 1.0 / np.sqrt(dh) if scale is None else scale
+    layers = Layers(q=q, k=k, v=v, o=o,
+                    causal=jnp.asarray([c for c, _ in parsed], dtype=bool),
+                    window=jnp.asarray([w for _, w in parsed], dtype=jnp.int32),
+                    scale=jnp.broadcast_to(jnp.asarray(scale, dtype=q.dtype), (G,)),
+                    bq=bq, bk=bk, bv=bv, bo=bo, **extra)
+    schedule = tuple(range(G)) if schedule is None else tuple(int(s) for s in schedule)
+    return validate(Model(layers=layers, schedule=schedule, family=family))

@@ -1,0 +1,214 @@
+"""Random models and random initial conditions.
+
+Every random quantity comes from an explicit key. Initial condition ``i`` of a batch is drawn
+from ``fold_in(key, i)``, so the numbers of condition ``i`` do not depend on how the batch is
+split into chunks or shards (``start`` gives the global index of a chunk's first condition).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.dynamics.runner import run
+from jaxattn.errors import ConfigError
+from jaxattn.model.params import Model, from_heads
+
+WEIGHT_KINDS = ("gaussian", "uniform", "identity")
+VALUE_KINDS = ("random", "identity", "symmetric")
+INIT_KINDS = ("sphere", "gaussian", "ellipsoid")
+
+
+def check_key(key) -> jax.Array:
+    """A PRNG key (``jax.random.key(seed)`` or a raw ``uint32[2]`` key), else one clear error."""
+    if isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
+                                       or (key.dtype == jnp.uint32 and key.shape == (2,))):
+        return key
+    raise ConfigError(f"key must be a JAX PRNG key such as jax.random.key(0), got {type(key).__name__} {key!r:.40}")
+
+
+def _check_dims(d: int, heads: int) -> int:
+    if d < 1 or heads < 1:
+        raise ConfigError(f"d and heads must be positive, got d={d}, heads={heads}")
+    if d % heads:
+        raise ConfigError(f"d={d} is not divisible by the number of heads H={heads}")
+    return d // heads
+
+
+def _orthogonal(key, d: int, dtype) -> jax.Array:
+    """Haar-random orthogonal matrix (QR of a Ginibre matrix with the sign fix)."""
+    a = jax.random.normal(key, (d, d), dtype)
+    q, r = jnp.linalg.qr(a)
+    return q * jnp.sign(jnp.diag(r))[None, :]
+
+
+def symmetric_with_spectrum(key, spectrum: Sequence[float] | np.ndarray, dtype=None) -> jax.Array:
+    """``U diag(spectrum) Uᵀ`` with ``U`` Haar-orthogonal: a symmetric ``[d, d]`` matrix.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> S = ja.symmetric_with_spectrum(jax.random.key(0), [3.0, 1.0, 0.5])
+        >>> S.shape, bool(np.allclose(S, S.T))
+        ((3, 3), True)
+        >>> np.linalg.eigvalsh(np.asarray(S, np.float64)).round(4)
+        array([0.5, 1. , 3. ])
+    """
+    lam = jnp.asarray(spectrum, jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype))
+    u = _orthogonal(check_key(key), lam.shape[0], dtype)
+    return (u * lam[None, :]) @ u.T
+
+
+def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = True,
+                 weights: str = "gaussian", value: str = "random", spectrum: Sequence[float] | np.ndarray | None = None,
+                 mask: str = "full", scale: float | None = None, biases: bool = False,
+                 bias_std: float = 0.1, unit_output: bool = False, uniform_range=(-1.0, 1.0),
+                 dtype=None) -> Model:
+    """A synthetic attention-only model (the D1/D2 setting).
+
+    Args:
+        key: PRNG key.
+        d: token dimension; heads: ``H`` (``d % H == 0``); depth: number of blocks.
+        shared: one weight set applied ``depth`` times (time-invariant) or one per block.
+        weights: ``'gaussian'`` (Ginibre, entries N(0, 1/d)), ``'uniform'`` (entries uniform in
+            ``uniform_range``, as in Rodríguez Abella et al.) or ``'identity'`` (``Q_h = K_h``
+            = the rows of the identity that head h owns; Geshkovski et al.'s ``Q = K = I``).
+        value: ``'random'`` (as ``weights``), ``'identity'`` (layer matrix ``F = I``) or
+            ``'symmetric'`` (``F = U diag(spectrum) Uᵀ``; needs ``spectrum`` of length d).
+            For ``identity``/``symmetric`` the value and output blocks are built so that
+            ``F = Σ_h O_h V_h`` is exactly the requested matrix.
+        mask: ``'full'``, ``'causal'`` or ``'local:W'``.
+        scale: score scale ``s``; default ``1/sqrt(d_h)``.
+        biases: draw q/k/v/o biases with standard deviation ``bias_std``.
+        unit_output: single-head D2 convention, ``O = I`` (requires ``heads == 1``).
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False, mask="causal")
+        >>> model.depth, model.d_model, model.schedule
+        (3, 8, (0, 1, 2))
+        >>> model.layers.q.shape, model.layers.o.shape          # [G, H, d_h, d], [G, H, d, d_h]
+        ((3, 2, 4, 8), (3, 2, 8, 4))
+        >>> shared = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)   # one set, applied 3 times
+        >>> shared.layers.n_sets, shared.schedule
+        (1, (0, 0, 0))
+        >>> sym = ja.random_model(jax.random.key(1), d=4, value="symmetric", spectrum=[2.0, 1.0, 0.5, -1.0])
+        >>> np.linalg.eigvalsh(ja.layer_matrices(sym)[0]).round(4)                  # F has the asked spectrum
+        array([-1. ,  0.5,  1. ,  2. ])
+    """
+    key = check_key(key)
+    dh = _check_dims(d, heads)
+    if depth < 1:
+        raise ConfigError(f"depth must be >= 1, got {depth}")
+    if weights not in WEIGHT_KINDS:
+        raise ConfigError(f"weights must be one of {WEIGHT_KINDS}, got {weights!r}")
+    if value not in VALUE_KINDS:
+        raise ConfigError(f"value must be one of {VALUE_KINDS}, got {value!r}")
+    if value == "symmetric" and (spectrum is None or len(spectrum) != d):
+        raise ConfigError(f"value='symmetric' needs a spectrum of length d={d}")
+    if unit_output and heads != 1:
+        raise ConfigError("unit_output (O = I) is the single-head model D2: use heads=1")
+    G = 1 if shared else depth
+    # float64 when x64 is enabled (tests, spectra), else float32; simulate casts as asked.
+    dtype = jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype)
+
+    def draw(k, shape):
+        if weights == "gaussian":
+            return jax.random.normal(k, shape, dtype) / np.sqrt(d)
+        if weights == "uniform":
+            lo, hi = uniform_range
+            return jax.random.uniform(k, shape, dtype, lo, hi)
+        eye = jnp.eye(d, dtype=dtype).reshape(heads, dh, d)
+        return jnp.broadcast_to(eye, shape)
+
+    def one_set(k):
+        kq, kk, kv, ko, kb, ks = jax.random.split(k, 6)
+        q = draw(kq, (heads, dh, d))
+        kmat = draw(kk, (heads, dh, d))
+        if value == "random":
+            v = (draw(kv, (heads, dh, d)) if weights != "identity"
+                 else jax.random.normal(kv, (heads, dh, d), dtype) / np.sqrt(d))
+            o = (jnp.eye(d, dtype=dtype)[None] if unit_output
+                 else jax.random.normal(ko, (heads, d, dh), dtype) / np.sqrt(d))
+        else:
+            if value == "identity":
+                f = jnp.eye(d, dtype=dtype)
+            else:
+                assert spectrum is not None  # value='symmetric' without one is refused above
+                f = symmetric_with_spectrum(ks, spectrum, dtype)
+            # Vstack = I (head h reads its own coordinates), O = F split by columns: Σ O_h V_h = F.
+            v = jnp.eye(d, dtype=dtype).reshape(heads, dh, d)
+            o = f.reshape(d, heads, dh).transpose(1, 0, 2)
+            if unit_output:
+                v, o = f[None], jnp.eye(d, dtype=dtype)[None]
+        b = jax.random.normal(kb, (3 * d + d,), dtype) * bias_std
+        bs = dict(bq=b[:d].reshape(heads, dh), bk=b[d:2 * d].reshape(heads, dh),
+                  bv=b[2 * d:3 * d].reshape(heads, dh), bo=b[3 * d:]) if biases else {}
+        return q, kmat, v, o, bs
+
+    sets = [one_set(k) for k in jax.random.split(key, G)]
+    stack = lambda i: jnp.stack([s[i] for s in sets])
+    bias = {name: jnp.stack([s[4][name] for s in sets]) for name in (sets[0][4] or {})}
+    schedule = (0,) * depth if shared else tuple(range(depth))
+    return from_heads(stack(0), stack(1), stack(2), stack(3), schedule=schedule, masks=mask,
+                      scale=scale, **bias)
+
+
+def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None, start: int = 0,
+                dtype=jnp.float32) -> jax.Array:
+    """Random initial configurations ``X0: [batch, n, d]``.
+
+    Condition ``i`` (global index ``start + i``) uses ``fold_in(key, start + i)``.
+
+    Args:
+        kind: ``'sphere'`` (uniform on the unit sphere), ``'gaussian'`` (N(0, I), the power-method
+            paper's setting) or ``'ellipsoid'`` (uniform directions scaled onto ``xᵀ S x = 1``).
+        S: ``[d, d]`` symmetric positive definite matrix for ``kind='ellipsoid'``.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> X0 = ja.init_tokens(jax.random.key(1), 4, 5, 8)          # 4 configurations of 5 tokens in R^8
+        >>> X0.shape, X0.dtype
+        ((4, 5, 8), dtype('float32'))
+        >>> bool(np.allclose(np.linalg.norm(X0, axis=-1), 1.0, atol=1e-6))
+        True
+        >>> tail = ja.init_tokens(jax.random.key(1), 2, 5, 8, start=2)   # conditions 2 and 3 on their own
+        >>> bool((tail == X0[2:]).all())
+        True
+    """
+    key = check_key(key)
+    if batch < 0 or n < 1 or d < 1:
+        raise ConfigError(f"need batch >= 0, n >= 1, d >= 1; got batch={batch}, n={n}, d={d}")
+    if kind not in INIT_KINDS:
+        raise ConfigError(f"init kind must be one of {INIT_KINDS}, got {kind!r}")
+    if kind == "ellipsoid" and S is None:
+        raise ConfigError("kind='ellipsoid' needs the matrix S")
+    idx = jnp.arange(start, start + batch)
+    S = None if S is None else jnp.asarray(S, dtype)
+    # drawn through the batched runner: every condition is computed in blocks of the same width,
+    # so its tokens are bit-identical whatever the batch size or chunking (a plain vmap over the
+    # whole batch lets XLA vectorise the normalisation differently for different batch sizes)
+    return run(_Draw(n, d, kind, jnp.dtype(dtype)), idx, (key, S))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Draw:
+    """Initial condition ``i`` from ``fold_in(key, i)`` (a runner program, see :mod:`jaxattn.dynamics.runner`)."""
+
+    n: int
+    d: int
+    kind: str
+    dtype: Any
+
+    def __call__(self, i, p):
+        key, S = p
+        g = jax.random.normal(jax.random.fold_in(key, i), (self.n, self.d), self.dtype)
+        if self.kind == "gaussian":
+            return g
+        if self.kind == "sphere":
+            return g / jnp.linalg.norm(g, axis=-1, keepdims=True)
+        return g / jnp.sqrt(jnp.einsum("nd,de,ne->n", g, S, g))[:, None]

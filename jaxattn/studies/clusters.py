@@ -1,0 +1,425 @@
+"""The clustering study (Geshkovski et al., the emergence of clusters in self-attention dynamics),
+behind ``jaxattn clusters``.
+
+The model is the flow ``ẋ_i = Σ_j P_ij(t) V x_j`` with ``P_ij = softmax_j(β <Q x_i, K x_j>)`` (no
+normalisation of the tokens), solved for the rescaled tokens ``z_i = e^{−tV} x_i``
+(:data:`jaxattn.C3_RESCALED`), single head, score scale 1, ``Q = K = I``. Written into one run
+directory (``config.json``, CSV tables, PNG figures, ``report.md``):
+
+1. ``V = I`` in 2-D and 3-D: trajectories of the tokens, which gather at the vertices of a convex
+   polytope (:func:`jaxattn.analysis.clusters.polytope`).
+2. A good triple in 2-D (a symmetric ``V`` with eigenvalues 1.35 and −0.07, as in the paper): the
+   coordinate along the top eigenvector ``φ_1`` over time, which takes at most three values.
+3. ``V`` whose top eigenvalue is a complex pair, and ``V`` whose top eigenvalue is negative: what
+   the tokens do instead.
+4. ``d = 1``, ``Q = K = V = 1``: the attention matrix over time and its distance to the nearest
+   Boolean matrix and numerical rank.
+5. ``V = I`` over many initial conditions for every ``(n, d, β)`` of a grid: cluster counts, the
+   vertices of the initial convex hull (an upper bound on the count), the polytope check.
+6. Good triples: the fraction of random matrices (several ensembles) whose eigenvalue of largest
+   modulus is real, positive and simple, against ``d``, with Wilson intervals.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.analysis import clusters as cl
+from jaxattn.errors import ConfigError
+from jaxattn.io.results import atomic_write_text, provenance, write_json
+
+
+def _ints(name: str, s: str) -> list[int]:
+    try:
+        out = [int(v) for v in str(s).split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{name} must be comma-separated integers, got {s!r}") from None
+    if not out:
+        raise ConfigError(f"{name} needs at least one value, got {s!r}")
+    return out
+
+
+def _floats(name: str, s: str) -> list[float]:
+    try:
+        out = [float(v) for v in str(s).split(",") if v.strip()]
+    except ValueError:
+        raise ConfigError(f"{name} must be comma-separated numbers, got {s!r}") from None
+    if not out or not all(np.isfinite(v) and v > 0 for v in out):
+        raise ConfigError(f"{name} must be positive finite numbers, got {s!r}")
+    return out
+
+
+@dataclasses.dataclass
+class ClustersConfig:
+    n: int = 20  # tokens of the pictures (the paper: 40)
+    n_1d: int = 20  # tokens of the one-dimensional Boolean-attention run (the paper: 40)
+    t1: float = 10.0  # final time of every flow
+    beta: float = 1.0  # inverse temperature of the pictures
+    tol: float = 1e-3  # distance under which tokens share a cluster
+    num: int = 256  # initial conditions per cell of the cluster-count table
+    table_n: str = "10"  # token counts of the table
+    table_d: str = "2,3"  # dimensions of the table
+    table_beta: str = "1,4"  # inverse temperatures of the table
+    good_d: str = "1,2,4,8,16"  # dimensions of the good-triple estimate
+    good_samples: int = 4000  # random matrices per dimension and ensemble
+    ensembles: str = "ginibre,symmetric"
+    seed: int = 0
+    figures: bool = True
+
+    def check(self) -> "ClustersConfig":
+        for k in ("n", "n_1d", "num", "good_samples"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
+        if self.n < 2 or self.n_1d < 2:
+            raise ConfigError("n and n_1d must be >= 2 (clusters need several tokens)")
+        for k in ("t1", "beta", "tol"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
+                raise ConfigError(f"{k} must be finite and > 0, got {v!r}")
+        if any(v < 2 for v in _ints("table_n", self.table_n)):
+            raise ConfigError(f"table_n values must be >= 2, got {self.table_n!r}")
+        if any(v < 1 for v in _ints("table_d", self.table_d)):
+            raise ConfigError(f"table_d values must be >= 1, got {self.table_d!r}")
+        if any(v < 1 for v in _ints("good_d", self.good_d)):
+            raise ConfigError(f"good_d values must be >= 1, got {self.good_d!r}")
+        _floats("table_beta", self.table_beta)
+        for e in self.ensembles.split(","):
+            if e.strip() not in cl.ENSEMBLES:
+                raise ConfigError(f"ensembles must be among {', '.join(cl.ENSEMBLES)}, got {e.strip()!r}")
+        return self
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _nothing(t, X, ctx) -> dict:
+    return {}
+
+
+def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", observe=None, trajectory: bool = False,
+                   rtol: float = 1e-8, atol: float = 1e-10):
+    """The study's solve: the rescaled flow ``z = e^{−tV} x`` (:data:`jaxattn.C3_RESCALED` with the
+    given attention kernel) from ``X0: [B, n, d]`` to ``ts[-1]``, saved at ``ts``, float64, Tsit5.
+
+    Every run of the study goes through here with the same static settings, so runs of the same
+    shapes (up to 64 conditions are one block on a CPU) share one compiled program.
+    """
+    from jaxattn import Flow, solve
+
+    ts = np.asarray(ts, np.float64)
+    flow = Flow(space="flat", rescaled=True, attention=attention)
+    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta, ts=ts, observe=observe or _nothing,
+                 trajectory=trajectory, rtol=rtol, atol=atol, dtype=jnp.float64, max_steps=20_000)
+
+
+def _solve(cfg: ClustersConfig, model, X0, beta, ts, *, observe, trajectory):
+    return solve_rescaled(model, X0, ts, beta=beta, observe=observe, trajectory=trajectory)
+
+
+def _rotated(key, M: np.ndarray) -> np.ndarray:
+    """``U M Uᵀ`` for a Haar-random orthogonal ``U`` (same spectrum, generic eigenvectors)."""
+    g = np.asarray(jax.random.normal(key, M.shape, jnp.float64))
+    q, r = np.linalg.qr(g)
+    q = q * np.sign(np.diag(r))[None, :]
+    return q @ M @ q.T
+
+
+def spectra_matrices(key) -> dict[str, np.ndarray]:
+    """The value matrices of the 2-D pictures: a good triple (the paper's spectrum {1.35, −0.07}),
+    a complex top pair ``0.5 ± 1i`` with a real 0.2 dropped (2-D: just the pair), a negative top
+    eigenvalue {−1.2, 0.5}."""
+    return {"good": _rotated(jax.random.fold_in(key, 0), np.diag([1.35, -0.07])),
+            "complex": _rotated(jax.random.fold_in(key, 1), np.array([[0.5, -1.0], [1.0, 0.5]])),
+            "negative": _rotated(jax.random.fold_in(key, 2), np.diag([-1.2, 0.5]))}
+
+
+def run_study(out_dir, cfg: ClustersConfig = ClustersConfig(), *, progress=None) -> dict:
+    """Run the study into ``out_dir`` (created); returns the tables (lists of row dicts) and pictures."""
+    from jaxattn.model.sampling import init_tokens
+
+    cfg.check()
+    if not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)  # eigenvalues and cluster tolerances need float64
+    say = progress or (lambda msg: None)
+    out = Path(out_dir)
+    key = jax.random.key(cfg.seed)
+    ts = np.linspace(0.0, cfg.t1, 61)
+    obs = cl.cluster_observables(cfg.tol)
+    tables: dict = {"pictures": [], "counts": [], "good_triples": [], "boolean": []}
+    pics: dict = {}
+
+    # 1-3: the pictures (one compiled program for every 2-D run)
+    runs = [("identity_2d", np.eye(2)), ("identity_3d", np.eye(3))]
+    runs += [(k, v) for k, v in spectra_matrices(jax.random.fold_in(key, 10)).items()]
+    for i, (name, V) in enumerate(runs):
+        d = V.shape[0]
+        say(f"{name}: V with eigenvalues {np.round(np.linalg.eigvals(V), 3).tolist()}, n = {cfg.n}")
+        X0 = init_tokens(jax.random.fold_in(key, 20 + i), 1, cfg.n, d, kind="gaussian", dtype=jnp.float64)
+        sol = _solve(cfg, cl.paper_model(V), X0, cfg.beta, ts, observe=obs, trajectory=True)
+        Z = np.asarray(sol.trajectory[0], np.float64)  # [T, n, d]
+        # a failed solve (e.g. scores that overflow) is analysed up to its last finite saved state
+        finite = np.all(np.isfinite(Z), axis=(1, 2))
+        T = int(np.argmin(finite)) if not finite.all() else len(ts)
+        Z = Z[:T]
+        ob = {k: np.asarray(v, np.float64)[0, T - 1] for k, v in sol.observables.items()}
+        row = {"setting": name, "d": d, "n": cfg.n, "top_eigenvalue": _fmt_eig(cl.top_eigen(V).value),
+               "solver_ok": bool(np.asarray(sol.ok)[0]) and T == len(ts), "t_end": float(ts[T - 1]),
+               "clusters": int(ob["clusters"]), "gap_clusters": int(ob["gap_clusters"]),
+               "gap_decades": float(ob["gap_decades"]),
+               "initial_hull_vertices": int(cl.hull_vertices(Z[0]).sum()), "polytope_vertices": -1,
+               "hyperplanes": -1, "max_norm": float(np.linalg.norm(Z[-1], axis=-1).max())}
+        extra = {}
+        if name.startswith("identity"):
+            p = cl.polytope(Z[-1], cfg.tol)
+            row["polytope_vertices"] = p.vertices
+            extra["polytope"] = p
+        if name in ("good", "negative"):
+            coord = np.asarray(cl.coordinate(Z, V))  # [T, n]
+            row["hyperplanes"] = int(cl.hyperplanes(Z[-1], V, cfg.tol).count)
+            extra["coordinate"] = coord
+        tables["pictures"].append(row)
+        pics[name] = (V, Z, extra)
+
+    # 4: one dimension, Boolean attention
+    say(f"d = 1: attention of {cfg.n_1d} tokens over time")
+    B1 = 16
+    X0 = init_tokens(jax.random.fold_in(key, 30), B1, cfg.n_1d, 1, kind="gaussian", dtype=jnp.float64)
+    sol = _solve(cfg, cl.paper_model(np.ones((1, 1))), X0, cfg.beta, ts, observe=cl.boolean_observables(1),
+                 trajectory=False)
+    dist = np.asarray(sol.observables["boolean_distance"], np.float64)  # [B, T]
+    rank = np.asarray(sol.observables["rank"], np.float64)
+    for k, t in enumerate(ts):
+        good = np.isfinite(dist[:, k]) & np.isfinite(rank[:, k])  # conditions whose solve reached t
+        if not good.any():
+            break
+        tables["boolean"].append({"t": float(t), "conditions": int(good.sum()),
+                                  "distance_median": float(np.median(dist[good, k])),
+                                  "distance_max": float(dist[good, k].max()), "rank_min": int(rank[good, k].min()),
+                                  "rank_max": int(rank[good, k].max())})
+    # the picture lists the tokens by increasing initial value, so the leaders sit at the edges
+    order = np.argsort(np.asarray(X0[0, :, 0]))
+    A0 = np.asarray(sol.observables["attention"][0], np.float64)[:, order][:, :, order]
+    pics["boolean"] = (A0, dist, rank)
+
+    # 5: cluster counts over many initial conditions, V = I
+    for n in _ints("table_n", cfg.table_n):
+        for d in _ints("table_d", cfg.table_d):
+            Xc = init_tokens(jax.random.fold_in(key, 1000 * n + d), cfg.num, n, d, kind="gaussian", dtype=jnp.float64)
+            model = cl.paper_model(np.eye(d))
+            for beta in _floats("table_beta", cfg.table_beta):
+                say(f"counts: n = {n}, d = {d}, beta = {beta:g}, {cfg.num} initial conditions")
+                sol = _solve(cfg, model, Xc, beta, np.asarray([cfg.t1]), observe=obs, trajectory=False)
+                tables["counts"].append(count_row(n, d, beta, np.asarray(Xc), sol, cfg.tol))
+
+    # 6: good triples against d
+    for e, ens in enumerate(s.strip() for s in cfg.ensembles.split(",")):
+        for d in _ints("good_d", cfg.good_d):
+            say(f"good triples: {ens}, d = {d}, {cfg.good_samples} matrices")
+            est = cl.good_triple_fraction(jax.random.fold_in(jax.random.fold_in(key, 5000 + e), d), d, cfg.good_samples,
+                                          ensemble=ens)
+            tables["good_triples"].append({"ensemble": ens, "d": d, "samples": est.samples, "good": est.count,
+                                           "fraction": est.fraction, "ci_low": est.lo, "ci_high": est.hi,
+                                           **{k: v for k, v in est.classes.items() if k != "good"}})
+
+    _write(out, cfg, tables, pics)
+    return tables
+
+
+def _fmt_eig(z: complex) -> str:
+    return f"{z.real:.4g}" if abs(z.imag) < 1e-12 * abs(z) else f"{z.real:.4g}{z.imag:+.4g}i"
+
+
+def count_row(n: int, d: int, beta: float, X0: np.ndarray, sol, tol: float) -> dict:
+    """One row of the count table from a batch solved with :func:`cluster_observables` (means over the
+    conditions whose solve succeeded)."""
+    final = np.asarray(sol.final, np.float64)
+    ok = np.asarray(sol.ok) & np.all(np.isfinite(final), axis=(1, 2))
+    tolc = np.where(ok, np.nan_to_num(np.asarray(sol.observables["clusters"])[:, -1]), 0).astype(int)
+    gapc = np.where(ok, np.nan_to_num(np.asarray(sol.observables["gap_clusters"])[:, -1]), 0).astype(int)
+    hull = np.asarray([cl.hull_vertices(x).sum() for x in X0])
+    polys = [cl.polytope(final[b], tol) for b in np.flatnonzero(ok)]
+    if not polys:
+        return {"n": n, "d": d, "beta": float(beta), "conditions": int(len(ok)), "solver_failures": int(len(ok)),
+                **{k: float("nan") for k in ("clusters_mean", "gap_clusters_mean")}, "gap_clusters_min": -1,
+                "gap_clusters_max": -1, **{k: float("nan") for k in (
+                    "agree_fraction", "hull_vertices_mean", "le_hull_fraction", "polytope_vertices_mean",
+                    "at_vertices_fraction", "inside_fraction")}}
+    return {"n": n, "d": d, "beta": float(beta), "conditions": int(len(ok)), "solver_failures": int((~ok).sum()),
+            "clusters_mean": float(tolc[ok].mean()), "gap_clusters_mean": float(gapc[ok].mean()),
+            "gap_clusters_min": int(gapc[ok].min()), "gap_clusters_max": int(gapc[ok].max()),
+            "agree_fraction": float((tolc == gapc)[ok].mean()), "hull_vertices_mean": float(hull[ok].mean()),
+            "le_hull_fraction": float((tolc <= hull)[ok].mean()),
+            "polytope_vertices_mean": float(np.mean([p.vertices for p in polys])),
+            "at_vertices_fraction": float(np.mean([p.vertex_tokens / n for p in polys])),
+            "inside_fraction": float(np.mean([p.inside for p in polys]))}
+
+
+def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name in ("pictures", "counts", "good_triples", "boolean"):
+        atomic_write_text(out / f"{name}.csv", _csv(tables[name]))
+    write_json(out / "config.json", {"command": "clusters", "config": dataclasses.asdict(cfg), **provenance()})
+    figs = _figures(out, cfg, pics, tables) if cfg.figures else []
+    L = ["# Clustering study", "",
+         f"Flow `ż_i = e^(−tV) Σ_j P_ij V e^(tV) z_j − V z_i` of the rescaled tokens `z = e^(−tV) x` "
+         f"(single head, `Q = K = I`, score scale 1, softmax attention, β = {cfg.beta:g} for the pictures), "
+         f"solved to t = {cfg.t1:g} in float64 (Tsit5, rtol 1e-8). Clusters: single linkage at distance "
+         f"{cfg.tol:g}, and the tolerance-free count (cut at the largest gap of the hierarchy).", "",
+         "## The pictures", "",
+         "| setting | d | top eigenvalue of V | clusters | tolerance-free | gap (decades) | vertices of the initial hull "
+         "| polytope vertices | hyperplanes | max norm at the end | end (t) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tables["pictures"]:
+        end = f"{r['t_end']:g}" + ("" if r["solver_ok"] else " (solver failed)")
+        L.append(f"| {r['setting']} | {r['d']} | {r['top_eigenvalue']} | {r['clusters']} | {r['gap_clusters']} | "
+                 f"{r['gap_decades']:.2f} | {r['initial_hull_vertices']} | {_dash(r['polytope_vertices'])} | "
+                 f"{_dash(r['hyperplanes'])} | {r['max_norm']:.4g} | {end} |")
+    L += ["", "`identity_*` (V = I): the tokens gather at the vertices of a convex polytope. `good`: the coordinate "
+          "along φ_1 takes at most three values (parallel hyperplanes). `complex`: a rotation is mixed into the "
+          "attraction; `negative`: the tokens repel along φ_1 and spread out instead of clustering.", "",
+          "## One dimension: the attention matrix becomes Boolean", "",
+          f"{cfg.n_1d} tokens, 16 initial conditions, `Q = K = V = 1`.", "",
+          "| t | distance to Boolean (median) | (max) | rank (min) | rank (max) |", "|---|---|---|---|---|"]
+    for r in tables["boolean"][::10]:
+        L.append(f"| {r['t']:.4g} | {r['distance_median']:.3e} | {r['distance_max']:.3e} | {r['rank_min']} | "
+                 f"{r['rank_max']} |")
+    L += ["", f"## Cluster counts, V = I, {cfg.num} initial conditions per row", "",
+          "| n | d | β | clusters (mean) | tolerance-free (mean) | min | max | vertices of the initial hull (mean) | "
+          "count ≤ initial vertices | polytope vertices (mean) | tokens at vertices | rest inside the hull | "
+          "solver failures |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in tables["counts"]:
+        L.append(f"| {r['n']} | {r['d']} | {r['beta']:g} | {r['clusters_mean']:.3f} | {r['gap_clusters_mean']:.3f} | "
+                 f"{r['gap_clusters_min']} | {r['gap_clusters_max']} | {r['hull_vertices_mean']:.3f} | "
+                 f"{r['le_hull_fraction']:.4f} | {r['polytope_vertices_mean']:.3f} | {r['at_vertices_fraction']:.4f} | "
+                 f"{r['inside_fraction']:.4f} | {r['solver_failures']} |")
+    L += ["", "## Good triples", "",
+          "Fraction of random matrices whose eigenvalue of largest modulus is real, positive and simple "
+          f"({cfg.good_samples} per row, 95% Wilson interval; eigenvalues in float64).", "",
+          "| ensemble | d | fraction | 95% interval | complex top | negative top |", "|---|---|---|---|---|---|"]
+    for r in tables["good_triples"]:
+        L.append(f"| {r['ensemble']} | {r['d']} | {r['fraction']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | "
+                 f"{r['complex']} | {r['negative']} |")
+    if figs:
+        L += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
+    atomic_write_text(out / "report.md", "\n".join(L) + "\n")
+
+
+def _dash(v: int) -> str:
+    return "–" if v < 0 else str(v)
+
+
+def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        names.append(name)
+
+    def paths2d(ax, Z, title):
+        for i in range(Z.shape[1]):
+            ax.plot(Z[:, i, 0], Z[:, i, 1], color="0.6", lw=0.7)
+        ax.scatter(Z[0, :, 0], Z[0, :, 1], s=10, color="C0", label="t = 0")
+        ax.scatter(Z[-1, :, 0], Z[-1, :, 1], s=25, color="C3", label=f"t = {cfg.t1:g}")
+        ax.set_title(title, fontsize=9)
+        ax.set_aspect("equal", adjustable="datalim")
+
+    # V = I: 2-D and 3-D trajectories
+    _, Z2, _ = pics["identity_2d"]
+    _, Z3, _ = pics["identity_3d"]
+    fig = plt.figure(figsize=(10, 4.5))
+    ax = fig.add_subplot(1, 2, 1)
+    paths2d(ax, Z2, "V = I, d = 2")
+    ax.legend(fontsize=7)
+    ax = fig.add_subplot(1, 2, 2, projection="3d")
+    for i in range(Z3.shape[1]):
+        ax.plot(Z3[:, i, 0], Z3[:, i, 1], Z3[:, i, 2], color="0.6", lw=0.7)
+    ax.scatter(*Z3[0].T, s=8, color="C0")
+    ax.scatter(*Z3[-1].T, s=25, color="C3")
+    ax.set_title("V = I, d = 3", fontsize=9)
+    save(fig, "polytope.png")
+
+    # good triple: coordinate along φ_1 over time
+    V, Zg, ex = pics["good"]
+    ts = np.linspace(0.0, cfg.t1, 61)  # the saved times; a failed solve's pictures stop early
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    paths2d(axes[0], Zg, f"good triple, eigenvalues {np.round(np.linalg.eigvals(V).real, 2).tolist()}")
+    phi = cl.top_eigen(V).right
+    axes[0].annotate("", xy=tuple(phi), xytext=(0, 0), arrowprops=dict(color="C1", width=1.5))
+    axes[1].plot(ts[: len(ex["coordinate"])], ex["coordinate"], color="C0", lw=0.8)
+    axes[1].set_xlabel("t")
+    axes[1].set_ylabel("coordinate along φ_1")
+    save(fig, "hyperplanes.png")
+
+    # what happens instead: complex and negative top eigenvalues
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    Vc, Zc, _ = pics["complex"]
+    paths2d(axes[0], Zc, f"complex top pair {_fmt_eig(cl.top_eigen(Vc).value)}")
+    Vn, Zn, exn = pics["negative"]
+    paths2d(axes[1], Zn, f"negative top eigenvalue {_fmt_eig(cl.top_eigen(Vn).value)}")
+    axes[2].plot(ts[: len(exn["coordinate"])], exn["coordinate"], color="C0", lw=0.8)
+    axes[2].set_xlabel("t")
+    axes[2].set_yscale("symlog", linthresh=1.0)  # the repelled coordinates grow exponentially
+    axes[2].set_ylabel("coordinate along φ_1 (negative case)")
+    save(fig, "other_spectra.png")
+
+    # d = 1: the attention matrix becomes Boolean
+    A, dist, rank = pics["boolean"]  # A: [T, n, n] of condition 0
+    last = max(int(np.sum(np.all(np.isfinite(A), axis=(1, 2)))), 1)  # finite frames of the picture
+    picks = [0, last // 20, last // 6, last - 1]
+    fig, axes = plt.subplots(1, len(picks) + 1, figsize=(16, 3.4))
+    for ax, k in zip(axes, picks):
+        ax.imshow(A[k], cmap="Greys", vmin=0, vmax=max(A[k].max(), 1e-12))
+        ax.set_title(f"P(t), t = {ts[k]:.2g}", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    axes[-1].semilogy(ts, np.maximum(dist.T, 1e-17), color="C0", alpha=0.3)
+    axes[-1].set_xlabel("t")
+    axes[-1].set_ylabel("distance to Boolean")
+    save(fig, "boolean.png")
+
+    # cluster counts and good triples
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    rows = tables["counts"]
+    for d in sorted({r["d"] for r in rows}):
+        for beta in sorted({r["beta"] for r in rows}):
+            sel = [r for r in rows if r["d"] == d and r["beta"] == beta]
+            axes[0].plot([r["n"] for r in sel], [r["gap_clusters_mean"] for r in sel], "o-", label=f"d={d}, β={beta:g}")
+            axes[0].plot([r["n"] for r in sel], [r["hull_vertices_mean"] for r in sel], "x:", color="0.5")
+    axes[0].set_xlabel("n (x: vertices of the initial hull)")
+    axes[0].set_ylabel("clusters at t1 (mean)")
+    axes[0].legend(fontsize=7)
+    for ens in dict.fromkeys(r["ensemble"] for r in tables["good_triples"]):
+        sel = [r for r in tables["good_triples"] if r["ensemble"] == ens]
+        x = np.asarray([r["d"] for r in sel])
+        f = np.asarray([r["fraction"] for r in sel])
+        err = np.maximum(np.asarray([[r["fraction"] - r["ci_low"] for r in sel],
+                                     [r["ci_high"] - r["fraction"] for r in sel]]), 0.0)
+        axes[1].errorbar(x, f, yerr=err, marker="o", capsize=3, label=ens)
+    axes[1].set_xscale("log", base=2)
+    axes[1].set_xlabel("d")
+    axes[1].set_ylabel("fraction of good triples")
+    axes[1].legend(fontsize=7)
+    save(fig, "counts.png")
+    return names

@@ -1,0 +1,145 @@
+"""Figures of the power-method study (matplotlib, optional dependency, no display needed)."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+
+from jaxattn.io.results import atomic_write_bytes
+
+
+def _plt():
+    try:
+        import matplotlib
+    except ImportError:  # pragma: no cover - exercised only without the [plot] extra
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.clf()
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str) -> list[Path]:
+    """Write the study's figures into ``out``; return their paths (empty without matplotlib)."""
+    plt = _plt()
+    if plt is None:
+        return []
+    out = Path(out)
+    paths = []
+
+    # eigenvalues in the complex plane and the histogram of their real parts
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
+    G = spec.eigvals.shape[0]
+    cmap = plt.get_cmap("viridis")
+    for g in range(G):
+        lam = spec.eigvals[g]
+        ax[0].scatter(lam.real, lam.imag, s=6, color=cmap(g / max(G - 1, 1)), alpha=0.6)
+        ax[0].scatter([lam[0].real], [lam[0].imag], s=40, marker="x", color="red")
+    ax[0].axhline(0, color="k", lw=0.5)
+    ax[0].axvline(0, color="k", lw=0.5)
+    ax[0].set(xlabel="Re λ", ylabel="Im λ", title=f"{name}: eigenvalues of F (× = λ1), {G} weight set(s)")
+    ax[1].hist(spec.eigvals.real.reshape(-1), bins=60, color="steelblue")
+    ax[1].set(xlabel="Re λ", ylabel="count", title="real parts of all eigenvalues")
+    paths.append(_save(fig, out / "eigenvalues.png"))
+    plt.close(fig)
+
+    # per-layer metrics with bands
+    runs = [r for r in ("main", "prolonged", "ffn_layernorm") if r in tables]
+    fig, ax = plt.subplots(3, len(runs), figsize=(5 * len(runs), 9), squeeze=False)
+    for c, run in enumerate(runs):
+        rows = tables[run]
+        k = np.array([r["step"] for r in rows]) + 1
+        for rr, (a, b, sa, sb, label) in enumerate([
+                ("rho1", "rhobar", "rho1_std", "rhobar_std", "ρ"), ("drho1", "drhobar", "drho1_std", "drhobar_std", "Δρ"),
+                ("P1", "Pbar", None, None, "P")]):
+            y1 = np.array([r[a] for r in rows])
+            y2 = np.array([r[b] for r in rows])
+            ax[rr, c].plot(k, y1, "o-", color="C3", ms=3, label=f"{label}1 (principal)")
+            ax[rr, c].plot(k, y2, "s--", color="C0", ms=3, label=f"{label}̄ (all eigendirections)")
+            if sa:
+                s1 = np.array([r[sa] for r in rows])
+                s2 = np.array([r[sb] for r in rows])
+                ax[rr, c].fill_between(k, y1 - s1, y1 + s1, color="C3", alpha=0.15)
+                ax[rr, c].fill_between(k, y2 - s2, y2 + s2, color="C0", alpha=0.15)
+            if label == "P":
+                ax[rr, c].axhline(0.5, color="k", lw=0.6)
+            if label == "Δρ":
+                ax[rr, c].axhline(0.0, color="k", lw=0.6)
+            ax[rr, c].set(xlabel="layer", ylabel=label)
+        ax[0, c].set_title(run)
+        ax[0, c].legend(fontsize=8)
+    paths.append(_save(fig, out / "metrics.png"))
+    plt.close(fig)
+
+    # histograms of the final alignment with v1 and with the 2-D subspace
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    for run in runs:
+        ax[0].hist(finals[f"{run}.rho1_final"], bins=50, range=(0, 1), alpha=0.5, label=run)
+        ax[1].hist(finals[f"{run}.rho2_final"], bins=50, range=(0, 1), alpha=0.5, label=run)
+    ax[0].set(xlabel="ρ(x, v1) at the last layer", ylabel="tokens")
+    ax[1].set(xlabel="ρ(x, 2-D subspace) at the last layer", ylabel="tokens")
+    ax[0].legend(fontsize=8)
+    paths.append(_save(fig, out / "alignment_hist.png"))
+    plt.close(fig)
+
+    # steering: alignment with u against the gain
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rows = tables["steering"]
+    for dyn in sorted({r["dynamics"] for r in rows}):
+        sel = [r for r in rows if r["dynamics"] == dyn and r["gamma"] > 0]
+        if sel:
+            sel = sorted(sel, key=lambda r: r["gamma"])
+            g = np.array([r["gamma"] for r in sel])
+            m = np.array([r["align_mean"] for r in sel])
+            q = np.array([r["align_q01"] for r in sel])
+            ax.plot(g, m, "o-", label=f"{dyn}: mean")
+            ax.plot(g, q, ":", label=f"{dyn}: 1% quantile")
+    base = [r for r in rows if r["gamma"] == 0]
+    if base:
+        ax.axhline(base[0]["align_mean"], color="k", lw=0.6, label="unsteered mean")
+    for r in rows:
+        if r.get("found_by", "grid").startswith("bisection"):
+            ax.plot([r["gamma"]], [r["align_mean"]], "*", ms=12, color="k", label=f"smallest γ for the target: {r['gamma']:.4g}")
+    ax.set(xscale="log", xlabel="gain γ", ylabel="|<x, u>| / ||x|| after the last layer", ylim=(0, 1.02),
+           title="rank-1 steering of the last layer")
+    ax.legend(fontsize=7)
+    paths.append(_save(fig, out / "steering.png"))
+    plt.close(fig)
+
+    # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer, unmodified and with the last layer steered
+    if "steered" in tables:
+        fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
+        gamma = tables["steer_target"][0]["gamma"] if "steer_target" in tables else float("nan")
+        for c, (key, label) in enumerate((("rho1", "ρ1"), ("drho1", "Δρ1"), ("P1", "P1"))):
+            for run, style, lab in (("main", "s--", "unmodified"), ("steered", "o-", f"last layer steered, γ = {gamma:.4g}")):
+                rows = tables[run]
+                ax[c].plot([r["step"] + 1 for r in rows], [r[key] for r in rows], style, ms=4, label=lab)
+            ax[c].set(xlabel="layer", ylabel=label)
+            if key == "P1":
+                ax[c].axhline(0.5, color="k", lw=0.6)
+            if key == "drho1":
+                ax[c].axhline(0.0, color="k", lw=0.6)
+        ax[0].legend(fontsize=8)
+        fig.suptitle(f"{name}: alignment with the principal eigenvector per layer, last layer steered")
+        paths.append(_save(fig, out / "steered_metrics.png"))
+        plt.close(fig)
+
+    # consensus: mean inter-token distance
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for run in runs:
+        rows = tables[run]
+        ax.semilogy([r["step"] + 1 for r in rows], [max(r["diameter"], 1e-16) for r in rows], "o-", ms=3, label=run)
+    ax.set(xlabel="layer", ylabel="mean max ||x_i − x_j||", title="inter-token distance (consensus)")
+    ax.legend(fontsize=8)
+    paths.append(_save(fig, out / "consensus.png"))
+    plt.close(fig)
+    return paths

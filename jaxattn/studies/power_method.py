@@ -1,0 +1,364 @@
+"""The power-method study (Li & Altafini), the main job of ``jaxattn analyze``.
+
+For one model: spectra of every layer matrix; the simplified D1 dynamics (α = 1, L2, no FFN)
+from many random Gaussian initial conditions; per layer ρ1, Δρ1, P1 against the baselines
+ρ̄, Δρ̄, P̄ over all eigendirections; a prolonged run for shared-weight models; the same with the
+FFN and affine LayerNorm kept; rank-1 steering of the last layer; the cumulative-product
+comparison. Every number of the report comes from the tables written next to it.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.analysis.observables import alignment_observables, alignment_tables
+from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
+from jaxattn.analysis.steering import precompensate, steer, steer_to_target, steered_alignment
+from jaxattn.dynamics.discrete import D1, FAITHFUL, Dynamics, simulate
+from jaxattn.errors import ConfigError
+from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
+from jaxattn.model.params import Model
+from jaxattn.sweeps.chunked import Timer, sweep
+
+
+@dataclasses.dataclass
+class StudyConfig:
+    num_init: int = 1000  # random initial conditions (the paper: more than 1000)
+    n: int = 10  # tokens per initial condition (the paper's ALBERT figures: 10)
+    seed: int = 0
+    init: str = "gaussian"  # the paper draws Gaussian tokens of the model dimension
+    alpha: float = 1.0
+    beta: float = 1.0
+    order: str = "real"
+    prolong: int = 10  # shared-weight models: also run prolong × depth steps
+    gammas: tuple = (1.0, 10.0, 100.0, 1000.0)
+    steer_target: float = 0.99  # also find the smallest gain reaching this mean alignment (bisection); 0: off
+    ffn_study: bool = True  # also run with FFN and affine LayerNorm when the model has them
+    dtype: str = "float32"
+    chunk: int = 1024
+    progress: bool = True
+    figures: bool = True
+
+    def check(self):
+        for k in ("num_init", "n", "chunk"):
+            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
+                raise ConfigError(f"{k} must be a positive integer, got {getattr(self, k)!r}")
+        if not isinstance(self.prolong, int) or self.prolong < 1:
+            raise ConfigError(f"prolong must be a positive integer, got {self.prolong!r}")
+        if any((not np.isfinite(g)) or g < 0 for g in self.gammas):
+            raise ConfigError(f"gammas must be finite and >= 0, got {self.gammas}")
+        if isinstance(self.steer_target, bool) or not isinstance(self.steer_target, (int, float)) \
+                or not (0 <= self.steer_target < 1):
+            raise ConfigError(f"steer_target must be in [0, 1) (0: no search), got {self.steer_target!r}")
+        if self.init not in ("gaussian", "sphere"):
+            raise ConfigError(f"init must be 'gaussian' or 'sphere', got {self.init!r}")
+
+
+def _dtype(name):
+    return jnp.float64 if name == "float64" else jnp.float32
+
+
+def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> list[dict]:
+    """Per-step rows (eqs. 4–5): the layer of step k maps state k to k+1."""
+    g = lambda name: obs[f"observables.{name}"].astype(np.float64)
+    r1b, r1a = g("rho1_before"), g("rho1_after")
+    r2b, r2a = g("rho2_before"), g("rho2_after")
+    rbb, rba = g("rhobar_before"), g("rhobar_after")
+    phi, diam, cosc = g("rho_phi"), g("diameter"), g("cos_consensus")
+    rank = g("attn_rank") if "observables.attn_rank" in obs else None
+    rows = []
+    for k in range(steps):
+        s = schedule[k % len(schedule)]
+        d1 = r1a[:, k + 1] - r1b[:, k]
+        d2 = r2a[:, k + 1] - r2b[:, k]
+        db = rba[:, k + 1] - rbb[:, k]
+        lam = spec.eigvals[s, 0]
+        row = {
+            "run": run, "step": k, "weight_set": int(s), "case": int(spec.case[s]),
+            "lambda1_re": float(lam.real), "lambda1_im": float(lam.imag), "gap": float(spec.gap[s]),
+            "rho1": float(r1a[:, k + 1].mean()), "rho1_std": float(r1a[:, k + 1].std()),
+            "drho1": float(d1.mean()), "drho1_std": float(d1.std()), "P1": float((d1 > 0).mean()),
+            "rho2": float(r2a[:, k + 1].mean()), "drho2": float(d2.mean()), "P2": float((d2 > 0).mean()),
+            "rhobar": float(rba[:, k + 1].mean()), "rhobar_std": float(rba[:, k + 1].std()),
+            "drhobar": float(db.mean()), "drhobar_std": float(db.std()), "Pbar": float((db > 0).mean()),
+            "rho_phi": float(phi[:, k + 1].mean()),
+            "diameter": float(diam[:, k + 1].mean()), "cos_consensus": float(cosc[:, k + 1].mean()),
+            "attn_rank": float(rank[:, k].mean()) if rank is not None else float("nan"),
+        }
+        row["holds"] = bool(row["drho1"] > 0 and row["P1"] > 0.5 and row["drho1"] > row["drhobar"])
+        rows.append(row)
+    return rows
+
+
+def alignment(model: Model, X0, steps: Optional[int] = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
+              order: str = "real", batch_size: Optional[int] = None, dtype=None, run: str = "main") -> list[dict]:
+    """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
+    eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
+
+    Computed as observables inside the jitted simulation: no trajectory is kept.
+    Returns one row (dict) per step, as in ``layers.csv``.
+
+    Examples:
+        >>> import jax, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 16, 5, 8, kind="gaussian")
+        >>> rows = ja.alignment(model, X0)
+        >>> len(rows), [r["step"] for r in rows]
+        (3, [0, 1, 2])
+        >>> {"rho1", "drho1", "P1", "rhobar", "drhobar", "Pbar", "holds"} <= set(rows[0])
+        True
+        >>> all(0.0 <= r["rho1"] <= 1.0 and 0.0 <= r["P1"] <= 1.0 for r in rows)
+        True
+    """
+    steps = model.depth if steps is None else steps
+    spec = spectrum(model, order=order, alpha=alpha)
+    Fs = layer_matrices(model)[[model.schedule[k % model.depth] for k in range(steps)]]
+    _, u1 = cumulative_products(Fs, order, alpha)
+    X0 = jnp.asarray(X0)
+    tab = alignment_tables(spec, model.schedule, steps, u1, beta, X0.dtype if dtype is None else dtype)
+    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, observe=alignment_observables,
+                   aux=tab, batch_size=batch_size, dtype=dtype)
+    obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
+    return layer_table(obs, spec, model.schedule, steps, run)
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
+    rows = []
+    for g in range(spec.eigvals.shape[0]):
+        lam = spec.eigvals[g]
+        rows.append({"weight_set": g, "case": int(spec.case[g]), "lambda1_re": float(lam[0].real),
+                     "lambda1_im": float(lam[0].imag), "lambda2_re": float(lam[1].real) if len(lam) > 1 else float("nan"),
+                     "lambda2_im": float(lam[1].imag) if len(lam) > 1 else float("nan"), "gap": float(spec.gap[g]),
+                     "v1_v2_collinearity": float(spec.collinearity[g]), "spectral_radius": float(np.abs(lam).max()),
+                     "most_negative_re": float(lam.real.min()), "trace": float(np.trace(spec.F[g])),
+                     "alpha_bound": float(2 / (abs(lam.real.min()) - lam[0].real)) if abs(lam.real.min()) > lam[0].real else float("inf")})
+    return rows
+
+
+def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_name: str = "model") -> dict:
+    """Run the whole study into ``out_dir``; return the tables (lists of row dicts)."""
+    cfg.check()
+    out = Path(out_dir)
+    dtype = _dtype(cfg.dtype)
+    spec = spectrum(model, order=cfg.order, alpha=cfg.alpha)
+    depth = model.depth
+    Fs = layer_matrices(model)[list(model.schedule)]
+    Phi, u1 = cumulative_products(Fs, cfg.order, cfg.alpha)
+    lyap = lyapunov_exponents(Fs)
+    common = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init, alpha=cfg.alpha,
+                  beta=cfg.beta, dtype=dtype, progress=cfg.progress, keep_final=True)
+    # what decides the numbers (not progress bars or figures): a resumed run must match it
+    fp = {"model": model_name, "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
+    tables: dict[str, list] = {}
+    finals: dict[str, np.ndarray] = {}
+    timings = {}
+
+    def say(msg):
+        if cfg.progress:
+            print(f"[analyze] {msg}", file=sys.stderr, flush=True)
+
+    def study(run: str, steps: int, dyn: Dynamics, phi=u1):
+        say(f"{run}: {cfg.num_init} initial conditions x {cfg.n} tokens, {steps} steps")
+        tab = alignment_tables(spec, model.schedule, steps, phi, cfg.beta, dtype)
+        with Timer() as t:
+            # the attention rank comes from the weights each step applies, for every dynamics
+            arrays = sweep(model, steps=steps, dynamics=dyn, observe=alignment_observables, aux=tab,
+                           out_dir=out / ".jaxattn-analyze" / run, fingerprint={**fp, "run": run}, **common)
+        timings[run] = round(t.seconds, 3)
+        tables[run] = layer_table(arrays, spec, model.schedule, steps, run)
+        finals[f"{run}.rho1_final"] = arrays["observables.rho1_after"][:, -1].reshape(-1)
+        finals[f"{run}.rho2_final"] = arrays["observables.rho2_after"][:, -1].reshape(-1)
+
+    study("main", depth, D1)
+    if model.shared and cfg.prolong > 1:
+        study("prolonged", cfg.prolong * depth, D1, phi=None)
+    has_ffn = model.layers.w1 is not None and model.layers.ln1_w is not None
+    if cfg.ffn_study and has_ffn:
+        study("ffn_layernorm", depth, FAITHFUL)
+
+    say(f"steering the last layer with gains {', '.join(f'{g:g}' for g in cfg.gammas)}")
+    # steering: rank-1 modification of the last layer towards a random unit u
+    rng = np.random.default_rng(cfg.seed + 1)
+    u = rng.normal(size=model.d_model)
+    u /= np.linalg.norm(u)
+    steer_rows = []
+    from jaxattn.model.sampling import init_tokens
+
+    X0 = init_tokens(jax.random.key(cfg.seed), min(cfg.num_init, 1000), cfg.n, model.d_model, kind=cfg.init,
+                     dtype=dtype)
+
+    sim = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype)
+
+    def srow(dyn, gamma, beta, a, ms, residual, found_by="grid"):
+        sp = spectrum(layer_matrices(ms)[ms.schedule[-1]])  # the last block's layer matrix (steered unless γ = 0)
+        return {"dynamics": dyn, "gamma": float(gamma), "beta": float(beta), "align_mean": float(a.mean()),
+                "align_std": float(a.std()), "align_q01": float(np.quantile(a, 0.01)),
+                "frac_above_0.99": float((a > 0.99).mean()), "lambda1_re_after": float(sp.eigvals[0, 0].real),
+                "gap_after": float(sp.gap[0]), "residual": float(residual), "found_by": found_by}
+
+    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=D1, **sim)
+    steer_rows.append(srow("D1", 0.0, 0.0, base, model, 0.0))
+    for gamma in cfg.gammas:
+        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=D1, **sim)
+        steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
+    if cfg.steer_target > 0:
+        say(f"bisection in log γ for the smallest gain with mean alignment >= {cfg.steer_target:g}")
+        with Timer() as t:
+            tgt = steer_to_target(model, u, cfg.steer_target, X0, dynamics=D1, **sim)
+            ms, _ = steer(model, u, tgt.gamma)
+            # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer of the model whose last layer is steered
+            tables["steered"] = alignment(ms, X0, dynamics=D1, alpha=cfg.alpha, beta=cfg.beta, order=cfg.order,
+                                          dtype=dtype, run="steered")
+        timings["steer_target"] = round(t.seconds, 3)
+        steer_rows.append(srow("D1", tgt.gamma, tgt.beta, tgt.alignment, ms, tgt.residual,
+                               found_by=f"bisection (target {cfg.steer_target:g}, "
+                                        f"{'reached' if tgt.reached else 'not reached'})"))
+        tables["steer_target"] = [{"target": tgt.target, "reached": tgt.reached, "gamma": tgt.gamma, "beta": tgt.beta,
+                                   "align_mean": tgt.align_mean, "gap_after": tgt.gap,
+                                   "lambda1_re_after": tgt.lambda1_re, "gamma_below": tgt.gamma_below,
+                                   "align_below": tgt.align_below, "evaluations": len(tgt.evaluations)}]
+    if cfg.ffn_study and has_ffn:
+        up = precompensate(model, u)
+        for gamma in cfg.gammas:
+            for name, target in (("FFN+LN, steer u", u), ("FFN+LN, precompensated", up)):
+                ms, info = steer(model, target, gamma)
+                res = simulate(ms, X0, ms.depth, dynamics=FAITHFUL, **sim)
+                F = np.asarray(res.final, np.float64)
+                a = np.abs(F @ u) / np.linalg.norm(F, axis=-1)
+                steer_rows.append(srow(name, gamma, info.beta, a, ms, info.residual))
+    tables["steering"] = steer_rows
+    tables["spectrum"] = spectrum_rows(spec, cfg.alpha)
+
+    # ---- write everything (atomically), then the figures and the report
+    layer_rows = [r for k in ("main", "prolonged", "ffn_layernorm") if k in tables for r in tables[k]]
+    atomic_write_text(out / "layers.csv", _csv(layer_rows))
+    atomic_write_text(out / "spectrum.csv", _csv(tables["spectrum"]))
+    atomic_write_text(out / "steering.csv", _csv(steer_rows))
+    if "steered" in tables:
+        atomic_write_text(out / "steered_layers.csv", _csv(tables["steered"]))
+    save_arrays(out / "arrays.safetensors", {
+        "eigvals_re": spec.eigvals.real, "eigvals_im": spec.eigvals.imag, "lyapunov": lyap,
+        "phi_u1_re": u1.real, "phi_u1_im": u1.imag, "steer_u": u,
+        **{f"final.{k}": v.astype(np.float32) for k, v in finals.items()}})
+    write_json(out / "config.json", {"command": "analyze", "model": model_name, "model_summary": model.summary().splitlines(),
+                                     "model_dims": {"d": model.d_model, "heads": model.n_heads, "depth": model.depth,
+                                                    "shared": model.shared, "masks": _masks(model)},
+                                     "weights_sha256": weights_sha256(model),
+                                     "config": dataclasses.asdict(cfg), "seconds": timings, **provenance()})
+    figures = []
+    if cfg.figures:
+        from jaxattn.studies import plots
+
+        figures = plots.power_method_figures(out, spec, tables, finals, model_name)
+    report = make_report(model, model_name, cfg, spec, tables, lyap, figures)
+    atomic_write_text(out / "report.md", report)
+    shutil.rmtree(out / ".jaxattn-analyze", ignore_errors=True)  # the tool's chunk stores, kept only to resume
+    return tables
+
+
+def _masks(model: Model) -> list[str]:
+    lay = model.layers
+    return [("causal" if bool(lay.causal[g]) else "full") + (f"/local:{int(lay.window[g])}" if int(lay.window[g]) else "")
+            for g in range(lay.n_sets)]
+
+
+def _fmt_lam(re, im):
+    return f"{re:.4g}" if abs(im) < 1e-12 else f"{re:.4g}{'+' if im >= 0 else '-'}{abs(im):.4g}i"
+
+
+def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
+    """A short markdown report; every number is read from ``tables`` (the CSV files' rows)."""
+    main = tables["main"]
+    L = len(main)
+    holds = sum(r["holds"] for r in main)
+    pos = sum(r["drho1"] > 0 for r in main)
+    half = sum(r["P1"] > 0.5 for r in main)
+    beats = sum(r["drho1"] > r["drhobar"] for r in main)
+    lines = [f"# Power-method analysis of {name}", "",
+             "```", model.summary(), "```", "",
+             f"Simplified dynamics D1 (α = {cfg.alpha:g}, β = {cfg.beta:g}, L2 normalisation, no FFN, no biases) from "
+             f"{cfg.num_init} random {cfg.init} initial conditions of {cfg.n} tokens (seed {cfg.seed}, {cfg.dtype}).", "",
+             "## Spectra of the layer matrices F = Σ_h O_h V_h", "",
+             "| set | case | λ1 | λ2 | gap | \\|<v1,v2>\\| | spectral radius |", "|---|---|---|---|---|---|---|"]
+    for r in tables["spectrum"]:
+        lines.append(f"| {r['weight_set']} | {r['case']} | {_fmt_lam(r['lambda1_re'], r['lambda1_im'])} | "
+                     f"{_fmt_lam(r['lambda2_re'], r['lambda2_im'])} | {r['gap']:.4g} | {r['v1_v2_collinearity']:.3f} | "
+                     f"{r['spectral_radius']:.4g} |")
+    lines += ["", "Cases: 1 real dominant, 2 complex dominant pair (correlate with span(Re v1, Im v1)), "
+              "3 no strict dominance (span(v1, v2)).", "",
+              f"Lyapunov exponents of the product F(L)⋯F(1) (repeated QR): largest {lyap[0]:.4g}, "
+              f"second {lyap[1]:.4g}." if len(lyap) > 1 else "", "",
+              "## Layer by layer (eqs. 4–5)", "",
+              "| step | set | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P̄ | ρ(2-D) | ρ(Φ) | diameter | analogy holds |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in main:
+        lines.append(f"| {r['step']} | {r['weight_set']} | {r['rho1']:.3f} | {r['drho1']:+.4f} | {r['P1']:.3f} | "
+                     f"{r['rhobar']:.3f} | {r['drhobar']:+.4f} | {r['Pbar']:.3f} | {r['rho2']:.3f} | {r['rho_phi']:.3f} | "
+                     f"{r['diameter']:.3g} | {'yes' if r['holds'] else 'no'} |")
+    verdict = "holds in every layer" if holds == L else f"holds in {holds} of {L} layers"
+    lines += ["", f"**The power-method analogy {verdict}** (Δρ1 > 0 in {pos}/{L}, P1 > 1/2 in {half}/{L}, "
+              f"Δρ1 > Δρ̄ in {beats}/{L}).", ""]
+    if "prolonged" in tables:
+        pr = tables["prolonged"]
+        lines += ["## Prolonged shared-weight model", "",
+                  f"Running {len(pr)} steps ({cfg.prolong}× the depth): ρ1 goes from {main[-1]['rho1']:.3f} at the "
+                  f"model's depth to {pr[-1]['rho1']:.3f} (2-D subspace: {pr[-1]['rho2']:.3f}); mean diameter "
+                  f"{pr[-1]['diameter']:.3g}.", ""]
+    if "ffn_layernorm" in tables:
+        fr = tables["ffn_layernorm"]
+        h2 = sum(r["holds"] for r in fr)
+        lines += ["## With FFN and affine LayerNorm (the paper's Figs 10–11)", "",
+                  f"Mean Δρ1 {np.mean([r['drho1'] for r in fr]):+.4f} (D1: {np.mean([r['drho1'] for r in main]):+.4f}), "
+                  f"mean P1 {np.mean([r['P1'] for r in fr]):.3f} (D1: {np.mean([r['P1'] for r in main]):.3f}); "
+                  f"the analogy holds in {h2} of {len(fr)} layers; final diameter {fr[-1]['diameter']:.3g}.", ""]
+    lines += ["## Steering the last layer (rank-1, w = u)", "",
+              "| dynamics | γ | β | mean alignment with u | 1% quantile | fraction > 0.99 | spectral gap after | found by |",
+              "|---|---|---|---|---|---|---|---|"]
+    for r in tables["steering"]:
+        lines.append(f"| {r['dynamics']} | {r['gamma']:.6g} | {r['beta']:.4g} | {r['align_mean']:.4f} | "
+                     f"{r['align_q01']:.4f} | {r['frac_above_0.99']:.3f} | {r['gap_after']:.4g} | {r['found_by']} |")
+    if "steer_target" in tables:
+        t = tables["steer_target"][0]
+        if t["reached"]:
+            lines += ["", f"**Target mean alignment {t['target']:g}: the smallest gain found is γ = {t['gamma']:.6g} "
+                          f"(β = {t['beta']:.4g}), with measured mean alignment {t['align_mean']:.5f} and spectral gap "
+                          f"{t['gap_after']:.4g} of the steered layer matrix (Re λ1 = {t['lambda1_re_after']:.4g}).** "
+                          f"Bisection in log γ ({t['evaluations']} runs of the steered dynamics): γ = "
+                          f"{t['gamma_below']:.6g} gives {t['align_below']:.5f}, below the target."]
+        else:
+            lines += ["", f"**Target mean alignment {t['target']:g} not reached**: the largest gain tried, γ = "
+                          f"{t['gamma']:.6g}, gives {t['align_mean']:.4f}."]
+        st = tables["steered"]
+        lines += ["", f"With the last layer steered at γ = {t['gamma']:.6g} (`steered_layers.csv`, figure "
+                      "`steered_metrics.png`):", "",
+                  "| step | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P̄ |", "|---|---|---|---|---|---|---|"]
+        for r in st:
+            lines.append(f"| {r['step']} | {r['rho1']:.3f} | {r['drho1']:+.4f} | {r['P1']:.3f} | {r['rhobar']:.3f} | "
+                         f"{r['drhobar']:+.4f} | {r['Pbar']:.3f} |")
+    lines += ["", "γ = 0 is the unmodified model. After one steered layer the alignment of a token is about "
+              "β|uᵀx̄| / ||(I + F)x̄||, so inputs with a small component along u need a large γ.", ""]
+    if figures:
+        lines += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
+    lines += ["Tables: `layers.csv`, `spectrum.csv`, `steering.csv`"
+              f"{', `steered_layers.csv`' if 'steered' in tables else ''}; arrays: `arrays.safetensors`; "
+              "configuration, versions and device: `config.json`.", ""]
+    return "\n".join(lines)

@@ -1,0 +1,419 @@
+"""The equilibria and stability study behind ``jaxattn stability`` (see docs/stability.md).
+
+Four parts, written into one run directory (``config.json``, CSV tables, PNG figures, ``report.md``):
+
+1. **How many stable equilibria** (``counts.csv``, ``counts_summary.csv``): for random single-head
+   models with a symmetric value matrix (``V = (G + Gᵀ)/2``, ``G`` Gaussian with variance ``1/d``;
+   ``Q``, ``K`` Gaussian), every consensus and bipartite consensus at every eigenvector of ``V``
+   (every sign pattern up to the global flip for ``n <= exhaustive_max``, a random sample of patterns
+   above), each linearised with ``jax.jacfwd`` and classified, next to the closed-form conditions of
+   :func:`jaxattn.analysis.stability.single_head_conditions`; for the map (D2, step ``alpha``) and the flow
+   (C2), the same models for both.
+2. **A stable bipartite equilibrium with a small basin** (``perturbation.csv``): among ``search``
+   random models (``d = 3``), the stable bipartite consensus of the map with the weakest attraction
+   (spectral radius closest to 1, yet fast enough to settle within ``steps``) is perturbed by random perturbations of growing size, and each
+   perturbed start is run to its end: small perturbations return, larger ones escape.
+3. **Trajectories on the sphere** (``trajectories.csv``), ``d = 3``, ``n = 10``: one head with
+   ``O = I`` and three heads with the same layer matrix ``F`` (symmetric, eigenvalues 1, 0.4, −0.6),
+   ``β = 1``, from the same random tokens; the mean correlation ``|<x_i, v_1>|`` at every step.
+4. **Where the dynamics ends** (``basins.csv``): ``basin_num`` random initial conditions of the
+   example model run to their end, map and flow, with basin fractions and Wilson 95% intervals.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.analysis import stability as st
+from jaxattn.dynamics.discrete import D1, simulate
+from jaxattn.dynamics.fields import C2
+from jaxattn.errors import ConfigError
+from jaxattn.io.results import atomic_write_text, provenance, write_json
+from jaxattn.model.params import Model
+from jaxattn.model.sampling import init_tokens, random_model
+
+TIMES = ("discrete", "continuous", "both")
+TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
+
+
+@dataclasses.dataclass
+class StabilityConfig:
+    seed: int = 0
+    d: int = 3  # token dimension of the counts
+    tokens: str = "3,4,5"  # numbers of tokens n of the counts, comma-separated
+    models: int = 20  # random models per n
+    exhaustive_max: int = 10  # up to this n every sign pattern; above, `patterns` random ones
+    patterns: int = 128
+    alpha: float = 0.5  # step of the map
+    beta: float = 4.0  # inverse temperature of the counts, the example and the basins
+    time: str = "both"  # 'discrete', 'continuous' or 'both'
+    basin_num: int = 200  # initial conditions of the basin table
+    basin_n: int = 5  # tokens of the example model and its basins
+    steps: int = 300  # map steps to the end
+    t1: float = 150.0  # flow time to the end (the map with α = 0.5 covers t = 150 in 300 steps)
+    perturb_num: int = 8  # random perturbations per size
+    search: int = 50  # models searched for a stable bipartite equilibrium
+    figures: bool = True
+
+    def check(self) -> None:
+        for k in ("d", "models", "exhaustive_max", "patterns", "basin_num", "basin_n", "steps", "perturb_num",
+                  "search"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{k} must be a positive integer, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if self.d < 2:
+            raise ConfigError(f"d must be >= 2 (tokens on a sphere), got {self.d}")
+        if self.basin_n < 2:
+            raise ConfigError(f"basin_n must be >= 2 (a bipartite split needs two tokens), got {self.basin_n}")
+        self.ns()
+        for k in ("alpha", "beta", "t1"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ConfigError(f"{k} must be a finite number > 0, got {v!r}")
+        if self.time not in TIMES:
+            raise ConfigError(f"time must be one of {', '.join(TIMES)}, got {self.time!r}")
+
+    def ns(self) -> list[int]:
+        try:
+            ns = [int(t) for t in str(self.tokens).split(",") if t.strip()]
+        except ValueError:
+            raise ConfigError(f"tokens must be comma-separated integers >= 2, e.g. '3,4,5'; got {self.tokens!r}") from None
+        if not ns or min(ns) < 2 or max(ns) > 64:
+            raise ConfigError(f"tokens must be comma-separated integers between 2 and 64, got {self.tokens!r}")
+        return sorted(set(ns))
+
+    def times(self) -> list[str]:
+        return ["discrete", "continuous"] if self.time == "both" else [self.time]
+
+
+def random_symmetric_single_head(key, d: int) -> Model:
+    """One head, ``O = I``, Gaussian ``Q, K`` (variance ``1/d``), ``V = (G + Gᵀ)/2`` with ``G`` likewise."""
+    kg, km = jax.random.split(key)
+    g = jax.random.normal(kg, (d, d), jnp.float64) / np.sqrt(d)
+    m = random_model(km, d, 1, unit_output=True, dtype=jnp.float64)
+    return m.replace(layers=m.layers.replace(v=((g + g.T) / 2)[None, None]))
+
+
+def _system(model: Model, time: str, cfg: StabilityConfig, beta=None) -> st.System:
+    beta = cfg.beta if beta is None else beta
+    return st.System(model, D1, cfg.alpha, beta) if time == "discrete" else st.System(model, C2, 1.0, beta)
+
+
+def _patterns(n: int, cfg: StabilityConfig, key) -> tuple[np.ndarray, str]:
+    if n <= cfg.exhaustive_max:
+        return st.sign_patterns(n), "exhaustive"
+    rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
+    rest = rng.choice([1, -1], size=(cfg.patterns, n - 1))
+    pats = np.concatenate([np.ones((cfg.patterns, 1), np.int64), rest], axis=1)
+    pats = np.unique(np.concatenate([np.ones((1, n), np.int64), pats]), axis=0)[::-1]  # consensus first
+    return pats, "sampled"
+
+
+def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns: np.ndarray):
+    """Classify every candidate equilibrium of one model: numerical Jacobian next to the closed form.
+
+    Returns ``(row, candidates, linearisation, analytic)``; candidates that are not fixed points of the
+    map (``1 + αλ s_i c_i <= 0`` for some token) are left out.
+    """
+    sy = _system(model, time, cfg)
+    cand = st.eigen_equilibria(sy.layer_matrix(), n, patterns=patterns)
+    r = st.residual(sy, cand.X)
+    keep = r < 1e-10
+    an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep])]
+    lin = st.linearise(sy, cand.X[keep])
+    cons = cand.is_consensus[keep]
+    stable = lin.stable
+    astable = np.array([a.stable for a in an])
+    lam = np.sort(cand.eigvals.real)
+    row = {"time": time, "n": n, "lambda_1": float(lam[-1]), "lambda_d": float(lam[0]),
+           "candidates": int(keep.sum()), "not_fixed": int((~keep).sum()), "stable": int(stable.sum()),
+           "stable_consensus": int((stable & cons).sum()), "stable_bipartite": int((stable & ~cons).sum()),
+           "analytic_stable": int(astable.sum()), "agree": int((astable == stable).sum()),
+           "marginal": int((lin.status == "marginal").sum())}
+    return row, dataclasses.replace(cand, X=cand.X[keep], k=cand.k[keep], signs=cand.signs[keep]), lin, an
+
+
+def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> dict:
+    """Run the study into ``out_dir`` (default configuration when ``cfg`` is None); returns the tables
+    (lists of row dicts)."""
+    cfg = StabilityConfig() if cfg is None else cfg
+    cfg.check()
+    if not jax.config.jax_enable_x64:
+        jax.config.update("jax_enable_x64", True)  # Jacobians at 1e-10 and residuals at 1e-7 need float64
+    say = progress or (lambda m: None)
+    key = jax.random.key(cfg.seed)
+    tables: dict = {"counts": [], "counts_summary": [], "perturbation": [], "basins": [], "trajectories": []}
+    # 1. counts
+    hist: dict = {}
+    for n in cfg.ns():
+        pats, mode = _patterns(n, cfg, jax.random.fold_in(key, 10_000 + n))
+        for time in cfg.times():
+            say(f"counts: n = {n}, {time}, {cfg.models} models x {len(pats)} sign patterns x {cfg.d} eigenvectors")
+            rows = []
+            for i in range(cfg.models):
+                m = random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(key, n), i), cfg.d)
+                row, *_ = count_stable(m, n, time, cfg, pats)
+                rows.append({"model": i, "mode": mode, **row})
+            tables["counts"] += rows
+            s = np.array([r["stable"] for r in rows])
+            hist[(time, n)] = s
+            tables["counts_summary"].append({
+                "time": time, "n": n, "mode": mode, "patterns": len(pats), "models": cfg.models,
+                "mean_stable": float(s.mean()), "max_stable": int(s.max()),
+                "multistable": float(np.mean(s > 1)),
+                "with_stable_bipartite": float(np.mean([r["stable_bipartite"] > 0 for r in rows])),
+                "mean_fraction_stable": float(np.mean([r["stable"] / max(r["candidates"], 1) for r in rows])),
+                "agreement": f"{sum(r['agree'] for r in rows)}/{sum(r['candidates'] for r in rows)}"})
+    # 2. the stable bipartite example
+    say(f"searching {cfg.search} models (d = 3, n = {cfg.basin_n}) for the weakest stable bipartite equilibrium")
+    example = _find_bipartite(cfg, jax.random.fold_in(key, 20_000))
+    perturb_traj = {}
+    if example is not None:
+        model, X_eq, label, _ = example
+        sy = _system(model, "discrete", cfg)
+        eps_grid = np.geomspace(1e-3, 1.0, 10)
+        say(f"perturbing {label} ({cfg.perturb_num} perturbations x {len(eps_grid)} sizes)")
+        for j, eps in enumerate(eps_grid):
+            X0 = _perturb(X_eq, eps, cfg.perturb_num, jax.random.fold_in(key, 30_000 + j))
+            ends = st.classify(sy, st.settle(sy, X0, steps=cfg.steps))
+            ret = sum(t.group == label for t in ends)
+            cons = sum(t.kind == "consensus" for t in ends)
+            lo, hi = st.wilson(ret, len(ends))
+            tables["perturbation"].append({"eps": float(eps), "returned": ret, "to_consensus": cons,
+                                           "other": len(ends) - ret - cons, "total": len(ends),
+                                           "returned_fraction": ret / len(ends), "ci_low": lo, "ci_high": hi})
+        if cfg.figures:
+            small = tables["perturbation"][0]["eps"]
+            escaped = [r["eps"] for r in tables["perturbation"] if r["returned"] < r["total"]]
+            big = escaped[0] if escaped else tables["perturbation"][-1]["eps"]
+            for name, eps in (("small", small), ("large", big)):
+                X0 = _perturb(X_eq, eps, 1, jax.random.fold_in(key, 40_000))
+                perturb_traj[name] = (eps, _trajectory(model, D1, X0, cfg.steps, cfg.alpha, cfg.beta), X_eq[0])
+    # 3. trajectories on the sphere, one head and three heads
+    say("trajectories on the sphere, d = 3, n = 10")
+    traj = {}
+    kt = jax.random.fold_in(key, 50_000)
+    T0 = init_tokens(jax.random.fold_in(kt, 1), 1, 10, 3, dtype=jnp.float64)
+    for name, heads in (("single_head", 1), ("multi_head", 3)):
+        m = random_model(jax.random.fold_in(kt, 0), 3, heads, value="symmetric", spectrum=TRAJECTORY_SPECTRUM,
+                         unit_output=heads == 1, dtype=jnp.float64)
+        v1 = np.linalg.eigh(st.System(m, D1).layer_matrix())[1][:, -1]
+        path = _trajectory(m, D1, T0, 200, cfg.alpha, 1.0)  # [T, n, 3]
+        rho = np.abs(path @ v1)
+        end = st.classify(st.System(m, D1, cfg.alpha, 1.0), path[-1:])[0]
+        traj[name] = (path, v1)
+        for k in range(path.shape[0]):
+            tables["trajectories"].append({"model": name, "step": k, "rho_mean": float(rho[k].mean()),
+                                           "rho_min": float(rho[k].min()), "end": end.label})
+    # 4. basins of the example model (or of the first counted model if no example was found)
+    bmodel = example[0] if example is not None else random_symmetric_single_head(jax.random.fold_in(key, 20_000), 3)
+    for time in cfg.times():
+        say(f"basins: {cfg.basin_num} initial conditions, n = {cfg.basin_n}, {time}")
+        res = st.basins(_system(bmodel, time, cfg), cfg.basin_num, cfg.basin_n, jax.random.fold_in(key, 60_000),
+                        steps=cfg.steps, t1=cfg.t1)
+        tables["basins"] += [{"time": time, **r} for r in res.table]
+    _write(Path(out_dir), cfg, tables, hist, example, perturb_traj, traj)
+    return tables
+
+
+def _find_bipartite(cfg: StabilityConfig, key):
+    """Among ``cfg.search`` random models (d = 3), the stable bipartite consensus of the map whose intrinsic
+    Jacobian has the spectral radius closest to 1 (the weakest attraction, where small basins are
+    expected) while a perturbation still decays by 1e-5 within ``cfg.steps`` steps (radius at most
+    ``1e-5 ** (1/steps)``, so that returning starts are recognised as converged):
+    ``(model, X, group label, spectral radius)``, or ``None`` if no model has one."""
+    n = cfg.basin_n
+    cap = 1e-5 ** (1.0 / cfg.steps)
+    best = None
+    for i in range(cfg.search):
+        m = random_symmetric_single_head(jax.random.fold_in(key, i), 3)
+        pats = st.sign_patterns(n) if n <= cfg.exhaustive_max else _patterns(n, cfg, jax.random.fold_in(key, i))[0]
+        _, cand, lin, _ = count_stable(m, n, "discrete", cfg, pats)
+        ok = lin.stable & ~cand.is_consensus & (lin.growth <= cap)
+        if ok.any():
+            j = int(np.flatnonzero(ok)[np.argmax(lin.growth[ok])])
+            if best is None or lin.growth[j] > best[3]:
+                s = cand.signs[j]
+                p, q = int((s > 0).sum()), int((s < 0).sum())
+                best = (m, np.asarray(cand.X[j]), f"bipartite v{int(cand.k[j]) + 1} {max(p, q)}|{min(p, q)}",
+                        float(lin.growth[j]))
+    return best
+
+
+def _perturb(X: np.ndarray, eps: float, num: int, key) -> np.ndarray:
+    """``num`` copies of ``X`` with Gaussian perturbations of norm ``eps`` per token, renormalised."""
+    g = np.array(jax.random.normal(key, (num,) + X.shape, jnp.float64))
+    g *= eps / np.linalg.norm(g, axis=-1, keepdims=True)
+    Y = X[None] + g
+    return Y / np.linalg.norm(Y, axis=-1, keepdims=True)
+
+
+def _trajectory(model: Model, dyn, X0, steps: int, alpha: float, beta: float) -> np.ndarray:
+    sim = simulate(model, jnp.asarray(X0)[:1], steps, dynamics=dyn, alpha=alpha, beta=beta, trajectory=True,
+                   dtype=jnp.float64, kernel="plain")
+    assert sim.trajectory is not None
+    return np.asarray(sim.trajectory[0])
+
+
+def _csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj, traj) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, rows in tables.items():
+        if rows:
+            atomic_write_text(out / f"{name}.csv", _csv(rows))
+    write_json(out / "config.json", {"command": "stability", "config": dataclasses.asdict(cfg), **provenance()})
+    figs = _figures(out, cfg, tables, hist, perturb_traj, traj) if cfg.figures else []
+    L = ["# Equilibria and stability", "",
+         f"Single-head models with a random symmetric value matrix, d = {cfg.d}, inverse temperature β = {cfg.beta:g}; "
+         f"the map is D2 with step α = {cfg.alpha:g}, the flow is C2. Equilibria are counted up to the global flip "
+         "X → −X (an antipodal pair counts once).", "",
+         "## How many stable equilibria", "",
+         "Every consensus and bipartite consensus at every eigenvector of V (candidates that are not fixed points of "
+         "the map are left out), linearised numerically; `analytic = numerical` counts the equilibria on which the "
+         "closed-form single-head conditions give the same verdict as the Jacobian. In `sampled` mode (n above "
+         f"{cfg.exhaustive_max}) the counts are over consensus and up to {cfg.patterns} random sign patterns per "
+         "eigenvector; the "
+         "fraction of stable candidates estimates the share among all of them.", "",
+         "| time | n | mode | mean stable | max stable | multistable models | with a stable bipartite | analytic = numerical "
+         "| fraction of candidates stable |",
+         "|---|---|---|---|---|---|---|---|---|"]
+    for r in tables["counts_summary"]:
+        L.append(f"| {r['time']} | {r['n']} | {r['mode']} | {r['mean_stable']:.2f} | {r['max_stable']} | "
+                 f"{r['multistable']:.2f} | {r['with_stable_bipartite']:.2f} | {r['agreement']} | {r['mean_fraction_stable']:.3f} |")
+    L += ["", "## A stable bipartite equilibrium and the size of its basin", ""]
+    if example is None:
+        L.append(f"No stable bipartite consensus was found among {cfg.search} random models (d = 3, "
+                 f"n = {cfg.basin_n}, β = {cfg.beta:g}).")
+    else:
+        _, _, label, growth = example
+        L += [f"Equilibrium `{label}` of the map, spectral radius of its intrinsic Jacobian {growth:.6f} (< 1: locally "
+              f"stable). Random perturbations of norm ε per token, each run {cfg.steps} steps:", "",
+              "| ε | returned | to consensus | other | returned fraction [95% CI] |", "|---|---|---|---|---|"]
+        for r in tables["perturbation"]:
+            L.append(f"| {r['eps']:.3g} | {r['returned']} | {r['to_consensus']} | {r['other']} | "
+                     f"{r['returned_fraction']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] |")
+    L += ["", "## Trajectories on the sphere (d = 3, n = 10, β = 1)", "", "| model | mean |<x_i, v_1>| at step 0 | at the end | end |",
+          "|---|---|---|---|"]
+    for name in ("single_head", "multi_head"):
+        rows = [r for r in tables["trajectories"] if r["model"] == name]
+        L.append(f"| {name} | {rows[0]['rho_mean']:.4f} | {rows[-1]['rho_mean']:.6f} | {rows[-1]['end']} |")
+    L += ["", f"## Where the dynamics ends ({cfg.basin_num} random initial conditions, n = {cfg.basin_n})", "",
+          "| time | end | count | fraction | 95% CI |", "|---|---|---|---|---|"]
+    for r in tables["basins"]:
+        L.append(f"| {r['time']} | {r['end']} | {r['count']} | {r['fraction']:.3f} | [{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
+    if figs:
+        L += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
+    atomic_write_text(out / "report.md", "\n".join(L) + "\n")
+
+
+def _sphere(ax) -> None:
+    u, v = np.mgrid[0:2 * np.pi:30j, 0:np.pi:15j]
+    ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.85", lw=0.4)
+    ax.set_box_aspect((1, 1, 1))
+    ax.set_axis_off()
+
+
+def _paths(ax, path: np.ndarray, v1: np.ndarray, title: str) -> None:
+    _sphere(ax)
+    for i in range(path.shape[1]):
+        ax.plot(path[:, i, 0], path[:, i, 1], path[:, i, 2], lw=1.0)
+        ax.scatter(*path[-1, i], s=18, color="k")
+    for s in (1, -1):
+        ax.scatter(*(s * v1), marker="x", s=40, color="r")
+    ax.set_title(title, fontsize=9)
+
+
+def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = []
+    times = cfg.times()
+    fig, axes = plt.subplots(1, len(times), figsize=(5 * len(times), 3.6), squeeze=False)
+    for ax, time in zip(axes[0], times):
+        for n in cfg.ns():
+            s = hist[(time, n)]
+            ax.hist(s, bins=np.arange(0, s.max() + 2) - 0.5, alpha=0.5, label=f"n = {n}")
+        ax.set_xlabel("stable equilibria per model (antipodal pairs)")
+        ax.set_title(time, fontsize=9)
+        ax.legend(fontsize=8)
+    axes[0, 0].set_ylabel("models")
+    fig.tight_layout()
+    fig.savefig(out / "counts.png", dpi=120)
+    plt.close(fig)
+    names.append("counts.png")
+    fig = plt.figure(figsize=(9, 4.2))
+    for j, (name, (path, v1)) in enumerate(traj.items()):
+        _paths(fig.add_subplot(1, 2, j + 1, projection="3d"), path, v1, name.replace("_", " "))
+    fig.tight_layout()
+    fig.savefig(out / "sphere_trajectories.png", dpi=120)
+    plt.close(fig)
+    names.append("sphere_trajectories.png")
+    fig, ax = plt.subplots(figsize=(5, 3.4))
+    for name in traj:
+        rows = [r for r in tables["trajectories"] if r["model"] == name]
+        ax.plot([r["step"] for r in rows], [r["rho_mean"] for r in rows], label=name.replace("_", " "))
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean |<x_i, v_1>|")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "correlation.png", dpi=120)
+    plt.close(fig)
+    names.append("correlation.png")
+    if tables["perturbation"]:
+        fig, ax = plt.subplots(figsize=(5, 3.4))
+        P = tables["perturbation"]
+        e = np.array([r["eps"] for r in P])
+        f = np.array([r["returned_fraction"] for r in P])
+        ax.semilogx(e, f, "o-")
+        ax.fill_between(e, [r["ci_low"] for r in P], [r["ci_high"] for r in P], alpha=0.2)
+        ax.set_xlabel("perturbation ε")
+        ax.set_ylabel("fraction returned")
+        fig.tight_layout()
+        fig.savefig(out / "perturbation.png", dpi=120)
+        plt.close(fig)
+        names.append("perturbation.png")
+    if perturb_traj:
+        fig = plt.figure(figsize=(9, 4.2))
+        for j, (name, (eps, path, v)) in enumerate(perturb_traj.items()):
+            _paths(fig.add_subplot(1, 2, j + 1, projection="3d"), path, v, f"ε = {eps:.3g} ({name})")
+        fig.tight_layout()
+        fig.savefig(out / "bipartite_perturbation.png", dpi=120)
+        plt.close(fig)
+        names.append("bipartite_perturbation.png")
+    if tables["basins"]:
+        fig, axes = plt.subplots(1, len(times), figsize=(5 * len(times), 3.6), squeeze=False)
+        for ax, time in zip(axes[0], times):
+            rows = [r for r in tables["basins"] if r["time"] == time]
+            y = np.arange(len(rows))
+            f = np.array([r["fraction"] for r in rows])
+            err = np.array([[r["fraction"] - r["ci_low"] for r in rows], [r["ci_high"] - r["fraction"] for r in rows]])
+            ax.barh(y, f, xerr=err)
+            ax.set_yticks(y, [r["end"] for r in rows], fontsize=7)
+            ax.set_xlabel("basin fraction")
+            ax.set_title(time, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(out / "basins.png", dpi=120)
+        plt.close(fig)
+        names.append("basins.png")
+    return names

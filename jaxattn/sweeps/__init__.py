@@ -1,0 +1,1 @@
+"""Sweeps: chunked resumable runs of one configuration, and config-driven grids sharded over devices and processes."""

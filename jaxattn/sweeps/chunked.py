@@ -1,0 +1,152 @@
+"""Chunked, resumable runs of one configuration over many random initial conditions (``simulate``
+and ``analyze``), on the verified store of :mod:`jaxattn.io.store`.
+
+The conditions ``0..N-1`` are cut into chunks; each finished chunk is written to
+``out_dir/.jaxattn-sweep/`` with a checksum. Running the same sweep again into the same folder skips
+the chunks that verify and recomputes the others (half-written, truncated, zeroed); a folder holding
+a run with another configuration — any option that changes the numbers, the weights themselves
+included (their sha256 is part of the fingerprint) — is refused rather than mixed. Condition ``i``
+is always drawn from ``fold_in(key(seed), i)`` and computed in blocks of a fixed width, so the
+numbers do not depend on the chunk size. :func:`finish` removes only the folder the tool created.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.dynamics.discrete import D1, Dynamics, simulate
+from jaxattn.dynamics.runner import default_lanes
+from jaxattn.errors import ConfigError, positive_int
+from jaxattn.io.results import config_hash, flatten, weights_sha256
+from jaxattn.io.store import SweepStore, chunk_ranges
+from jaxattn.model.params import Model
+from jaxattn.model.sampling import init_tokens
+
+STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
+MAX_CONDITIONS = 10**10
+CHUNK_BUDGET = 256 * 2**20  # bytes of host arrays per chunk when the chunk size is chosen automatically
+PIECES = 8  # progress updates (separate calls) per chunk, so that a big chunk is not silent
+
+
+def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: int | None = None) -> int:
+    """Conditions per chunk from a memory budget (:data:`CHUNK_BUDGET`).
+
+    A chunk holds its initial states ``[C, n, d]``, the observables ``[C, steps + 1, k]`` (``k`` = 8
+    scalars assumed) and, with ``keep_final``, the final states: the chunk size is the largest multiple
+    of the runner's lane width whose arrays fit the budget, between one lane block and 65,536.
+    """
+    lanes = lanes or default_lanes()
+    per = jnp.dtype(dtype).itemsize * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
+    c = min(CHUNK_BUDGET // per, 65_536)
+    return int(max(lanes, c // lanes * lanes))
+
+
+def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
+          chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
+          dtype=jnp.float32, observe: Callable | None = None, aux=None, keep_final: bool = True,
+          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
+    """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
+
+    Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
+    ``final: [num_init, n, d]``. With ``out_dir`` every chunk is stored and verified and an
+    interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
+    numbers. ``chunk`` (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
+    computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
+    ``computed`` and ``resumed`` condition counts and the ``chunk`` size used.
+
+    Examples:
+        >>> import jax, numpy as np, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)
+        >>> out = ja.sweep(model, num_init=6, n=5, steps=3, chunk=4, progress=False)
+        >>> {k: v.shape for k, v in sorted(out.items())}
+        {'final': (6, 5, 8), 'observables.cos_consensus': (6, 4), 'observables.diameter': (6, 4)}
+        >>> X0 = ja.init_tokens(jax.random.key(0), 6, 5, 8)            # the same conditions, in one batch
+        >>> ref = ja.simulate(model, X0, steps=3)
+        >>> bool((np.asarray(ref.observables["diameter"]) == out["observables.diameter"]).all())
+        True
+    """
+    if chunk is None:
+        chunk = auto_chunk(n, model.d_model, steps, keep_final=keep_final, dtype=dtype) if isinstance(n, int) \
+            and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
+    for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
+        positive_int(name, v)
+    if num_init > MAX_CONDITIONS:
+        raise ConfigError(f"num_init = {num_init} is beyond {MAX_CONDITIONS:.0e} conditions; split the sweep")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
+        raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    d = model.d_model
+    key = jax.random.key(seed)
+    lanes = default_lanes()
+    store = None
+    if out_dir is not None:
+        stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
+                 "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": repr(dynamics),
+                 "alpha": float(alpha), "beta": float(beta), "dtype": jnp.dtype(dtype).name, "keep_final": keep_final,
+                 "observe": getattr(observe, "__qualname__", repr(observe)),
+                 "S": None if S is None else np.asarray(S, np.float64).tolist()}
+        store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
+                                                        "points": [{"num_init": num_init, "params": {}}],
+                                                        "stamp": stamp})
+        store.lock(0)
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=num_init, unit="cond", desc="simulate", file=sys.stderr, disable=not progress, smoothing=0.1)
+    parts, computed, resumed = [], 0, 0
+    try:
+        for c, start, size in chunk_ranges(num_init, chunk):
+            if store is not None and store.chunk_done(0, c, start, size):
+                g = store.group["p0000"]
+                part = {"observables." + k: np.asarray(a[start:start + size]) for k, a in g["observables"].arrays()}
+                if keep_final:
+                    part["final"] = np.asarray(g["final"][start:start + size])
+                resumed += size
+                bar.update(size)
+            else:
+                # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk;
+                # the runner's fixed lane width keeps every condition's numbers independent of the split
+                piece = min(chunk, -(-chunk // (PIECES * lanes)) * lanes)  # whole lane blocks
+                pieces = []
+                for p0 in range(0, size, piece):
+                    X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
+                    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
+                                   aux=aux, dtype=dtype)
+                    got = flatten({"observables": res.observables})
+                    if keep_final:
+                        got["final"] = np.asarray(res.final)
+                    pieces.append({k: np.asarray(v)[:min(piece, size - p0)] for k, v in got.items()})
+                    bar.update(min(piece, size - p0))
+                part = {k: np.concatenate([q[k] for q in pieces]) for k in pieces[0]}
+                if store is not None:
+                    store.write_chunk(0, c, start, {k.replace("observables.", "observables/", 1): v
+                                                    for k, v in part.items()}, num_init, chunk)
+                computed += size
+            parts.append(part)
+    finally:
+        bar.close()
+        if store is not None:
+            store.release()
+    if stats is not None:
+        stats.update(computed=computed, resumed=resumed, chunk=chunk)
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def finish(out_dir) -> None:
+    """Remove the chunk store once the merged results are safely written (only the tool's folder)."""
+    shutil.rmtree(Path(out_dir) / STORE, ignore_errors=True)
+
+
+class Timer:
+    def __enter__(self):
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.seconds = time.perf_counter() - self.t0

@@ -1,0 +1,484 @@
+"""Grids of runs from one configuration, executed chunk by chunk into a :mod:`jaxattn.io.store`.
+
+A configuration (TOML or JSON, or a dict) names the model, the dynamics, the initial conditions
+and the run; any value given as a list becomes an axis of the grid, and the grid is the product of
+its axes. Every key is checked against :data:`SCHEMA` before any work: an unknown key, a wrong type
+or an impossible value is an error that names the key. Example::
+
+    num_init = 100000          # initial conditions per grid point
+    seed = [0, 1]              # an axis: two points
+    [model]
+    source = "random"          # 'random', 'minilm' or a converted .safetensors file
+    d = 64
+    heads = 4
+    depth = 24
+    mask = ["full", "causal"]  # another axis: 2 x 2 = 4 points
+    [dynamics]
+    kind = "discrete"          # or "continuous" (then t1, solver, rtol, ...)
+    alpha = 1.0
+    beta = [0.5, 1.0, 2.0]     # 12 points; points that differ only in alpha, beta, t1 or the
+    [init]                     # tolerances share one compiled program
+    n = 32
+
+Execution (:func:`sweep_grid`): the conditions of every point are cut into chunks; each chunk is
+split over the local devices (``shard_map``), its observables (and optionally final states) written
+to the store with a checksum, and an interrupted sweep resumes where it stopped. With several
+processes (``jax.distributed``; one per host, e.g. under Slurm) process ``p`` of ``P`` takes the
+chunks ``p, p + P, ...``. Condition ``i`` of a point always starts from ``fold_in(key(seed), i)``,
+so every number is the same whatever the chunk size, device count or process count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxattn.analysis import metrics
+from jaxattn.errors import ConfigError
+from jaxattn.io.store import SweepStore, chunk_ranges, fingerprint, open_sweep
+
+_NUM = (int, float)
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One configuration key: accepted Python types, default, allowed values or a check, help."""
+
+    types: tuple
+    default: Any
+    choices: tuple | None = None
+    check: Callable[[Any], str | None] | None = None
+    help: str = ""
+    axis: bool = True  # a list value makes it a grid axis
+
+
+def _positive(v):
+    return None if v > 0 else "must be > 0"
+
+
+def _finite(v):
+    return None if math.isfinite(v) else "must be finite"
+
+
+def _finite_positive(v):
+    return _finite(v) or _positive(v)
+
+
+def _save(v):
+    return None if v == "last" or (isinstance(v, int) and not isinstance(v, bool) and v >= 1) else \
+        "must be a positive integer or 'last'"
+
+
+SCHEMA: dict[str, dict[str, Key]] = {
+    "": {
+        "name": Key((str,), "sweep", help="a label for the sweep", axis=False),
+        "num_init": Key((int,), 1000, check=_positive, help="initial conditions per grid point"),
+        "chunk": Key((int,), 4096, check=_positive, help="conditions per chunk (unit of storage and resumption)",
+                     axis=False),
+        "seed": Key((int,), 0, check=lambda v: None if 0 <= v < 2**63 else "must be in [0, 2^63)",
+                    help="random seed of the model and the initial conditions"),
+        "dtype": Key((str,), "float32", choices=("float32", "float64"), help="simulation precision"),
+        "matmul_precision": Key((str,), "highest", choices=("highest", "tf32", "bf16"),
+                                help="matrix products of float32 runs (tf32/bf16 are faster on GPUs)"),
+        "kernel": Key((str,), "auto", choices=("auto", "fused", "plain"),
+                      help="discrete: fused Pallas kernel where it applies (auto: on a GPU), or force one path"),
+        "keep_final": Key((bool,), False, help="also store the final states [N, n, d]", axis=False),
+        "observables": Key((list,), ["diameter", "cos_consensus"], help="observables saved at every saved time",
+                           axis=False),
+    },
+    "model": {
+        "source": Key((str,), "random", help="'random', 'minilm' or a converted .safetensors file"),
+        "d": Key((int,), 64, check=_positive, help="random model: token dimension"),
+        "heads": Key((int,), 4, check=_positive, help="random model: number of heads"),
+        "depth": Key((int,), 12, check=_positive, help="random model: number of blocks"),
+        "shared": Key((bool,), True, help="random model: one weight set for every block"),
+        "mask": Key((str,), "full", help="random model: 'full', 'causal' or 'local:W'"),
+        "weights": Key((str,), "gaussian", choices=("gaussian", "uniform", "identity"),
+                       help="random model: Q, K (and V) law"),
+        "value": Key((str,), "random", choices=("random", "identity"), help="random model: value/output matrices"),
+        "scale": Key(_NUM, None, check=_finite_positive, help="random model: score scale (default 1/sqrt(d_h))"),
+    },
+    "dynamics": {
+        "kind": Key((str,), "discrete", choices=("discrete", "continuous"), help="maps (layers) or flows"),
+        "attention": Key((str,), "softmax", choices=("softmax", "uniform", "unnormalised"), help="attention kernel"),
+        "beta": Key(_NUM, 1.0, check=_finite, help="inverse temperature"),
+        "norm": Key((str,), "l2", choices=("l2", "none", "layernorm"), help="discrete: normalisation"),
+        "alpha": Key(_NUM, 1.0, check=_finite, help="discrete: step size"),
+        "steps": Key((int,), None, check=lambda v: None if v >= 0 else "must be >= 0",
+                     help="discrete: number of steps (default: the model's depth)"),
+        "save": Key((int, str), 1, check=_save, help="discrete: observe every m-th step, or 'last'"),
+        "ffn": Key((bool,), False, help="discrete: keep the FFN (converted models)"),
+        "pre_ln": Key((bool,), False, help="discrete: keep ln_1 before attention (pre-norm models)"),
+        "biases": Key((bool,), False, help="discrete: include biases"),
+        "space": Key((str,), "sphere", choices=("sphere", "flat"), help="continuous: token space"),
+        "rescaled": Key((bool,), False, help="continuous, flat: the rescaled form z = e^{-tF} x"),
+        "t1": Key(_NUM, 10.0, check=_finite_positive, help="continuous: final time"),
+        "saves": Key((int,), 11, check=lambda v: None if v >= 2 else "must be >= 2",
+                     help="continuous: number of equally spaced saved times in [0, t1]"),
+        "solver": Key((str,), "tsit5", help="continuous: diffrax solver name"),
+        "rtol": Key(_NUM, 1e-6, check=_finite_positive, help="continuous: relative tolerance"),
+        "atol": Key(_NUM, 1e-8, check=_finite_positive, help="continuous: absolute tolerance"),
+        "dt": Key(_NUM, None, check=_finite_positive, help="continuous: fixed step size (default adaptive)"),
+        "max_steps": Key((int,), 100_000, check=_positive, help="continuous: most solver steps per condition",
+                         axis=False),
+        "layer_time": Key(_NUM, 1.0, check=_finite_positive, help="continuous: duration of one layer"),
+    },
+    "init": {
+        "n": Key((int,), 10, check=_positive, help="tokens per initial condition"),
+        "kind": Key((str,), "sphere", choices=("sphere", "gaussian"), help="initial token distribution"),
+    },
+}
+
+#: Observables a sweep can save, by name: functions of one configuration ``X: [n, d]``.
+OBSERVABLES = {
+    "diameter": lambda X, ctx: metrics.diameter(X),
+    "mean_distance": lambda X, ctx: metrics.mean_distance(X),
+    "cos_consensus": lambda X, ctx: metrics.cos_consensus(X),
+    "first_token_consensus": lambda X, ctx: metrics.first_token_consensus(X),
+    "attn_rank": lambda X, ctx: jnp.mean(metrics.numerical_rank(ctx.attention()).astype(X.dtype)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Observables:
+    """The observable of a sweep: a dict of the named quantities (hashable: compiled once per set)."""
+
+    names: tuple
+
+    def __call__(self, t, X, ctx):
+        return {name: OBSERVABLES[name](X, ctx) for name in self.names}
+
+
+# ---------------------------------------------------------------------------- configuration
+def load_config(source) -> dict:
+    """A configuration from a TOML/JSON file or a mapping, as nested plain dicts."""
+    if isinstance(source, Mapping):
+        return json.loads(json.dumps(source))
+    p = Path(source)
+    if not p.is_file():
+        raise ConfigError(f"config file {source} does not exist")
+    text = p.read_text()
+    try:
+        cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+        kind = "TOML" if p.suffix == ".toml" else "JSON"
+        raise ConfigError(f"config file {source} is not valid {kind}: {e}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"config file {source} must hold a table of keys")
+    return cfg
+
+
+def _check_value(where: str, key: Key, v):
+    if isinstance(v, bool) and bool not in key.types:
+        raise ConfigError(f"{where}: expected {'/'.join(t.__name__ for t in key.types)}, got {v!r}")
+    if v is None:
+        return v
+    if not isinstance(v, key.types):
+        raise ConfigError(f"{where}: expected {'/'.join(t.__name__ for t in key.types)}, got {v!r}")
+    if isinstance(v, float) and not math.isfinite(v) and (key.check is _finite or key.check is _finite_positive):
+        raise ConfigError(f"{where}: must be finite, got {v!r}")
+    if key.choices is not None and v not in key.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(map(str, key.choices))}, got {v!r}")
+    if key.check is not None:
+        msg = key.check(v)
+        if msg:
+            raise ConfigError(f"{where}: {msg}, got {v!r}")
+    return v
+
+
+def validate_config(raw: Mapping) -> dict:
+    """Check every key against :data:`SCHEMA`; fill defaults. Returns ``{section: {key: value}}``
+    where a value is a list exactly when it is a grid axis."""
+    out: dict[str, dict] = {sec: {} for sec in SCHEMA}
+    for name, value in raw.items():
+        key = name.replace("-", "_")
+        if key in SCHEMA and key != "" and isinstance(value, Mapping):
+            for sub, v in value.items():
+                _fill(out, key, sub.replace("-", "_"), v)
+        else:
+            _fill(out, "", key, value)
+    given = set(out["model"])
+    for sec, keys in SCHEMA.items():
+        for k, spec in keys.items():
+            out[sec].setdefault(k, spec.default)
+    sources = out["model"]["source"] if isinstance(out["model"]["source"], list) else [out["model"]["source"]]
+    random_only = sorted(given - {"source"})
+    if random_only and "random" not in sources:
+        raise ConfigError(f"model.{random_only[0]} only applies to model.source = 'random' (a converted model "
+                          "brings its own dimensions, heads, depth and masks)")
+    obs = out[""]["observables"]
+    for o in obs:
+        if o not in OBSERVABLES:
+            raise ConfigError(f"observables: unknown observable {o!r}; known: {', '.join(OBSERVABLES)}")
+    if not obs:
+        raise ConfigError("observables: give at least one observable")
+    for p in expand(out):
+        _check_point(p)
+    return out
+
+
+def _fill(out, sec, key, v):
+    where = f"{sec}.{key}" if sec else key
+    if key not in SCHEMA[sec]:
+        known = ", ".join(k for k in SCHEMA[sec] if k)
+        raise ConfigError(f"unknown key '{where}' (known{' in [' + sec + ']' if sec else ''}: {known})")
+    spec = SCHEMA[sec][key]
+    if key == "observables":
+        if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+            raise ConfigError(f"observables: expected a list of names, got {v!r}")
+        out[sec][key] = list(v)
+        return
+    if isinstance(v, list):
+        if not spec.axis:
+            raise ConfigError(f"{where}: takes a single value, not a list")
+        if not v:
+            raise ConfigError(f"{where}: an empty list gives an empty grid")
+        out[sec][key] = [_check_value(f"{where}[{i}]", spec, x) for i, x in enumerate(v)]
+    else:
+        out[sec][key] = _check_value(where, spec, v)
+
+
+def expand(cfg: dict) -> list[dict]:
+    """The grid points of a validated configuration: flat dicts ``{'section.key': value}`` with
+    ``'params'`` holding the values of the axes (what distinguishes the point)."""
+    flat = {(f"{s}.{k}" if s else k): v for s, keys in cfg.items() for k, v in keys.items()}
+    axes = [k for k, v in flat.items() if isinstance(v, list) and k != "observables"]
+    points = []
+    for combo in itertools.product(*(flat[a] for a in axes)):
+        p = dict(flat)
+        p.update(zip(axes, combo, strict=True))
+        p["params"] = dict(zip(axes, combo, strict=True))
+        points.append(p)
+    return points
+
+
+def _check_point(p: dict) -> None:
+    from jaxattn.model.params import parse_mask
+
+    if p["model.source"] == "random":
+        if p["model.d"] % p["model.heads"]:
+            raise ConfigError(f"model.d = {p['model.d']} is not divisible by model.heads = {p['model.heads']}")
+        parse_mask(p["model.mask"])
+    if p["dynamics.kind"] == "continuous":
+        from jaxattn.dynamics.continuous import SOLVERS
+
+        if p["dynamics.solver"] not in SOLVERS:
+            raise ConfigError(f"dynamics.solver: must be one of {', '.join(SOLVERS)}, got {p['dynamics.solver']!r}")
+        if p["dynamics.rescaled"] and p["dynamics.space"] != "flat":
+            raise ConfigError("dynamics.rescaled needs dynamics.space = 'flat'")
+        import diffrax
+
+        if p["dynamics.dt"] is None and not issubclass(SOLVERS[p["dynamics.solver"]], diffrax.AbstractAdaptiveSolver):
+            raise ConfigError(f"dynamics.solver = {p['dynamics.solver']} has no error estimate: give a fixed step "
+                              "size dynamics.dt")
+
+
+# ---------------------------------------------------------------------------- execution
+def _model_of(p: dict, cache: dict):
+    from jaxattn.model.sampling import random_model
+
+    if p["model.source"] == "random":
+        spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
+                p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"])
+        if spec not in cache:  # drawn in float32 whatever the run's dtype: a seed names one model
+            cache[spec] = random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), p["model.d"],
+                                       p["model.heads"], p["model.depth"], shared=p["model.shared"],
+                                       weights=p["model.weights"], value=p["model.value"], mask=p["model.mask"],
+                                       scale=p["model.scale"], dtype=jnp.float32)
+        return cache[spec]
+    spec = ("file", p["model.source"])
+    if spec not in cache:
+        from jaxattn.io.checkpoints import load_any
+
+        cache[spec] = load_any(p["model.source"])
+    return cache[spec]
+
+
+def _run_chunk(p: dict, model, X0, devices, lanes):
+    from jaxattn.dynamics.continuous import solve
+    from jaxattn.dynamics.discrete import Dynamics, simulate
+    from jaxattn.dynamics.fields import Flow
+
+    default = tuple(p["observables"]) == ("diameter", "cos_consensus")  # the fused kernel computes these on chip
+    obs = None if default else Observables(tuple(p["observables"]))
+    dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
+    if p["dynamics.kind"] == "discrete":
+        dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
+                       biases=p["dynamics.biases"], attention=p["dynamics.attention"])
+        steps = model.depth if p["dynamics.steps"] is None else p["dynamics.steps"]
+        res = simulate(model, X0, steps, dynamics=dyn, alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
+                       observe=obs, save=p["dynamics.save"], dtype=dtype, devices=devices, batch_size=lanes,
+                       precision=p["matmul_precision"], kernel=p["kernel"])
+        return {"observables": res.observables, "final": res.final}
+    flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"])
+    sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], observe=obs,
+                ts=np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"]), solver=p["dynamics.solver"],
+                rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"],
+                max_steps=p["dynamics.max_steps"], layer_time=p["dynamics.layer_time"], dtype=dtype, devices=devices,
+                batch_size=lanes, precision=p["matmul_precision"])
+    return {"observables": sol.observables, "final": sol.final, "result": sol.result, "num_steps": sol.num_steps}
+
+
+def _kernel_choice(p: dict, model) -> str:
+    """The path a point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
+    if p["dynamics.kind"] == "continuous":
+        return "diffrax"
+    from jaxattn.dynamics.discrete import Dynamics
+    from jaxattn.dynamics.kernels import choose
+
+    dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
+                   biases=p["dynamics.biases"], attention=p["dynamics.attention"])
+    default = tuple(p["observables"]) == ("diameter", "cos_consensus")
+    obs = None if default else Observables(tuple(p["observables"]))
+    return choose(p["kernel"], model, dyn, obs, False, p["dynamics.save"], p["init.n"])
+
+
+def saved_times(p: dict, depth: int) -> np.ndarray:
+    """The times (maps: step indices) at which a point saves its observables."""
+    if p["dynamics.kind"] == "continuous":
+        return np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"])
+    from jaxattn.dynamics.discrete import saved_steps
+
+    steps = depth if p["dynamics.steps"] is None else p["dynamics.steps"]
+    return saved_steps(steps, p["dynamics.save"]).astype(np.float64)
+
+
+def distributed_from_env(process_id=None, num_processes=None, coordinator=None) -> tuple[int, int, str | None]:
+    """Process index, count and coordinator from the arguments, else the environment
+    (``JAXATTN_PROCESS_ID`` / ``JAXATTN_NUM_PROCESSES`` / ``JAXATTN_COORDINATOR``, or Slurm's
+    ``SLURM_PROCID`` / ``SLURM_NTASKS``)."""
+    env = os.environ
+    if num_processes is None:
+        num_processes = int(env.get("JAXATTN_NUM_PROCESSES", env.get("SLURM_NTASKS", 1)))
+    if process_id is None:
+        process_id = int(env.get("JAXATTN_PROCESS_ID", env.get("SLURM_PROCID", 0)))
+    coordinator = coordinator or env.get("JAXATTN_COORDINATOR")
+    if num_processes < 1 or not 0 <= process_id < num_processes:
+        raise ConfigError(f"process id {process_id} is outside 0..{num_processes - 1}")
+    if num_processes > 1 and not coordinator:
+        raise ConfigError("several processes need a coordinator address host:port "
+                          "(--coordinator or JAXATTN_COORDINATOR)")
+    return process_id, num_processes, coordinator
+
+
+def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int | None = None,
+               coordinator: str | None = None, progress: bool = True, devices=None, lanes: int | None = None,
+               log=None):
+    """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
+    configuration). Returns the opened :class:`jaxattn.io.store.Sweep`.
+
+    ``devices``: the devices each chunk is split over (default: all local devices).
+    ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
+    under ``jax.distributed``; see :func:`distributed_from_env`.
+
+    Examples:
+        >>> import os, shutil, tempfile, jaxattn as ja
+        >>> tmp = tempfile.mkdtemp()
+        >>> config = {"num_init": 6, "chunk": 4, "init": {"n": 5},
+        ...           "model": {"source": "random", "d": 8, "heads": 2, "depth": 3},
+        ...           "dynamics": {"beta": [1.0, 2.0]}}            # a list is an axis: two grid points
+        >>> sw = ja.sweep_grid(config, os.path.join(tmp, "grid"), progress=False)
+        >>> sw.table(summary=True)["dynamics.beta"].tolist()
+        [1.0, 2.0]
+        >>> ja.open_sweep(os.path.join(tmp, "grid")).table().shape  # one row per point and condition
+        (12, 6)
+        >>> shutil.rmtree(tmp)
+    """
+    from tqdm.auto import tqdm
+
+    from jaxattn.io.results import device_info, versions
+
+    cfg = validate_config(load_config(config))
+    points = expand(cfg)
+    if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
+        jax.config.update("jax_enable_x64", True)  # asked for in the configuration
+    pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
+    if nproc > 1 and not jax.distributed.is_initialized():
+        jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
+    devices = list(jax.local_devices()) if devices is None else list(devices)
+    chunk = cfg[""]["chunk"]
+    decisive = {s: {k: v for k, v in keys.items() if k not in ("name",)} for s, keys in cfg.items()}
+    models: dict = {}
+    point_info = []
+    for p in points:
+        m = _model_of(p, models)
+        point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
+                           "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
+    manifest = {"fingerprint": fingerprint({"config": decisive, "lanes": lanes}), "config": cfg, "chunk": chunk,
+                "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
+                                                    "processes": nproc}}
+    existed = Path(out).exists()
+    store = SweepStore.open(out, manifest)
+    store.lock(pid)
+    computed = 0
+    try:
+        work = [(i, c, start, size) for i, p in enumerate(points)
+                for c, start, size in chunk_ranges(p["num_init"], chunk)]
+        mine = [w for j, w in enumerate(work) if j % nproc == pid]
+        total = sum(w[3] for w in mine)
+        bar = tqdm(total=total, unit="cond", desc="sweep", file=sys.stderr, disable=not progress, smoothing=0.1)
+        t0 = time.perf_counter()
+        resumed = failed = 0
+        replicated: dict = {}
+        for i, c, start, size in mine:
+            p = points[i]
+            if store.chunk_done(i, c, start, size):
+                resumed += size
+                bar.update(size)
+                continue
+            from jaxattn.dynamics.runner import mesh_of, replicate
+            from jaxattn.model.sampling import init_tokens
+
+            m = _model_of(p, models)
+            dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
+            key = id(m), str(dtype)
+            if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
+                bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
+                replicated[key] = replicate(bare, mesh_of(devices))
+            # every chunk has the full chunk shape (the last one padded): one compiled program
+            X0 = init_tokens(jax.random.key(p["seed"]), chunk, p["init.n"], m.d_model, kind=p["init.kind"],
+                             start=start, dtype=dtype)
+            res = _run_chunk(p, replicated[key], X0, devices, lanes)
+            arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
+            if p["keep_final"]:
+                arrays["final"] = np.asarray(res["final"])[:size]
+            if "result" in res:
+                arrays["result"] = np.asarray(res["result"])[:size]
+                arrays["num_steps"] = np.asarray(res["num_steps"])[:size]
+                failed += int(np.sum(arrays["result"] != 0))
+            store.write_chunk(i, c, start, arrays, p["num_init"], chunk, {"process": pid})
+            computed += size
+            bar.update(size)
+        bar.close()
+        seconds = time.perf_counter() - t0
+    except BaseException:
+        store.release()
+        if not existed and computed == 0 and not any((store.root / "done").rglob("*.json")):
+            import shutil  # a run refused before any result: leave nothing behind
+
+            shutil.rmtree(store.root, ignore_errors=True)
+        raise
+    store.release()
+    summary = {"points": len(points), "conditions": sum(p["num_init"] for p in points), "computed": computed,
+               "resumed": resumed, "failed": failed, "seconds": round(seconds, 3),
+               "conditions_per_second": round(computed / seconds, 1) if seconds > 0 and computed else None,
+               "process": pid, "processes": nproc, "devices": [str(d) for d in devices]}
+    store.mark_finished(summary, pid)
+    if log is not None:
+        log(summary)
+    sw = open_sweep(out)
+    sw.summary = summary
+    return sw
