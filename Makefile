@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/jaxattn analyze --out runs/demo
+	$(VENV)/bin/jaxattn analyze --out runs/demo --overwrite
 
 # lint (ruff, pyproject.toml [tool.ruff]) and type-check (mypy, [tool.mypy]) first, then the suite
 test: $(STAMP)
