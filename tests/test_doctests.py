@@ -22,7 +22,8 @@ FLAGS = doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS
 def _modules() -> list[str]:
     names = ["jaxattn"]
     for info in pkgutil.walk_packages(jaxattn.__path__, prefix="jaxattn."):
-        names.append(info.name)
+        if not info.name.endswith(".__main__"):  # importing it runs the command line
+            names.append(info.name)
     return sorted(names)
 
 
