@@ -7,6 +7,7 @@ import pytest
 import scipy.linalg
 
 import jaxattn as ja
+from jaxattn.dynamics.discrete import saved_steps
 from jaxattn.errors import ConfigError
 
 
@@ -82,7 +83,7 @@ def test_discrete_map_converges_to_flow_at_first_order(space):
     ref = np.asarray(ja.solve(model, X0, T, flow=flow, S=S, rtol=1e-12, atol=1e-13, ts=[T]).final)
     dyn = ja.D5 if S is not None else ja.D1
     alphas = np.array([0.1, 0.05, 0.025, 0.0125])
-    errs = [np.abs(np.asarray(ja.simulate(model, X0, int(round(T / a)), dynamics=dyn, alpha=a, S=S,
+    errs = [np.abs(np.asarray(ja.simulate(model, X0, round(T / a), dynamics=dyn, alpha=a, S=S,
                                           save="last").final) - ref).max() for a in alphas]
     assert abs(_fitted_order(alphas, errs) - 1.0) < 0.2, errs
 
@@ -263,7 +264,7 @@ def test_observables_receive_the_attention_weights():
     sim = ja.simulate(model, X0, 3, observe=_attention_obs, trajectory=True)
     for k in range(4):
         lw = model.layers.take(model.schedule[k % 2])
-        want = jax.vmap(lambda X: ja.probabilities(X, lw))(sim.trajectory[:, k])
+        want = jax.vmap(ja.probabilities, in_axes=(0, None))(sim.trajectory[:, k], lw)
         np.testing.assert_allclose(np.asarray(sim.observables[:, k]), np.asarray(want), atol=1e-14)
     d3 = ja.simulate(model, X0, 2, dynamics=ja.D3, observe=_attention_obs)
     np.testing.assert_allclose(np.asarray(d3.observables[..., 1, :2]), 0.5, atol=1e-15)  # uniform over j in {0, 1}
@@ -292,7 +293,7 @@ def test_save_every_and_last():
     X0 = ja.init_tokens(jax.random.key(30), 4, 5, 6, dtype=jnp.float64)
     full = ja.simulate(model, X0, 10, trajectory=True)
     every3 = ja.simulate(model, X0, 10, save=3, trajectory=True)
-    assert list(ja.discrete.saved_steps(10, 3)) == [0, 3, 6, 9, 10]
+    assert list(saved_steps(10, 3)) == [0, 3, 6, 9, 10]
     np.testing.assert_array_equal(np.asarray(every3.trajectory), np.asarray(full.trajectory[:, [0, 3, 6, 9, 10]]))
     np.testing.assert_allclose(np.asarray(every3.observables["diameter"]),
                                np.asarray(full.observables["diameter"][:, [0, 3, 6, 9, 10]]), rtol=0, atol=1e-15)
