@@ -2,6 +2,7 @@
 warnings are errors for our package."""
 
 import os
+import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -11,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
-import jax  # noqa: E402
+import jax
 
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -40,3 +41,15 @@ def _strict_dtypes(request):
         return
     with jax.numpy_dtype_promotion("strict"):
         yield
+
+
+@pytest.fixture
+def gpt_neo_exact(monkeypatch):
+    """transformers' GPT-Neo upcasts q and k to float32 even in a float64 model; this makes that
+    upcast a float64 one so the HF reference is exact (only the module's own `torch.float32`)."""
+    import torch
+    from transformers.models.gpt_neo import modeling_gpt_neo as m
+
+    proxy = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
+    proxy.float32 = torch.float64
+    monkeypatch.setattr(m, "torch", proxy)

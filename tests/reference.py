@@ -12,9 +12,7 @@ import numpy as np
 def mask_ok(i, j, causal, window):
     if causal and j > i:
         return False
-    if window and abs(i - j) >= window:
-        return False
-    return True
+    return not (window and abs(i - j) >= window)
 
 
 def attention_probs(X, Q, K, scale, beta, causal, window, bq=None, bk=None, uniform=False):

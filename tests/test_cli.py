@@ -65,7 +65,7 @@ def test_config_file_and_precedence(tmp_path, capsys):
 ])
 def test_bad_input_exits_nonzero_with_one_line(argv, msg, tmp_path, capsys):
     if argv[0] in ("simulate", "analyze"):
-        argv = argv + ["--out", str(tmp_path / "o")]
+        argv = [*argv, "--out", str(tmp_path / "o")]
     try:
         rc = main(argv)
     except SystemExit as e:  # argparse's own errors (same one-line format, exit 2)
@@ -112,7 +112,8 @@ def check_run(out, shared):
     for r in main_rows:  # the report's numbers come from the table
         assert f"| {r['step']} | {r['weight_set']} | {float(r['rho1']):.3f} | {float(r['drho1']):+.4f} |" in report
     holds = sum(r["holds"] == "True" for r in main_rows)
-    assert (f"holds in {holds} of {len(main_rows)} layers" in report) or (holds == len(main_rows) and "holds in every layer" in report)
+    assert (f"holds in {holds} of {len(main_rows)} layers" in report) or (
+        holds == len(main_rows) and "holds in every layer" in report)
     assert any(r["run"] == "prolonged" for r in rows) == shared
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["command"] == "analyze" and "versions" in cfg and "device" in cfg
@@ -162,7 +163,7 @@ def test_analyze_minilm_offline(tmp_path, capsys):
     rows = list(csv.DictReader((out / "spectrum.csv").open()))
     want = minilm_lambda1_from_raw_tensors()
     assert len(rows) == len(want) == 6
-    for r, lam in zip(rows, want):
+    for r, lam in zip(rows, want, strict=True):
         assert float(r["lambda1_re"]) == pytest.approx(lam.real, rel=1e-6, abs=1e-9)
         assert float(r["lambda1_im"]) == pytest.approx(lam.imag, abs=1e-6)
 
@@ -191,7 +192,7 @@ def test_spectrum_command(capsys):
     table = [ln.split() for ln in lines if ln.strip() and ln.split()[0].isdigit()]
     want = minilm_lambda1_from_raw_tensors()
     assert len(table) == len(want) == 6 and all(r[1] in ("1", "2", "3") for r in table)
-    for r, lam in zip(table, want):  # printed with 4 significant digits
+    for r, lam in zip(table, want, strict=True):  # printed with 4 significant digits
         assert float(r[2]) == pytest.approx(lam.real, rel=6e-4)
 
 

@@ -16,6 +16,11 @@ from jaxattn.cli import main
 from jaxattn.studies.clusters import solve_rescaled
 
 
+def _csv_rows(path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 def _similar(M, seed=0):
     """``S M S⁻¹`` for a random well-conditioned ``S``: same spectrum, non-orthogonal eigenvectors."""
     rng = np.random.default_rng(seed)
@@ -158,10 +163,8 @@ def test_one_dimensional_attention_becomes_boolean_of_low_rank():
     ("complex", "complex"),
 ])
 def test_known_spectra_are_classified(spectrum, cls):
-    if spectrum == "complex":
-        M = sla.block_diag(np.array([[1.0, -2.0], [2.0, 1.0]]), [[0.5]])  # 1 ± 2i above 0.5
-    else:
-        M = np.diag(spectrum)
+    # "complex": 1 ± 2i above 0.5
+    M = sla.block_diag(np.array([[1.0, -2.0], [2.0, 1.0]]), [[0.5]]) if spectrum == "complex" else np.diag(spectrum)
     q, _ = np.linalg.qr(np.random.default_rng(5).normal(size=(3, 3)))
     for V in (M, q @ M @ q.T, _similar(M, 6)):
         assert cl.TOP_CLASSES[int(cl.classify_top(V))] == cls
@@ -226,7 +229,7 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     for png in pngs:
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = (out / "report.md").read_text()
-    counts = list(csv.DictReader(open(out / "counts.csv")))
+    counts = _csv_rows(out / "counts.csv")
     assert len(counts) == 1
     r = counts[0]
     assert int(r["conditions"]) == 1000 and int(r["solver_failures"]) == 0
@@ -235,7 +238,7 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     assert 1.0 <= float(r["gap_clusters_mean"]) < float(r["hull_vertices_mean"]) <= 5.0
     assert (f"| 5 | 2 | 2 | {float(r['clusters_mean']):.3f} | {float(r['gap_clusters_mean']):.3f} | "
             f"{r['gap_clusters_min']} | {r['gap_clusters_max']} | {float(r['hull_vertices_mean']):.3f} |") in report
-    pics = {p["setting"]: p for p in csv.DictReader(open(out / "pictures.csv"))}
+    pics = {p["setting"]: p for p in _csv_rows(out / "pictures.csv")}
     assert set(pics) == {"identity_2d", "identity_3d", "good", "complex", "negative"}
     for name in ("identity_2d", "identity_3d"):
         p = pics[name]
@@ -243,13 +246,13 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
         assert f"| {name} | {p['d']} | 1 | {p['clusters']} | {p['gap_clusters']} |" in report
     assert 1 <= int(pics["good"]["hyperplanes"]) <= 3
     assert float(pics["negative"]["max_norm"]) > 100 * float(pics["good"]["max_norm"])  # repulsion along φ_1
-    good = {(g["ensemble"], int(g["d"])): g for g in csv.DictReader(open(out / "good_triples.csv"))}
+    good = {(g["ensemble"], int(g["d"])): g for g in _csv_rows(out / "good_triples.csv")}
     assert float(good[("positive", 2)]["fraction"]) == 1.0
     g2 = good[("ginibre", 2)]
     assert float(g2["ci_low"]) < 1 / (2 * math.sqrt(2)) < float(g2["ci_high"])
     assert (f"| ginibre | 2 | {float(g2['fraction']):.4f} | [{float(g2['ci_low']):.4f}, "
             f"{float(g2['ci_high']):.4f}] |") in report
-    boolean = list(csv.DictReader(open(out / "boolean.csv")))
+    boolean = _csv_rows(out / "boolean.csv")
     assert float(boolean[-1]["distance_max"]) < 1e-8 and int(boolean[-1]["rank_max"]) <= 2
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["command"] == "clusters" and cfg["config"]["num"] == 1000 and "versions" in cfg

@@ -8,10 +8,15 @@ import pytest
 
 pytest.importorskip("transformers")
 
-import jaxattn as ja  # noqa: E402
-from jaxattn.cli import main  # noqa: E402
+import jaxattn as ja
+from jaxattn.cli import main
 
-from . import hf_models  # noqa: E402
+from . import hf_models
+
+
+def _csv_rows(path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
 
 
 @pytest.fixture(scope="module")
@@ -27,16 +32,17 @@ def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
                "--t1", "20", "--out", str(out), "--no-progress"])
     assert rc == 0
     names = {p.name for p in out.iterdir()}
-    assert {"config.json", "passes.csv", "summary.csv", "synthetic.csv", "report.md", "passes.png", "synthetic.png"} <= names
+    assert {"config.json", "passes.csv", "summary.csv", "synthetic.csv", "report.md", "passes.png",
+            "synthetic.png"} <= names
     for png in ("passes.png", "synthetic.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = list(csv.DictReader(open(out / "passes.csv")))
+    rows = _csv_rows(out / "passes.csv")
     assert len(rows) == 4 * (4 * 3 + 1)  # 4 runs x (passes x depth + 1) layers
-    summary = list(csv.DictReader(open(out / "summary.csv")))
+    summary = _csv_rows(out / "summary.csv")
     report = (out / "report.md").read_text()
     for r in summary:
         assert f"| {r['run']} | {float(r['first_token_start']):.4f} |" in report
-    syn = list(csv.DictReader(open(out / "synthetic.csv")))
+    syn = _csv_rows(out / "synthetic.csv")
     last = {r["setting"]: r for r in syn if float(r["t"]) == 20.0}
     assert float(last["causal_two_heads"]["first_token_mean"]) < 1e-6  # consensus on the first token
     hem = [float(r["hemisphere_min"]) for r in syn if r["setting"] == "hemisphere"]

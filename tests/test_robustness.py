@@ -266,7 +266,7 @@ def test_files_follow_the_umask(tmp_path):
 def test_wrong_kinds_of_arguments_get_one_clear_error():
     model = ja.random_model(jax.random.key(0), 4, 2, 1)
     X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
-    with pytest.raises(ConfigError, match="dynamics must be a jaxattn.Dynamics"):
+    with pytest.raises(ConfigError, match=r"dynamics must be a jaxattn\.Dynamics"):
         ja.simulate(model, X0, 2, dynamics="D1")
     for call in (lambda: ja.random_model(0, 4, 2, 1), lambda: ja.init_tokens(7, 2, 3, 4),
                  lambda: ja.symmetric_with_spectrum(1, [1.0, 2.0])):

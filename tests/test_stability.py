@@ -14,6 +14,11 @@ from jaxattn.analysis import stability as st
 from jaxattn.cli import main
 
 
+def _csv_rows(path) -> list[dict]:
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
 def _match(a, b) -> float:
     """Largest distance between two multisets of complex numbers after optimal pairing."""
     a, b = np.asarray(a, complex), np.asarray(b, complex)
@@ -111,7 +116,7 @@ def test_attention_rank_at_consensus_and_bipartite():
     m = _single_head(jax.random.key(3), _goe(jax.random.key(4), d), d)
     sy = st.System(m, ja.D1, 0.5, beta=2.0)
     c = st.eigen_equilibria(sy.layer_matrix(), n)
-    for X, cons in zip(c.X, c.is_consensus):
+    for X, cons in zip(c.X, c.is_consensus, strict=True):
         assert st.attention_rank(sy, X).tolist() == [1 if cons else 2]
 
 
@@ -131,7 +136,7 @@ def test_single_head_conditions_agree_with_the_jacobian():
         sy = st.System(m, ja.D1 if discrete else ja.C2, float(rng.uniform(0.2, 1.0)), float(rng.uniform(0.5, 6.0)))
         c = st.eigen_equilibria(sy.layer_matrix(), n)
         r = st.residual(sy, c.X)
-        an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(c.k, c.signs)]
+        an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(c.k, c.signs, strict=True)]
         fixed = np.array([a.fixed_point for a in an])
         assert np.array_equal(fixed, r < 1e-10)  # the fixed-point condition is exactly the residual test
         not_fixed += int((~fixed).sum())
@@ -237,21 +242,21 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     assert any(n.endswith(".png") for n in names)
     for png in (n for n in names if n.endswith(".png")):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    counts = list(csv.DictReader(open(out / "counts.csv")))
+    counts = _csv_rows(out / "counts.csv")
     assert len(counts) == 2 * 2 * 3  # time x n x models
     assert all(r["agree"] == r["candidates"] for r in counts)  # analytic == numerical for every equilibrium
     assert all(int(r["stable"]) >= 1 for r in counts)  # the principal consensus at least
-    summary = list(csv.DictReader(open(out / "counts_summary.csv")))
+    summary = _csv_rows(out / "counts_summary.csv")
     report = (out / "report.md").read_text()
     for r in summary:
         assert f"| {r['time']} | {r['n']} | {r['mode']} | {float(r['mean_stable']):.2f} |" in report
-    basins = list(csv.DictReader(open(out / "basins.csv")))
+    basins = _csv_rows(out / "basins.csv")
     for t in ("discrete", "continuous"):
         rows = [r for r in basins if r["time"] == t]
         assert sum(int(r["count"]) for r in rows) == 12
         assert sum(int(r["count"]) for r in rows if r["end"] != "not converged") >= 10  # the runs reach their ends
         assert all(float(r["ci_low"]) <= float(r["fraction"]) <= float(r["ci_high"]) for r in rows)
-    perturbation = list(csv.DictReader(open(out / "perturbation.csv")))
+    perturbation = _csv_rows(out / "perturbation.csv")
     assert int(perturbation[0]["returned"]) == int(perturbation[0]["total"])  # a small perturbation returns
     for r in basins:
         assert f"| {r['time']} | {r['end']} | {r['count']} |" in report

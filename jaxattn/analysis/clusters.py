@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Callable, NamedTuple, Optional
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -66,12 +67,12 @@ def _batched(fn: Callable, X: jax.Array, core: int, *args):
 @functools.partial(jax.jit, static_argnums=(0, 1))
 def _batched_jit(fn, core, X, *args):
     lead = X.shape[: X.ndim - core]
-    flat = X.reshape((-1,) + X.shape[X.ndim - core:])
+    flat = X.reshape((-1, *X.shape[X.ndim - core:]))
     out = jax.vmap(lambda x: fn(x, *args))(flat)
     return jax.tree_util.tree_map(lambda a: a.reshape(lead + a.shape[1:]), out)
 
 
-def check_value_matrix(V, d: Optional[int] = None) -> np.ndarray:
+def check_value_matrix(V, d: int | None = None) -> np.ndarray:
     """``V`` as a finite real ``[d, d]`` float64 array (``d`` checked when given), else one clear line."""
     a = np.asarray(V)
     if np.iscomplexobj(a) or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
@@ -130,7 +131,8 @@ class Clusters(NamedTuple):
     cluster's label have size 0 and centre 0.
     """
 
-    count: jax.Array  # [...] int32 number of clusters
+    # [...] int32 number of clusters
+    count: jax.Array  # type: ignore[assignment]  # NamedTuple field shadows tuple.count; the name is public API
     labels: jax.Array  # [..., n] int32 label of every token
     sizes: jax.Array  # [..., n] int32 tokens in the cluster of each label
     centres: jax.Array  # [..., n, d] mean of the cluster's tokens
@@ -184,7 +186,8 @@ def merge_heights(X) -> jax.Array:
 class GapCount(NamedTuple):
     """Tolerance-free cluster count (see :func:`gap_clusters`)."""
 
-    count: jax.Array  # [...] int32 number of clusters (1 .. n-1; n when n == 1)
+    # [...] int32 number of clusters (1 .. n-1; n when n == 1)
+    count: jax.Array  # type: ignore[assignment]  # NamedTuple field shadows tuple.count; the name is public API
     threshold: jax.Array  # [...] the cut: geometric mean of the two heights around the largest gap
     gap: jax.Array  # [...] decades (log10 ratio) of the largest gap: how clear the cut is
 
@@ -374,7 +377,8 @@ def coordinate(X, V) -> jax.Array:
 
 
 class Hyperplanes(NamedTuple):
-    count: jax.Array  # [...] distinct values of the coordinate at the tolerance
+    # [...] distinct values of the coordinate at the tolerance
+    count: jax.Array  # type: ignore[assignment]  # NamedTuple field shadows tuple.count; the name is public API
     gap_count: jax.Array  # [...] tolerance-free count
     values: jax.Array  # [..., n] the coordinates
 
@@ -468,7 +472,8 @@ class Estimate(NamedTuple):
 
     d: int
     samples: int
-    count: int  # samples in the class
+    # samples in the class
+    count: int  # type: ignore[assignment]  # NamedTuple field shadows tuple.count; the name is public API
     fraction: float
     lo: float
     hi: float
@@ -512,7 +517,7 @@ def good_triple_fraction(key, d: int, samples: int, *, ensemble: str = "ginibre"
         counts += np.bincount(classify_top(V[: samples - start]), minlength=len(TOP_CLASSES))
     lo, hi = wilson(int(counts[0]), samples, confidence)
     return Estimate(int(d), int(samples), int(counts[0]), float(counts[0] / samples), lo, hi,
-                    {name: int(k) for name, k in zip(TOP_CLASSES, counts)})
+                    {name: int(k) for name, k in zip(TOP_CLASSES, counts, strict=True)})
 
 
 # ----------------------------------------------------------------------------- the paper's model

@@ -93,7 +93,8 @@ import dataclasses
 import functools
 import itertools
 import math
-from typing import Any, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -107,7 +108,7 @@ from jaxattn.errors import ConfigError
 from jaxattn.model.attention import probabilities
 from jaxattn.model.params import Model, validate
 
-Kind = Union[Dynamics, Flow]
+Kind = Dynamics | Flow
 
 
 # ------------------------------------------------------------------ the system
@@ -225,7 +226,7 @@ class Candidates:
         return np.all(self.signs == self.signs[:, :1], axis=1)
 
 
-def eigen_equilibria(F, n: int, *, patterns: Optional[np.ndarray] = None, imag_tol: float = 1e-10) -> Candidates:
+def eigen_equilibria(F, n: int, *, patterns: np.ndarray | None = None, imag_tol: float = 1e-10) -> Candidates:
     """Consensus and bipartite consensus at every real eigenvector of ``F: [d, d]`` and every sign
     pattern (default :func:`sign_patterns`; give ``patterns [P, n]`` to sample them instead)."""
     F = np.asarray(F, np.float64)
@@ -285,7 +286,7 @@ def _padded(A: np.ndarray) -> jax.Array:
     different sizes share a few compiled shapes (callers slice the result back to ``K``)."""
     K = A.shape[0]
     width = 1 << max(K - 1, 0).bit_length()
-    return jnp.asarray(np.concatenate([A, np.broadcast_to(A[:1], (width - K,) + A.shape[1:])]))
+    return jnp.asarray(np.concatenate([A, np.broadcast_to(A[:1], (width - K, *A.shape[1:]))]))
 
 
 def residual(system: System, X) -> np.ndarray:
@@ -444,7 +445,7 @@ def linearise(system: System, X, *, residual_tol: float = 1e-8, margin: float = 
 
 # ------------------------------------------------------------------ closed forms
 
-def consensus_eigenvalues(eigvals, k: int, n: int, *, alpha: Optional[float] = None) -> np.ndarray:
+def consensus_eigenvalues(eigvals, k: int, n: int, *, alpha: float | None = None) -> np.ndarray:
     """Intrinsic Jacobian eigenvalues at consensus on the real eigenvector ``v_k`` (closed form).
 
     Map (``alpha`` given): ``1/(1 + αλ_k)`` × ``(n−1)(d−1)`` and ``(1 + αλ_m)/(1 + αλ_k)``, ``m ≠ k``.
@@ -626,7 +627,7 @@ def _updates(kind, model, Xs, beta):
 
 
 def classify(system: System, X, *, tol: float = 1e-7, cluster_tol: float = 1e-4, align_tol: float = 1e-4,
-             residual_tol: Optional[float] = None) -> list[Terminal]:
+             residual_tol: float | None = None) -> list[Terminal]:
     """Label end states ``X: [K, n, d]`` (see :class:`Terminal`).
 
     Not converged: residual above ``residual_tol`` (default ``tol``). Tokens closer than
@@ -642,13 +643,13 @@ def classify(system: System, X, *, tol: float = 1e-7, cluster_tol: float = 1e-4,
     real = np.abs(lam.imag) <= 1e-10 * max(np.abs(lam).max(), 1e-300)
     rtol = tol if residual_tol is None else residual_tol
     out = []
-    for X1, r1, u1 in zip(A, r, upd):
+    for X1, r1, u1 in zip(A, r, upd, strict=True):
         if not r1 <= rtol:
             out.append(Terminal("not converged", "not converged", 0, (), 0, float(r1)))
             continue
         C, assign = _clusters(X1, cluster_tol)
         m = C.shape[0]
-        found: Optional[tuple[int, int, int]] = None
+        found: tuple[int, int, int] | None = None
         for k in np.flatnonzero(real):
             v = vec[:, k].real / np.linalg.norm(vec[:, k].real)
             dots = C @ v

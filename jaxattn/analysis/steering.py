@@ -119,10 +119,11 @@ def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: flo
     u_np = _unit(u, d, "u")
     if model.norm_style == "pre":
         return u_np
-    ftype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    ftype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
     u = jnp.asarray(u_np, ftype)
-    lw = jax.tree_util.tree_map(lambda a: jnp.asarray(a, ftype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a,
-                                lay.take(model.schedule[block % model.depth]))
+    lw = jax.tree_util.tree_map(
+        lambda a: jnp.asarray(a, ftype) if np.issubdtype(np.asarray(a).dtype, np.floating) else a,
+        lay.take(model.schedule[block % model.depth]))
     def norm(y, w_, b_):
         return nn.layer_norm(y, w_, b_, model.ln_eps) if layernorm else nn.l2(y)
 
@@ -217,13 +218,13 @@ def steer_to_target(model: Model, u, target: float, X0, *, w=None, block: int = 
                 break
             hi = hi / 10
     else:  # walk up until it is reached
-        lo, hi = g, None
+        lo = g
         while lo * 10 <= gamma_max:
             if mean_at(lo * 10) >= target:
                 hi = lo * 10
                 break
             lo = lo * 10
-        if hi is None:  # not reachable within gamma_max
+        else:  # not reachable within gamma_max
             hi = lo
     reached = mean_at(hi) >= target
     if reached and lo > 0:

@@ -11,8 +11,8 @@ import json
 import math
 import sys
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from jaxattn.errors import JaxattnError, positive_int
 
@@ -41,7 +41,8 @@ def _load_config(path: str) -> dict:
     try:
         cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        raise JaxattnError(f"config file {path} is not valid {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}") from None
+        kind = "TOML" if p.suffix == ".toml" else "JSON"
+        raise JaxattnError(f"config file {path} is not valid {kind}: {e}") from None
     if not isinstance(cfg, dict):
         raise JaxattnError(f"config file {path} must hold a table of option = value")
     return {k.replace("-", "_"): v for k, v in cfg.items()}
@@ -121,11 +122,12 @@ RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask")
 def _add_simulate(sub):
     p = sub.add_parser("simulate", formatter_class=_formatter,
                        help="simulate token dynamics over many random initial conditions",
-                       description="Simulate the discrete dynamics D1-D6 (docs/models.md) of a random or converted model "
-                                   "over many random initial conditions and keep consensus observables per step.")
+                       description="Simulate the discrete dynamics D1-D6 (docs/models.md) of a random or converted "
+                                   "model over many random initial conditions and keep consensus observables per step.")
     d = SIM_DEFAULTS
     g = p.add_argument_group("model")
-    g.add_argument("--model", help=f"'random', 'minilm' (built-in all-MiniLM-L6-v2) or a converted .safetensors file [{d['model']}]")
+    g.add_argument("--model", help=f"'random', 'minilm' (built-in all-MiniLM-L6-v2) or a converted .safetensors "
+                                   f"file [{d['model']}]")
     g.add_argument("--d", type=int, help=f"random model: token dimension [{d['d']}]")
     g.add_argument("--heads", type=int, help=f"random model: number of heads H (d %% H == 0) [{d['heads']}]")
     g.add_argument("--depth", type=int, help=f"random model: number of blocks [{d['depth']}]")
@@ -134,7 +136,8 @@ def _add_simulate(sub):
     g.add_argument("--weights", choices=["gaussian", "uniform", "identity"],
                    help=f"random model: law of the entries of Q, K (and V, O unless --value identity): gaussian "
                         f"N(0, 1/d), uniform in [-1, 1], identity (Q = K = I) [{d['weights']}]")
-    g.add_argument("--value", choices=["random", "identity"], help=f"random model: value/output matrices [{d['value']}]")
+    g.add_argument("--value", choices=["random", "identity"],
+                   help=f"random model: value/output matrices [{d['value']}]")
     g.add_argument("--mask", help=f"random model: 'full', 'causal' or 'local:W' [{d['mask']}]")
     g = p.add_argument_group("dynamics")
     g.add_argument("--steps", type=int, help="number of steps (default: the model's depth; more prolongs it)")
@@ -266,8 +269,8 @@ def cmd_simulate(args, cfg) -> int:
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
         f"diameter     step 0 mean {diam[:, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
         f"90% {q[2]:.3g}  max {q[3]:.3g}",
-        f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, < 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% "
-        f"of initial conditions; mean 1-cos {cosc[:, -1].mean():.3g}",
+        f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, "
+        f"< 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% of initial conditions; mean 1-cos {cosc[:, -1].mean():.3g}",
         f"output       {out}/ (config.json, observables.safetensors, summary.txt)",
     ]
     text = "\n".join(lines) + "\n"
@@ -279,10 +282,12 @@ def cmd_simulate(args, cfg) -> int:
 
 # ---------------------------------------------------------------- convert / inspect
 def _add_convert(sub):
-    p = sub.add_parser("convert", formatter_class=_formatter, help="convert a Hugging Face checkpoint to canonical safetensors",
-                       description="Convert a Hugging Face checkpoint (ALBERT, BERT-family, GPT-2, GPT-Neo) to jaxattn's "
-                                   "canonical safetensors layout. SOURCE is a local folder with config.json and "
-                                   "model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id when online.")
+    p = sub.add_parser("convert", formatter_class=_formatter,
+                       help="convert a Hugging Face checkpoint to canonical safetensors",
+                       description="Convert a Hugging Face checkpoint (ALBERT, BERT-family, GPT-2, GPT-Neo) to "
+                                   "jaxattn's canonical safetensors layout. SOURCE is a local folder with config.json "
+                                   "and model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id "
+                                   "when online.")
     p.add_argument("source", help="checkpoint folder or hub model id")
     p.add_argument("--out", required=True, help="output .safetensors file (written atomically)")
     p.add_argument("--dtype", choices=["source", "float32", "float64"], default="source",
@@ -315,13 +320,14 @@ def cmd_inspect(args, cfg) -> int:
 
 
 # ---------------------------------------------------------------- analyze / spectrum
-ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gaussian", alpha=1.0, beta=1.0, order="real",
-                        prolong=10, gammas="1,10,100,1000", steer_target=0.99, ffn_study=True, dtype="float32", chunk=1024,
-                        out="runs/analyze", figures=True, progress=True, overwrite=False)
+ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gaussian", alpha=1.0, beta=1.0,
+                        order="real", prolong=10, gammas="1,10,100,1000", steer_target=0.99, ffn_study=True,
+                        dtype="float32", chunk=1024, out="runs/analyze", figures=True, progress=True, overwrite=False)
 
 
 def _add_analyze(sub):
-    p = sub.add_parser("analyze", formatter_class=_formatter, help="run the power-method study on a model (the main job)",
+    p = sub.add_parser("analyze", formatter_class=_formatter,
+                       help="run the power-method study on a model (the main job)",
                        description="The power-method study: spectra of every layer matrix F = Σ O_h V_h, "
                                    "simplified D1 dynamics from many random initial conditions, per-layer ρ1, Δρ1, P1 "
                                    "against the baselines over all eigendirections, a prolonged run for shared-weight "
@@ -345,7 +351,8 @@ def _add_analyze(sub):
                                                       f"0: no search [{d['steer_target']}]")
     p.add_argument("--ffn-study", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also run with FFN and affine LayerNorm (models that have them) [{d['ffn_study']}]")
-    p.add_argument("--dtype", choices=["float32", "float64"], help=f"simulation precision (spectra are float64) [{d['dtype']}]")
+    p.add_argument("--dtype", choices=["float32", "float64"],
+                   help=f"simulation precision (spectra are float64) [{d['dtype']}]")
     p.add_argument("--chunk", type=int, help=f"initial conditions per chunk [{d['chunk']}]")
     p.add_argument("--out", help=f"output run directory [{d['out']}]")
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
@@ -402,7 +409,8 @@ def cmd_analyze(args, cfg) -> int:
                   f"{t['align_mean']:.4f}")
     else:
         best = max(tables["steering"], key=lambda r: r["gamma"])
-        print(f"steering: γ = {best['gamma']:g} gives mean alignment {best['align_mean']:.4f} with the target direction")
+        print(f"steering: γ = {best['gamma']:g} gives mean alignment {best['align_mean']:.4f} "
+              "with the target direction")
     print(f"report       {out / 'report.md'}")
     return 0
 
@@ -427,10 +435,12 @@ def cmd_spectrum(args, cfg) -> int:
     model = load_any(args.model)
     rows = spectrum_rows(spectrum(model, order=args.order, alpha=args.alpha), args.alpha)
     print(model.summary())
-    print(f"{'set':>4} {'case':>4} {'Re λ1':>10} {'Im λ1':>10} {'Re λ2':>10} {'gap':>10} {'|<v1,v2>|':>10} {'radius':>10}")
+    print(f"{'set':>4} {'case':>4} {'Re λ1':>10} {'Im λ1':>10} {'Re λ2':>10} {'gap':>10} "
+          f"{'|<v1,v2>|':>10} {'radius':>10}")
     for r in rows:
         print(f"{r['weight_set']:>4} {r['case']:>4} {r['lambda1_re']:>10.4g} {r['lambda1_im']:>10.4g} "
-              f"{r['lambda2_re']:>10.4g} {r['gap']:>10.4g} {r['v1_v2_collinearity']:>10.3f} {r['spectral_radius']:>10.4g}")
+              f"{r['lambda2_re']:>10.4g} {r['gap']:>10.4g} {r['v1_v2_collinearity']:>10.3f} "
+              f"{r['spectral_radius']:>10.4g}")
     return 0
 
 
@@ -458,7 +468,7 @@ def _register_command_modules(sub) -> None:
         importlib.import_module(f"jaxattn.cli.{name}").register(sub)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

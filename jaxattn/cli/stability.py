@@ -39,7 +39,8 @@ def register(sub) -> None:
     p.add_argument("--models", type=int, help=f"random models per n [{d['models']}]")
     p.add_argument("--exhaustive-max", type=int,
                    help=f"every sign pattern up to this n, random ones above [{d['exhaustive_max']}]")
-    p.add_argument("--patterns", type=int, help=f"random sign patterns per model above --exhaustive-max [{d['patterns']}]")
+    p.add_argument("--patterns", type=int,
+                   help=f"random sign patterns per model above --exhaustive-max [{d['patterns']}]")
     p.add_argument("--alpha", type=float, help=f"step of the map [{d['alpha']}]")
     p.add_argument("--beta", type=float, help=f"inverse temperature of the attention [{d['beta']}]")
     p.add_argument("--time", help=f"'discrete' (the map), 'continuous' (the flow) or 'both' [{d['time']}]")

@@ -26,6 +26,7 @@ import csv
 import dataclasses
 import io
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -73,7 +74,7 @@ class ClustersConfig:
     seed: int = 0
     figures: bool = True
 
-    def check(self) -> "ClustersConfig":
+    def check(self) -> ClustersConfig:
         for k in ("n", "n_1d", "num", "good_samples"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -149,12 +150,14 @@ def spectra_matrices(key) -> dict[str, np.ndarray]:
             "negative": _rotated(jax.random.fold_in(key, 2), np.diag([-1.2, 0.5]))}
 
 
-def run_study(out_dir, cfg: ClustersConfig = ClustersConfig(), *, progress=None) -> dict:
-    """Run the study into ``out_dir`` (created); returns the tables (lists of row dicts) and pictures."""
+def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> dict:
+    """Run the study into ``out_dir`` (created); returns the tables (lists of row dicts) and pictures.
+    ``cfg`` defaults to ``ClustersConfig()``."""
     from jaxattn.model.sampling import init_tokens
 
+    cfg = ClustersConfig() if cfg is None else cfg
     cfg.check()
-    if not jax.config.jax_enable_x64:
+    if not jax.config.read("jax_enable_x64"):
         jax.config.update("jax_enable_x64", True)  # eigenvalues and cluster tolerances need float64
     say = progress or (lambda msg: None)
     out = Path(out_dir)
@@ -179,12 +182,12 @@ def run_study(out_dir, cfg: ClustersConfig = ClustersConfig(), *, progress=None)
         Z = Z[:T]
         ob = {k: np.asarray(v, np.float64)[0, T - 1] for k, v in sol.observables.items()}
         row = {"setting": name, "d": d, "n": cfg.n, "top_eigenvalue": _fmt_eig(cl.top_eigen(V).value),
-               "solver_ok": bool(np.asarray(sol.ok)[0]) and T == len(ts), "t_end": float(ts[T - 1]),
+               "solver_ok": bool(np.asarray(sol.ok)[0]) and len(ts) == T, "t_end": float(ts[T - 1]),
                "clusters": int(ob["clusters"]), "gap_clusters": int(ob["gap_clusters"]),
                "gap_decades": float(ob["gap_decades"]),
                "initial_hull_vertices": int(cl.hull_vertices(Z[0]).sum()), "polytope_vertices": -1,
                "hyperplanes": -1, "max_norm": float(np.linalg.norm(Z[-1], axis=-1).max())}
-        extra = {}
+        extra: dict[str, Any] = {}
         if name.startswith("identity"):
             p = cl.polytope(Z[-1], cfg.tol)
             row["polytope_vertices"] = p.vertices
@@ -255,12 +258,12 @@ def count_row(n: int, d: int, beta: float, X0: np.ndarray, sol, tol: float) -> d
     hull = np.asarray([cl.hull_vertices(x).sum() for x in X0])
     polys = [cl.polytope(final[b], tol) for b in np.flatnonzero(ok)]
     if not polys:
-        return {"n": n, "d": d, "beta": float(beta), "conditions": int(len(ok)), "solver_failures": int(len(ok)),
+        return {"n": n, "d": d, "beta": float(beta), "conditions": len(ok), "solver_failures": len(ok),
                 **{k: float("nan") for k in ("clusters_mean", "gap_clusters_mean")}, "gap_clusters_min": -1,
                 "gap_clusters_max": -1, **{k: float("nan") for k in (
                     "agree_fraction", "hull_vertices_mean", "le_hull_fraction", "polytope_vertices_mean",
                     "at_vertices_fraction", "inside_fraction")}}
-    return {"n": n, "d": d, "beta": float(beta), "conditions": int(len(ok)), "solver_failures": int((~ok).sum()),
+    return {"n": n, "d": d, "beta": float(beta), "conditions": len(ok), "solver_failures": int((~ok).sum()),
             "clusters_mean": float(tolc[ok].mean()), "gap_clusters_mean": float(gapc[ok].mean()),
             "gap_clusters_min": int(gapc[ok].min()), "gap_clusters_max": int(gapc[ok].max()),
             "agree_fraction": float((tolc == gapc)[ok].mean()), "hull_vertices_mean": float(hull[ok].mean()),
@@ -282,8 +285,9 @@ def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:
          f"solved to t = {cfg.t1:g} in float64 (Tsit5, rtol 1e-8). Clusters: single linkage at distance "
          f"{cfg.tol:g}, and the tolerance-free count (cut at the largest gap of the hierarchy).", "",
          "## The pictures", "",
-         "| setting | d | top eigenvalue of V | clusters | tolerance-free | gap (decades) | vertices of the initial hull "
-         "| polytope vertices | hyperplanes | max norm at the end | end (t) |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "| setting | d | top eigenvalue of V | clusters | tolerance-free | gap (decades) "
+         "| vertices of the initial hull | polytope vertices | hyperplanes | max norm at the end | end (t) |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in tables["pictures"]:
         end = f"{r['t_end']:g}" + ("" if r["solver_ok"] else " (solver failed)")
         L.append(f"| {r['setting']} | {r['d']} | {r['top_eigenvalue']} | {r['clusters']} | {r['gap_clusters']} | "
@@ -385,11 +389,11 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
     save(fig, "other_spectra.png")
 
     # d = 1: the attention matrix becomes Boolean
-    A, dist, rank = pics["boolean"]  # A: [T, n, n] of condition 0
+    A, dist, _rank = pics["boolean"]  # A: [T, n, n] of condition 0
     last = max(int(np.sum(np.all(np.isfinite(A), axis=(1, 2)))), 1)  # finite frames of the picture
     picks = [0, last // 20, last // 6, last - 1]
     fig, axes = plt.subplots(1, len(picks) + 1, figsize=(16, 3.4))
-    for ax, k in zip(axes, picks):
+    for ax, k in zip(axes, picks, strict=False):
         ax.imshow(A[k], cmap="Greys", vmin=0, vmax=max(A[k].max(), 1e-12))
         ax.set_title(f"P(t), t = {ts[k]:.2g}", fontsize=9)
         ax.set_xticks([])

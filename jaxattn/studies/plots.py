@@ -59,7 +59,8 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         rows = tables[run]
         k = np.array([r["step"] for r in rows]) + 1
         for rr, (a, b, sa, sb, label) in enumerate([
-                ("rho1", "rhobar", "rho1_std", "rhobar_std", "ρ"), ("drho1", "drhobar", "drho1_std", "drhobar_std", "Δρ"),
+                ("rho1", "rhobar", "rho1_std", "rhobar_std", "ρ"),
+                ("drho1", "drhobar", "drho1_std", "drhobar_std", "Δρ"),
                 ("P1", "Pbar", None, None, "P")]):
             y1 = np.array([r[a] for r in rows])
             y2 = np.array([r[b] for r in rows])
@@ -98,17 +99,18 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         sel = [r for r in rows if r["dynamics"] == dyn and r["gamma"] > 0]
         if sel:
             sel = sorted(sel, key=lambda r: r["gamma"])
-            g = np.array([r["gamma"] for r in sel])
+            gam = np.array([r["gamma"] for r in sel])
             m = np.array([r["align_mean"] for r in sel])
             q = np.array([r["align_q01"] for r in sel])
-            ax.plot(g, m, "o-", label=f"{dyn}: mean")
-            ax.plot(g, q, ":", label=f"{dyn}: 1% quantile")
+            ax.plot(gam, m, "o-", label=f"{dyn}: mean")
+            ax.plot(gam, q, ":", label=f"{dyn}: 1% quantile")
     base = [r for r in rows if r["gamma"] == 0]
     if base:
         ax.axhline(base[0]["align_mean"], color="k", lw=0.6, label="unsteered mean")
     for r in rows:
         if r.get("found_by", "grid").startswith("bisection"):
-            ax.plot([r["gamma"]], [r["align_mean"]], "*", ms=12, color="k", label=f"smallest γ for the target: {r['gamma']:.4g}")
+            ax.plot([r["gamma"]], [r["align_mean"]], "*", ms=12, color="k",
+                    label=f"smallest γ for the target: {r['gamma']:.4g}")
     ax.set(xscale="log", xlabel="gain γ", ylabel="|<x, u>| / ||x|| after the last layer", ylim=(0, 1.02),
            title="rank-1 steering of the last layer")
     ax.legend(fontsize=7)
@@ -120,7 +122,8 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         fig, ax = plt.subplots(1, 3, figsize=(14, 3.8))
         gamma = tables["steer_target"][0]["gamma"] if "steer_target" in tables else float("nan")
         for c, (key, label) in enumerate((("rho1", "ρ1"), ("drho1", "Δρ1"), ("P1", "P1"))):
-            for run, style, lab in (("main", "s--", "unmodified"), ("steered", "o-", f"last layer steered, γ = {gamma:.4g}")):
+            for run, style, lab in (("main", "s--", "unmodified"),
+                                    ("steered", "o-", f"last layer steered, γ = {gamma:.4g}")):
                 rows = tables[run]
                 ax[c].plot([r["step"] + 1 for r in rows], [r[key] for r in rows], style, ms=4, label=lab)
             ax[c].set(xlabel="layer", ylabel=label)

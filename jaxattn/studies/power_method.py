@@ -15,7 +15,7 @@ import io
 import shutil
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -83,7 +83,7 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
         d2 = r2a[:, k + 1] - r2b[:, k]
         db = rba[:, k + 1] - rbb[:, k]
         lam = spec.eigvals[s, 0]
-        row = {
+        row: dict[str, Any] = {
             "run": run, "step": k, "weight_set": int(s), "case": int(spec.case[s]),
             "lambda1_re": float(lam.real), "lambda1_im": float(lam.imag), "gap": float(spec.gap[s]),
             "rho1": float(r1a[:, k + 1].mean()), "rho1_std": float(r1a[:, k + 1].std()),
@@ -100,8 +100,8 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
     return rows
 
 
-def alignment(model: Model, X0, steps: Optional[int] = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
-              order: str = "real", batch_size: Optional[int] = None, dtype=None, run: str = "main") -> list[dict]:
+def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
+              order: str = "real", batch_size: int | None = None, dtype=None, run: str = "main") -> list[dict]:
     """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
     eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
 
@@ -145,29 +145,35 @@ def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
     rows = []
     for g in range(spec.eigvals.shape[0]):
         lam = spec.eigvals[g]
+        most_negative = abs(lam.real.min())
         rows.append({"weight_set": g, "case": int(spec.case[g]), "lambda1_re": float(lam[0].real),
-                     "lambda1_im": float(lam[0].imag), "lambda2_re": float(lam[1].real) if len(lam) > 1 else float("nan"),
+                     "lambda1_im": float(lam[0].imag),
+                     "lambda2_re": float(lam[1].real) if len(lam) > 1 else float("nan"),
                      "lambda2_im": float(lam[1].imag) if len(lam) > 1 else float("nan"), "gap": float(spec.gap[g]),
                      "v1_v2_collinearity": float(spec.collinearity[g]), "spectral_radius": float(np.abs(lam).max()),
                      "most_negative_re": float(lam.real.min()), "trace": float(np.trace(spec.F[g])),
-                     "alpha_bound": float(2 / (abs(lam.real.min()) - lam[0].real)) if abs(lam.real.min()) > lam[0].real else float("inf")})
+                     "alpha_bound": float(2 / (most_negative - lam[0].real)) if most_negative > lam[0].real
+                     else float("inf")})
     return rows
 
 
-def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_name: str = "model") -> dict:
-    """Run the whole study into ``out_dir``; return the tables (lists of row dicts)."""
+def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_name: str = "model") -> dict:
+    """Run the whole study into ``out_dir``; return the tables (lists of row dicts). ``cfg`` defaults to
+    ``StudyConfig()``."""
+    cfg = StudyConfig() if cfg is None else cfg
     cfg.check()
     out = Path(out_dir)
     dtype = _dtype(cfg.dtype)
     spec = spectrum(model, order=cfg.order, alpha=cfg.alpha)
     depth = model.depth
     Fs = layer_matrices(model)[list(model.schedule)]
-    Phi, u1 = cumulative_products(Fs, cfg.order, cfg.alpha)
+    _Phi, u1 = cumulative_products(Fs, cfg.order, cfg.alpha)
     lyap = lyapunov_exponents(Fs)
     common = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init, alpha=cfg.alpha,
                   beta=cfg.beta, dtype=dtype, progress=cfg.progress, keep_final=True)
     # what decides the numbers (not progress bars or figures): a resumed run must match it
-    fp = {"model": model_name, "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
+    fp = {"model": model_name,
+          "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
     tables: dict[str, list] = {}
     finals: dict[str, np.ndarray] = {}
     timings = {}
@@ -259,7 +265,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
         "eigvals_re": spec.eigvals.real, "eigvals_im": spec.eigvals.imag, "lyapunov": lyap,
         "phi_u1_re": u1.real, "phi_u1_im": u1.imag, "steer_u": u,
         **{f"final.{k}": v.astype(np.float32) for k, v in finals.items()}})
-    write_json(out / "config.json", {"command": "analyze", "model": model_name, "model_summary": model.summary().splitlines(),
+    write_json(out / "config.json", {"command": "analyze", "model": model_name,
+                                     "model_summary": model.summary().splitlines(),
                                      "model_dims": {"d": model.d_model, "heads": model.n_heads, "depth": model.depth,
                                                     "shared": model.shared, "masks": _masks(model)},
                                      "weights_sha256": weights_sha256(model),
@@ -277,7 +284,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig = StudyConfig(), *, model_
 
 def _masks(model: Model) -> list[str]:
     lay = model.layers
-    return [("causal" if bool(lay.causal[g]) else "full") + (f"/local:{int(lay.window[g])}" if int(lay.window[g]) else "")
+    return [("causal" if bool(lay.causal[g]) else "full")
+            + (f"/local:{int(lay.window[g])}" if int(lay.window[g]) else "")
             for g in range(lay.n_sets)]
 
 
@@ -295,8 +303,9 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
     beats = sum(r["drho1"] > r["drhobar"] for r in main)
     lines = [f"# Power-method analysis of {name}", "",
              "```", model.summary(), "```", "",
-             f"Simplified dynamics D1 (α = {cfg.alpha:g}, β = {cfg.beta:g}, L2 normalisation, no FFN, no biases) from "
-             f"{cfg.num_init} random {cfg.init} initial conditions of {cfg.n} tokens (seed {cfg.seed}, {cfg.dtype}).", "",
+             f"Simplified dynamics D1 (α = {cfg.alpha:g}, β = {cfg.beta:g}, L2 normalisation, no FFN, no biases) "
+             f"from {cfg.num_init} random {cfg.init} initial conditions of {cfg.n} tokens "
+             f"(seed {cfg.seed}, {cfg.dtype}).", "",
              "## Spectra of the layer matrices F = Σ_h O_h V_h", "",
              "| set | case | λ1 | λ2 | gap | \\|<v1,v2>\\| | spectral radius |", "|---|---|---|---|---|---|---|"]
     for r in tables["spectrum"]:
@@ -312,8 +321,8 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in main:
         lines.append(f"| {r['step']} | {r['weight_set']} | {r['rho1']:.3f} | {r['drho1']:+.4f} | {r['P1']:.3f} | "
-                     f"{r['rhobar']:.3f} | {r['drhobar']:+.4f} | {r['Pbar']:.3f} | {r['rho2']:.3f} | {r['rho_phi']:.3f} | "
-                     f"{r['diameter']:.3g} | {'yes' if r['holds'] else 'no'} |")
+                     f"{r['rhobar']:.3f} | {r['drhobar']:+.4f} | {r['Pbar']:.3f} | {r['rho2']:.3f} | "
+                     f"{r['rho_phi']:.3f} | {r['diameter']:.3g} | {'yes' if r['holds'] else 'no'} |")
     verdict = "holds in every layer" if holds == L else f"holds in {holds} of {L} layers"
     lines += ["", f"**The power-method analogy {verdict}** (Δρ1 > 0 in {pos}/{L}, P1 > 1/2 in {half}/{L}, "
               f"Δρ1 > Δρ̄ in {beats}/{L}).", ""]
@@ -327,11 +336,13 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
         fr = tables["ffn_layernorm"]
         h2 = sum(r["holds"] for r in fr)
         lines += ["## With FFN and affine LayerNorm (the paper's Figs 10–11)", "",
-                  f"Mean Δρ1 {np.mean([r['drho1'] for r in fr]):+.4f} (D1: {np.mean([r['drho1'] for r in main]):+.4f}), "
+                  f"Mean Δρ1 {np.mean([r['drho1'] for r in fr]):+.4f} "
+                  f"(D1: {np.mean([r['drho1'] for r in main]):+.4f}), "
                   f"mean P1 {np.mean([r['P1'] for r in fr]):.3f} (D1: {np.mean([r['P1'] for r in main]):.3f}); "
                   f"the analogy holds in {h2} of {len(fr)} layers; final diameter {fr[-1]['diameter']:.3g}.", ""]
     lines += ["## Steering the last layer (rank-1, w = u)", "",
-              "| dynamics | γ | β | mean alignment with u | 1% quantile | fraction > 0.99 | spectral gap after | found by |",
+              "| dynamics | γ | β | mean alignment with u | 1% quantile | fraction > 0.99 | spectral gap after "
+              "| found by |",
               "|---|---|---|---|---|---|---|---|"]
     for r in tables["steering"]:
         lines.append(f"| {r['dynamics']} | {r['gamma']:.6g} | {r['beta']:.4g} | {r['align_mean']:.4f} | "

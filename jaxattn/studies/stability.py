@@ -11,8 +11,9 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
    (C2), the same models for both.
 2. **A stable bipartite equilibrium with a small basin** (``perturbation.csv``): among ``search``
    random models (``d = 3``), the stable bipartite consensus of the map with the weakest attraction
-   (spectral radius closest to 1, yet fast enough to settle within ``steps``) is perturbed by random perturbations of growing size, and each
-   perturbed start is run to its end: small perturbations return, larger ones escape.
+   (spectral radius closest to 1, yet fast enough to settle within ``steps``) is perturbed by random
+   perturbations of growing size, and each perturbed start is run to its end: small perturbations
+   return, larger ones escape.
 3. **Trajectories on the sphere** (``trajectories.csv``), ``d = 3``, ``n = 10``: one head with
    ``O = I`` and three heads with the same layer matrix ``F`` (symmetric, eigenvalues 1, 0.4, −0.6),
    ``β = 1``, from the same random tokens; the mean correlation ``|<x_i, v_1>|`` at every step.
@@ -87,7 +88,8 @@ class StabilityConfig:
         try:
             ns = [int(t) for t in str(self.tokens).split(",") if t.strip()]
         except ValueError:
-            raise ConfigError(f"tokens must be comma-separated integers >= 2, e.g. '3,4,5'; got {self.tokens!r}") from None
+            raise ConfigError(f"tokens must be comma-separated integers >= 2, e.g. '3,4,5'; "
+                              f"got {self.tokens!r}") from None
         if not ns or min(ns) < 2 or max(ns) > 64:
             raise ConfigError(f"tokens must be comma-separated integers between 2 and 64, got {self.tokens!r}")
         return sorted(set(ns))
@@ -129,7 +131,7 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
     cand = st.eigen_equilibria(sy.layer_matrix(), n, patterns=patterns)
     r = st.residual(sy, cand.X)
     keep = r < 1e-10
-    an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep])]
+    an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep], strict=True)]
     lin = st.linearise(sy, cand.X[keep])
     cons = cand.is_consensus[keep]
     stable = lin.stable
@@ -148,7 +150,7 @@ def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> 
     (lists of row dicts)."""
     cfg = StabilityConfig() if cfg is None else cfg
     cfg.check()
-    if not jax.config.jax_enable_x64:
+    if not jax.config.read("jax_enable_x64"):
         jax.config.update("jax_enable_x64", True)  # Jacobians at 1e-10 and residuals at 1e-7 need float64
     say = progress or (lambda m: None)
     key = jax.random.key(cfg.seed)
@@ -252,7 +254,7 @@ def _find_bipartite(cfg: StabilityConfig, key):
 
 def _perturb(X: np.ndarray, eps: float, num: int, key) -> np.ndarray:
     """``num`` copies of ``X`` with Gaussian perturbations of norm ``eps`` per token, renormalised."""
-    g = np.array(jax.random.normal(key, (num,) + X.shape, jnp.float64))
+    g = np.array(jax.random.normal(key, (num, *X.shape), jnp.float64))
     g *= eps / np.linalg.norm(g, axis=-1, keepdims=True)
     Y = X[None] + g
     return Y / np.linalg.norm(Y, axis=-1, keepdims=True)
@@ -292,12 +294,13 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
          f"{cfg.exhaustive_max}) the counts are over consensus and up to {cfg.patterns} random sign patterns per "
          "eigenvector; the "
          "fraction of stable candidates estimates the share among all of them.", "",
-         "| time | n | mode | mean stable | max stable | multistable models | with a stable bipartite | analytic = numerical "
-         "| fraction of candidates stable |",
+         "| time | n | mode | mean stable | max stable | multistable models | with a stable bipartite "
+         "| analytic = numerical | fraction of candidates stable |",
          "|---|---|---|---|---|---|---|---|---|"]
     for r in tables["counts_summary"]:
         L.append(f"| {r['time']} | {r['n']} | {r['mode']} | {r['mean_stable']:.2f} | {r['max_stable']} | "
-                 f"{r['multistable']:.2f} | {r['with_stable_bipartite']:.2f} | {r['agreement']} | {r['mean_fraction_stable']:.3f} |")
+                 f"{r['multistable']:.2f} | {r['with_stable_bipartite']:.2f} | {r['agreement']} | "
+                 f"{r['mean_fraction_stable']:.3f} |")
     L += ["", "## A stable bipartite equilibrium and the size of its basin", ""]
     if example is None:
         L.append(f"No stable bipartite consensus was found among {cfg.search} random models (d = 3, "
@@ -310,15 +313,16 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
         for r in tables["perturbation"]:
             L.append(f"| {r['eps']:.3g} | {r['returned']} | {r['to_consensus']} | {r['other']} | "
                      f"{r['returned_fraction']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] |")
-    L += ["", "## Trajectories on the sphere (d = 3, n = 10, β = 1)", "", "| model | mean |<x_i, v_1>| at step 0 | at the end | end |",
-          "|---|---|---|---|"]
+    L += ["", "## Trajectories on the sphere (d = 3, n = 10, β = 1)", "",
+          "| model | mean |<x_i, v_1>| at step 0 | at the end | end |", "|---|---|---|---|"]
     for name in ("single_head", "multi_head"):
         rows = [r for r in tables["trajectories"] if r["model"] == name]
         L.append(f"| {name} | {rows[0]['rho_mean']:.4f} | {rows[-1]['rho_mean']:.6f} | {rows[-1]['end']} |")
     L += ["", f"## Where the dynamics ends ({cfg.basin_num} random initial conditions, n = {cfg.basin_n})", "",
           "| time | end | count | fraction | 95% CI |", "|---|---|---|---|---|"]
     for r in tables["basins"]:
-        L.append(f"| {r['time']} | {r['end']} | {r['count']} | {r['fraction']:.3f} | [{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
+        L.append(f"| {r['time']} | {r['end']} | {r['count']} | {r['fraction']:.3f} | "
+                 f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
     if figs:
         L += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
     atomic_write_text(out / "report.md", "\n".join(L) + "\n")
@@ -350,7 +354,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
     names = []
     times = cfg.times()
     fig, axes = plt.subplots(1, len(times), figsize=(5 * len(times), 3.6), squeeze=False)
-    for ax, time in zip(axes[0], times):
+    for ax, time in zip(axes[0], times, strict=True):
         for n in cfg.ns():
             s = hist[(time, n)]
             ax.hist(s, bins=np.arange(0, s.max() + 2) - 0.5, alpha=0.5, label=f"n = {n}")
@@ -403,7 +407,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         names.append("bipartite_perturbation.png")
     if tables["basins"]:
         fig, axes = plt.subplots(1, len(times), figsize=(5 * len(times), 3.6), squeeze=False)
-        for ax, time in zip(axes[0], times):
+        for ax, time in zip(axes[0], times, strict=True):
             rows = [r for r in tables["basins"] if r["time"] == time]
             y = np.arange(len(rows))
             f = np.array([r["fraction"] for r in rows])
