@@ -14,6 +14,7 @@ import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
+from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError, positive_int
 
 EXIT_BAD_INPUT = 2
@@ -26,10 +27,6 @@ COMMAND_MODULES = ("solve", "sweep", "consensus", "clusters", "stability")
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, non-zero exit
         self.exit(EXIT_BAD_INPUT, f"jaxattn: error: {message}\n")
-
-
-def _formatter(prog):
-    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
 
 
 # ---------------------------------------------------------------- configuration files
@@ -120,7 +117,7 @@ RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask")
 
 
 def _add_simulate(sub):
-    p = sub.add_parser("simulate", formatter_class=_formatter,
+    p = sub.add_parser("simulate", formatter_class=formatter,
                        help="simulate token dynamics over many random initial conditions",
                        description="Simulate the discrete dynamics D1-D6 (docs/models.md) of a random or converted "
                                    "model over many random initial conditions and keep consensus observables per step.")
@@ -282,7 +279,7 @@ def cmd_simulate(args, cfg) -> int:
 
 # ---------------------------------------------------------------- convert / inspect
 def _add_convert(sub):
-    p = sub.add_parser("convert", formatter_class=_formatter,
+    p = sub.add_parser("convert", formatter_class=formatter,
                        help="convert a Hugging Face checkpoint to canonical safetensors",
                        description="Convert a Hugging Face checkpoint (ALBERT, BERT-family, GPT-2, GPT-Neo) to "
                                    "jaxattn's canonical safetensors layout. SOURCE is a local folder with config.json "
@@ -306,7 +303,7 @@ def cmd_convert(args, cfg) -> int:
 
 
 def _add_inspect(sub):
-    p = sub.add_parser("inspect", formatter_class=_formatter, help="print the architecture summary of a converted file",
+    p = sub.add_parser("inspect", formatter_class=formatter, help="print the architecture summary of a converted file",
                        description="Print the architecture summary and provenance of a converted .safetensors file.")
     p.add_argument("path", help="converted .safetensors file")
     p.set_defaults(func=cmd_inspect)
@@ -320,13 +317,19 @@ def cmd_inspect(args, cfg) -> int:
 
 
 # ---------------------------------------------------------------- analyze / spectrum
-ANALYZE_DEFAULTS = dict(model="minilm", num_init=1000, n=10, seed=0, init="gaussian", alpha=1.0, beta=1.0,
-                        order="real", prolong=10, gammas="1,10,100,1000", steer_target=0.99, ffn_study=True,
-                        dtype="float32", chunk=1024, out="runs/analyze", figures=True, progress=True, overwrite=False)
+def _analyze_defaults() -> dict:
+    from jaxattn.studies.power_method import StudyConfig
+    from jaxattn.studies.skeleton import config_defaults
+
+    gammas = ",".join(f"{g:g}" for g in StudyConfig().gammas)  # the command line takes them as one list
+    return config_defaults(StudyConfig, model="minilm", gammas=gammas, out="runs/analyze", overwrite=False)
+
+
+ANALYZE_DEFAULTS = _analyze_defaults()
 
 
 def _add_analyze(sub):
-    p = sub.add_parser("analyze", formatter_class=_formatter,
+    p = sub.add_parser("analyze", formatter_class=formatter,
                        help="run the power-method study on a model (the main job)",
                        description="The power-method study: spectra of every layer matrix F = Σ O_h V_h, "
                                    "simplified D1 dynamics from many random initial conditions, per-layer ρ1, Δρ1, P1 "
@@ -416,7 +419,7 @@ def cmd_analyze(args, cfg) -> int:
 
 
 def _add_spectrum(sub):
-    p = sub.add_parser("spectrum", formatter_class=_formatter, help="print the spectra of a model's layer matrices",
+    p = sub.add_parser("spectrum", formatter_class=formatter, help="print the spectra of a model's layer matrices",
                        description="Eigenvalues of every layer matrix F = Σ_h O_h V_h (float64), the case analysis "
                                    "(1 real dominant, 2 complex pair, 3 near-degenerate) and the spectral gaps.")
     p.add_argument("model", help="'minilm', a converted .safetensors file or a checkpoint folder")
@@ -447,7 +450,7 @@ def cmd_spectrum(args, cfg) -> int:
 # ---------------------------------------------------------------- entry point
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxattn", description="Transformers as dynamical systems, simulated fast in JAX.",
-                     formatter_class=_formatter)
+                     formatter_class=formatter)
     from jaxattn import __version__
 
     parser.add_argument("--version", action="version", version=f"jaxattn {__version__}")

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import sys
-from pathlib import Path
+from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
+from jaxattn.studies.clusters import ClustersConfig
+from jaxattn.studies.skeleton import config_defaults
 
-from jaxattn.errors import ConfigError
-
-DEFAULTS = dict(n=20, n_1d=20, t1=10.0, beta=1.0, tol=1e-3, num=256, table_n="10", table_d="2,3", table_beta="1,4",
-                good_d="1,2,4,8,16", good_samples=4000, ensembles="ginibre,symmetric",
-                seed=0, figures=True, out="runs/clusters", progress=True)
-
-
-def _formatter(prog):
-    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+DEFAULTS = config_defaults(ClustersConfig, out="runs/clusters", progress=True)
 
 
 def register(sub) -> None:
     d = DEFAULTS
-    p = sub.add_parser("clusters", formatter_class=_formatter,
+    p = sub.add_parser("clusters", formatter_class=formatter,
                        help="the clustering study: polytopes, hyperplanes, Boolean attention, good triples",
                        description="Where do tokens go without normalisation? The flow x_i' = sum_j P_ij V x_j "
                                    "(single head, Q = K = I, score scale 1) solved for the rescaled tokens "
@@ -44,38 +35,20 @@ def register(sub) -> None:
     p.add_argument("--ensembles", help="comma-separated random ensembles among ginibre (entries N(0, 1/d)), symmetric, "
                                        f"positive, uniform [{d['ensembles']}]")
     p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
-    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"write PNG figures [{d['figures']}]")
-    p.add_argument("--out", help=f"output directory (must not exist or be empty) [{d['out']}]")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"stage messages on stderr [{d['progress']}]")
-    p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    add_output_options(p, d)
     p.set_defaults(func=run, defaults=DEFAULTS)
 
 
 def run(args, cfg) -> int:
-    from jaxattn.studies.clusters import ClustersConfig, run_study
+    from jaxattn.studies.clusters import run_study
 
-    study = ClustersConfig(**{k: cfg[k] for k in ClustersConfig.__dataclass_fields__})
-    study.check()
-    out = Path(cfg["out"])
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} exists and is not an empty directory: choose another one")
-    say = (lambda m: print(f"[clusters] {m}", file=sys.stderr, flush=True)) if cfg["progress"] else None
-    existed = out.exists()
-    try:
-        tables = run_study(out, study, progress=say)
-    except BaseException:
-        # an interrupted or refused study leaves nothing half-written (an empty --out given by the user stays)
-        shutil.rmtree(out, ignore_errors=True)
-        if existed:
-            out.mkdir(parents=True, exist_ok=True)
-        raise
+    study = config_of(ClustersConfig, cfg)
+    tables = run_in_out("clusters", cfg, lambda out, say: run_study(out, study, progress=say))
     for r in tables["pictures"]:
         print(f"{r['setting']:<12} top eigenvalue {r['top_eigenvalue']:<12} clusters {r['clusters']:>3} "
               f"(tolerance-free {r['gap_clusters']})")
     for r in tables["counts"]:
         print(f"n={r['n']:<4} d={r['d']:<3} beta={r['beta']:<5g} clusters {r['gap_clusters_mean']:.3f} "
               f"(initial hull vertices {r['hull_vertices_mean']:.3f})")
-    print(f"report       {out / 'report.md'}")
+    print(f"report       {cfg['out']}/report.md")
     return 0

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import shutil
-import sys
-from pathlib import Path
 
+from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
 from jaxattn.dynamics.passes import DTYPES
-from jaxattn.errors import ConfigError
+from jaxattn.studies.consensus import ConsensusConfig
+from jaxattn.studies.skeleton import config_defaults
 
-DEFAULTS = dict(model="minilm", passes=10, prompts=100, tokens=32, seed=0, dtype="float32", synthetic=True,
-                synthetic_d=3, synthetic_n=8, synthetic_num=64, t1=30.0, figures=True, out="runs/consensus",
-                progress=True)
-
-
-def _formatter(prog):
-    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+DEFAULTS = config_defaults(ConsensusConfig, model="minilm", out="runs/consensus", progress=True)
 
 
 def register(sub) -> None:
     d = DEFAULTS
-    p = sub.add_parser("consensus", formatter_class=_formatter,
+    p = sub.add_parser("consensus", formatter_class=formatter,
                        help="the consensus study: theorem settings in continuous time and a real model run for many "
                             "passes",
                        description="Do tokens reach consensus? (1) The consensus theorems' settings integrated in "
@@ -45,11 +38,7 @@ def register(sub) -> None:
     p.add_argument("--synthetic-n", type=int, help=f"tokens of the theorem settings [{d['synthetic_n']}]")
     p.add_argument("--synthetic-num", type=int, help=f"initial conditions per theorem setting [{d['synthetic_num']}]")
     p.add_argument("--t1", type=float, help=f"final time of the theorem settings [{d['t1']}]")
-    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"write PNG figures [{d['figures']}]")
-    p.add_argument("--out", help=f"output directory (must not hold another run) [{d['out']}]")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="stage messages on stderr")
-    p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    add_output_options(p, d)
     p.set_defaults(func=run, defaults=DEFAULTS)
 
 
@@ -57,23 +46,15 @@ def run(args, cfg) -> int:
     import jax
 
     from jaxattn.io.checkpoints import load_any
-    from jaxattn.studies.consensus import ConsensusConfig, run_study
+    from jaxattn.studies.consensus import run_study
 
-    study = ConsensusConfig(**{k: cfg[k] for k in ConsensusConfig.__dataclass_fields__})
-    study.check()
+    study = config_of(ConsensusConfig, cfg)
     jax.config.update("jax_enable_x64", True)  # the theorem settings run in float64; --dtype sets the passes
-    out = Path(cfg["out"])
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} exists and is not an empty directory: choose another one")
     model = load_any(cfg["model"])
-    say = (lambda m: print(f"[consensus] {m}", file=sys.stderr, flush=True)) if cfg["progress"] else None
-    try:
-        tables = run_study(model, out, study, model_name=str(cfg["model"]), progress=say)
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # an interrupted study leaves nothing half-written
-        raise
+    tables = run_in_out("consensus", cfg, lambda out, say: run_study(model, out, study, model_name=str(cfg["model"]),
+                                                                     progress=say))
     for r in tables["summary"]:
         print(f"{r['run']:<16} first-token measure {r['first_token_start']:.4f} -> {r['first_token_end']:.4g} "
               f"after {study.passes} passes")
-    print(f"report       {out / 'report.md'}")
+    print(f"report       {cfg['out']}/report.md")
     return 0

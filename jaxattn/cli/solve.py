@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from jaxattn.cli._study import formatter
 from jaxattn.errors import ConfigError
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
@@ -29,15 +30,11 @@ def _flag(sec: str, key: str) -> str:
     return FLAGS.get((sec, key), key).replace("_", "-")
 
 
-def _formatter(prog):
-    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
-
-
 def register(sub) -> None:
     from jaxattn.cli.sweep import add_process_options
     from jaxattn.sweeps.grid import SCHEMA
 
-    p = sub.add_parser("solve", formatter_class=_formatter,
+    p = sub.add_parser("solve", formatter_class=formatter,
                        help="integrate a continuous-time model (C2 sphere, C3 flat, Oja) over many initial conditions",
                        description="Integrate the continuous-time token dynamics (diffrax, adaptive Tsit5 by default) "
                                    "from many random initial conditions and save observables at equally spaced times. "

@@ -3,25 +3,16 @@
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import sys
-from pathlib import Path
+from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
+from jaxattn.studies.skeleton import config_defaults
+from jaxattn.studies.stability import StabilityConfig
 
-from jaxattn.errors import ConfigError
-
-DEFAULTS = dict(seed=0, d=3, tokens="3,4,5", models=20, exhaustive_max=10, patterns=128, alpha=0.5, beta=4.0,
-                time="both", basin_num=200, basin_n=5, steps=300, t1=150.0, perturb_num=8, search=50, figures=True,
-                out="runs/stability", progress=True)
-
-
-def _formatter(prog):
-    return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+DEFAULTS = config_defaults(StabilityConfig, out="runs/stability", progress=True)
 
 
 def register(sub) -> None:
     d = DEFAULTS
-    p = sub.add_parser("stability", formatter_class=_formatter,
+    p = sub.add_parser("stability", formatter_class=formatter,
                        help="equilibria and their stability: counts of stable equilibria, a small-basin bipartite "
                             "equilibrium, sphere trajectories, basins of attraction",
                        description="Where can the token dynamics end, and which ends are stable? (1) For random "
@@ -50,40 +41,22 @@ def register(sub) -> None:
     p.add_argument("--t1", type=float, help=f"flow time run to the end [{d['t1']}]")
     p.add_argument("--perturb-num", type=int, help=f"random perturbations per size [{d['perturb_num']}]")
     p.add_argument("--search", type=int, help=f"models searched for a stable bipartite equilibrium [{d['search']}]")
-    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"write PNG figures [{d['figures']}]")
-    p.add_argument("--out", help=f"output directory (must not hold another run) [{d['out']}]")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="stage messages on stderr")
-    p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    add_output_options(p, d)
     p.set_defaults(func=run, defaults=DEFAULTS)
 
 
 def run(args, cfg) -> int:
     import jax
 
-    from jaxattn.studies.stability import StabilityConfig, run_study
+    from jaxattn.studies.stability import run_study
 
-    study = StabilityConfig(**{k: cfg[k] for k in StabilityConfig.__dataclass_fields__})
-    study.check()
-    out = Path(cfg["out"])
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} exists and is not an empty directory: choose another one")
+    study = config_of(StabilityConfig, cfg)
     jax.config.update("jax_enable_x64", True)  # Jacobians compared at 1e-10 need float64
-    say = (lambda m: print(f"[stability] {m}", file=sys.stderr, flush=True)) if cfg["progress"] else None
-    existed = out.exists()
-    try:
-        tables = run_study(out, study, progress=say)
-    except BaseException:
-        if existed:  # an empty directory the user made: empty it again
-            for p in out.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        else:
-            shutil.rmtree(out, ignore_errors=True)  # an interrupted study leaves nothing half-written
-        raise
+    tables = run_in_out("stability", cfg, lambda out, say: run_study(out, study, progress=say))
     for r in tables["counts_summary"]:
         print(f"{r['time']:<10} n = {r['n']:<3} mean stable equilibria {r['mean_stable']:.2f}  "
               f"multistable models {r['multistable']:.2f}  analytic = numerical {r['agreement']}")
     for r in tables["basins"]:
         print(f"{r['time']:<10} {r['end']:<22} {r['fraction']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]")
-    print(f"report     {out / 'report.md'}")
+    print(f"report     {cfg['out']}/report.md")
     return 0

@@ -22,9 +22,7 @@ directory (``config.json``, CSV tables, PNG figures, ``report.md``):
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +33,7 @@ import numpy as np
 from jaxattn.analysis import clusters as cl
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
+from jaxattn.studies.skeleton import csv_text
 
 
 def _ints(name: str, s: str) -> list[int]:
@@ -100,13 +99,6 @@ class ClustersConfig:
         return self
 
 
-def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
 
 
 def _nothing(t, X, ctx) -> dict:
@@ -276,7 +268,7 @@ def count_row(n: int, d: int, beta: float, X0: np.ndarray, sol, tol: float) -> d
 def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("pictures", "counts", "good_triples", "boolean"):
-        atomic_write_text(out / f"{name}.csv", _csv(tables[name]))
+        atomic_write_text(out / f"{name}.csv", csv_text(tables[name]))
     write_json(out / "config.json", {"command": "clusters", "config": dataclasses.asdict(cfg), **provenance()})
     figs = _figures(out, cfg, pics, tables) if cfg.figures else []
     L = ["# Clustering study", "",

@@ -20,9 +20,7 @@ figures, ``report.md``):
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 from pathlib import Path
 
 import jax
@@ -36,6 +34,7 @@ from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_pr
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
+from jaxattn.studies.skeleton import csv_text
 
 
 @dataclasses.dataclass
@@ -63,13 +62,6 @@ class ConsensusConfig:
             raise ConfigError(f"dtype must be float16, bfloat16, float32 or float64, got {self.dtype!r}")
 
 
-def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
 
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:
@@ -171,12 +163,12 @@ def run_study(model: Model, out_dir, cfg: ConsensusConfig | None = None, *, mode
 
 def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, tables, curves, syn) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(out / "passes.csv", _csv(tables["passes"]))
-    atomic_write_text(out / "summary.csv", _csv(tables["summary"]))
+    atomic_write_text(out / "passes.csv", csv_text(tables["passes"]))
+    atomic_write_text(out / "summary.csv", csv_text(tables["summary"]))
     if tables["synthetic"]:
         keys = sorted({k for r in tables["synthetic"] for k in r}, key=lambda k: list(tables["synthetic"][0]).index(k)
                       if k in tables["synthetic"][0] else 99)
-        atomic_write_text(out / "synthetic.csv", _csv([{k: r.get(k, float("nan")) for k in keys}
+        atomic_write_text(out / "synthetic.csv", csv_text([{k: r.get(k, float("nan")) for k in keys}
                                                        for r in tables["synthetic"]]))
     write_json(out / "config.json", {"command": "consensus", "model": model_name, "config": dataclasses.asdict(cfg),
                                      "model_summary": model.summary().splitlines(), **provenance()})

@@ -9,9 +9,7 @@ comparison. Every number of the report comes from the tables written next to it.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import shutil
 import sys
 from pathlib import Path
@@ -28,6 +26,7 @@ from jaxattn.dynamics.discrete import D1, FAITHFUL, Dynamics, simulate
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from jaxattn.model.params import Model
+from jaxattn.studies.skeleton import csv_text
 from jaxattn.sweeps.chunked import Timer, sweep
 
 
@@ -132,13 +131,6 @@ def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics 
     return layer_table(obs, spec, model.schedule, steps, run)
 
 
-def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
 
 
 def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
@@ -256,11 +248,11 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
 
     # ---- write everything (atomically), then the figures and the report
     layer_rows = [r for k in ("main", "prolonged", "ffn_layernorm") if k in tables for r in tables[k]]
-    atomic_write_text(out / "layers.csv", _csv(layer_rows))
-    atomic_write_text(out / "spectrum.csv", _csv(tables["spectrum"]))
-    atomic_write_text(out / "steering.csv", _csv(steer_rows))
+    atomic_write_text(out / "layers.csv", csv_text(layer_rows))
+    atomic_write_text(out / "spectrum.csv", csv_text(tables["spectrum"]))
+    atomic_write_text(out / "steering.csv", csv_text(steer_rows))
     if "steered" in tables:
-        atomic_write_text(out / "steered_layers.csv", _csv(tables["steered"]))
+        atomic_write_text(out / "steered_layers.csv", csv_text(tables["steered"]))
     save_arrays(out / "arrays.safetensors", {
         "eigvals_re": spec.eigvals.real, "eigvals_im": spec.eigvals.imag, "lyapunov": lyap,
         "phi_u1_re": u1.real, "phi_u1_im": u1.imag, "steer_u": u,

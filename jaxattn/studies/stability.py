@@ -23,9 +23,7 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import math
 from pathlib import Path
 
@@ -40,6 +38,7 @@ from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
+from jaxattn.studies.skeleton import csv_text
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -267,20 +266,13 @@ def _trajectory(model: Model, dyn, X0, steps: int, alpha: float, beta: float) ->
     return np.asarray(sim.trajectory[0])
 
 
-def _csv(rows: list[dict]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
 
 
 def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj, traj) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, rows in tables.items():
         if rows:
-            atomic_write_text(out / f"{name}.csv", _csv(rows))
+            atomic_write_text(out / f"{name}.csv", csv_text(rows))
     write_json(out / "config.json", {"command": "stability", "config": dataclasses.asdict(cfg), **provenance()})
     figs = _figures(out, cfg, tables, hist, perturb_traj, traj) if cfg.figures else []
     L = ["# Equilibria and stability", "",
