@@ -29,7 +29,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
