@@ -12,7 +12,7 @@ Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :f
 
 from importlib import metadata as _metadata
 
-from jaxattn.analysis import metrics, observables
+from jaxattn.analysis import clusters, metrics, observables, stability
 from jaxattn.analysis.metrics import consensus_observables
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
@@ -44,8 +44,10 @@ from jaxattn.model import nn
 from jaxattn.model.attention import KERNELS, allowed, attend, probabilities
 from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, validate
 from jaxattn.model.sampling import init_tokens, random_model, symmetric_with_spectrum
+from jaxattn.studies.clusters import ClustersConfig
 from jaxattn.studies.consensus import ConsensusConfig
 from jaxattn.studies.power_method import StudyConfig, alignment, run_study
+from jaxattn.studies.stability import StabilityConfig
 from jaxattn.sweeps.chunked import sweep
 from jaxattn.sweeps.grid import sweep_grid
 
@@ -55,13 +57,78 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
     __version__ = "0+unknown"
 
 __all__ = [
-    "C1", "C2", "C3", "C3_RESCALED", "D1", "D3", "D4", "D5", "FAITHFUL", "KERNELS", "NO_FFN", "OJA", "CheckpointError",
-    "ConfigError", "ConsensusConfig", "Context", "Dynamics", "Embeddings", "Flow", "JaxattnError", "Layers", "Model",
-    "Simulation", "Solution", "Spectrum", "StudyConfig", "__version__", "alignment", "alignment_observables",
-    "alignment_tables", "allowed", "attend", "block", "builtin_path", "consensus_observables", "convert",
-    "cumulative_products", "embed", "forward", "from_heads", "geometry", "hidden_states", "init_tokens", "layer_index",
-    "layer_matrices", "load", "load_any", "lyapunov_exponents", "metrics", "nn", "observables", "open_sweep",
-    "parse_mask", "precompensate", "probabilities", "prompts", "random_model", "repeated_passes", "run_study", "save",
-    "simulate", "solve", "spectrum", "steer", "step", "sweep", "sweep_grid", "symmetric_with_spectrum", "validate",
+    "C1",
+    "C2",
+    "C3",
+    "C3_RESCALED",
+    "D1",
+    "D3",
+    "D4",
+    "D5",
+    "FAITHFUL",
+    "KERNELS",
+    "NO_FFN",
+    "OJA",
+    "CheckpointError",
+    "ClustersConfig",
+    "ConfigError",
+    "ConsensusConfig",
+    "Context",
+    "Dynamics",
+    "Embeddings",
+    "Flow",
+    "JaxattnError",
+    "Layers",
+    "Model",
+    "Simulation",
+    "Solution",
+    "Spectrum",
+    "StabilityConfig",
+    "StudyConfig",
+    "__version__",
+    "alignment",
+    "alignment_observables",
+    "alignment_tables",
+    "allowed",
+    "attend",
+    "block",
+    "builtin_path",
+    "clusters",
+    "consensus_observables",
+    "convert",
+    "cumulative_products",
+    "embed",
+    "forward",
+    "from_heads",
+    "geometry",
+    "hidden_states",
+    "init_tokens",
+    "layer_index",
+    "layer_matrices",
+    "load",
+    "load_any",
+    "lyapunov_exponents",
+    "metrics",
+    "nn",
+    "observables",
+    "open_sweep",
+    "parse_mask",
+    "precompensate",
+    "probabilities",
+    "prompts",
+    "random_model",
+    "repeated_passes",
+    "run_study",
+    "save",
+    "simulate",
+    "solve",
+    "spectrum",
+    "stability",
+    "steer",
+    "step",
+    "sweep",
+    "sweep_grid",
+    "symmetric_with_spectrum",
+    "validate",
     "velocity",
 ]
