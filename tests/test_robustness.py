@@ -297,3 +297,18 @@ def test_a_big_chunk_moves_the_progress_bar_and_auto_chunk_fits_the_budget(monke
     assert c % 64 == 0 and c * 4 * (2 * 32 * 1024 + 8 * 25) <= sweep_mod.CHUNK_BUDGET
     assert (c + 64) * 4 * (2 * 32 * 1024 + 8 * 25) > sweep_mod.CHUNK_BUDGET
     assert stats["chunk"] == sweep_mod.auto_chunk(4, 8, 3, keep_final=True, dtype=jnp.float32)
+
+
+@pytest.mark.parametrize("name,text,match", [
+    ("c.toml", "alpha = [", "is not valid TOML"),
+    ("c.json", "{\"alpha\": ", "is not valid JSON"),
+    ("c.json", "[1, 2]", "must hold a table of option = value"),
+])
+def test_unreadable_config_files_are_one_error_line(name, text, match, tmp_path, capsys):
+    path = tmp_path / name
+    path.write_text(text)
+    for argv in (["simulate", *SMALL, "--config", str(path), "--out", str(tmp_path / "r")],
+                 ["sweep", str(path), "--out", str(tmp_path / "s")]):
+        assert main(argv) == 2
+        assert match in _err(capsys)
+    assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()

@@ -10,7 +10,6 @@ import argparse
 import json
 import math
 import sys
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,18 +30,9 @@ class _Parser(argparse.ArgumentParser):
 
 # ---------------------------------------------------------------- configuration files
 def _load_config(path: str) -> dict:
-    p = Path(path)
-    if not p.is_file():
-        raise JaxattnError(f"config file {path} does not exist")
-    text = p.read_text()
-    try:
-        cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        kind = "TOML" if p.suffix == ".toml" else "JSON"
-        raise JaxattnError(f"config file {path} is not valid {kind}: {e}") from None
-    if not isinstance(cfg, dict):
-        raise JaxattnError(f"config file {path} must hold a table of option = value")
-    return {k.replace("-", "_"): v for k, v in cfg.items()}
+    from jaxattn.io.configfile import load_config
+
+    return {k.replace("-", "_"): v for k, v in load_config(path).items()}
 
 
 def _check_type(key: str, value, default):

@@ -32,12 +32,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import math
 import os
 import sys
 import time
-import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,6 +46,7 @@ import numpy as np
 
 from jaxattn.analysis import metrics
 from jaxattn.errors import ConfigError
+from jaxattn.io.configfile import load_config
 from jaxattn.io.store import SweepStore, chunk_ranges, fingerprint, open_sweep
 
 _NUM = (int, float)
@@ -163,22 +162,6 @@ class Observables:
 
 
 # ---------------------------------------------------------------------------- configuration
-def load_config(source) -> dict:
-    """A configuration from a TOML/JSON file or a mapping, as nested plain dicts."""
-    if isinstance(source, Mapping):
-        return json.loads(json.dumps(source))
-    p = Path(source)
-    if not p.is_file():
-        raise ConfigError(f"config file {source} does not exist")
-    text = p.read_text()
-    try:
-        cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
-        kind = "TOML" if p.suffix == ".toml" else "JSON"
-        raise ConfigError(f"config file {source} is not valid {kind}: {e}") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"config file {source} must hold a table of keys")
-    return cfg
 
 
 def _check_value(where: str, key: Key, v):
