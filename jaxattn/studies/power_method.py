@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
-from jaxattn.analysis.steering import precompensate, steer, steer_to_target, steered_alignment
+from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
 from jaxattn.dynamics.discrete import D1, FAITHFUL, Dynamics, simulate
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
@@ -213,10 +213,11 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                 "frac_above_0.99": float((a > 0.99).mean()), "lambda1_re_after": float(sp.eigvals[0, 0].real),
                 "gap_after": float(sp.gap[0]), "residual": float(residual), "found_by": found_by}
 
-    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=D1, **sim)
+    entering = entering_states(model, X0, dynamics=D1, **sim)  # the unsteered blocks run once for every gain
+    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=D1, entering=entering, **sim)
     steer_rows.append(srow("D1", 0.0, 0.0, base, model, 0.0))
     for gamma in cfg.gammas:
-        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=D1, **sim)
+        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=D1, entering=entering, **sim)
         steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
     if cfg.steer_target > 0:
         say(f"bisection in log γ for the smallest gain with mean alignment >= {cfg.steer_target:g}")
@@ -236,12 +237,11 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                                    "align_below": tgt.align_below, "evaluations": len(tgt.evaluations)}]
     if cfg.ffn_study and has_ffn:
         up = precompensate(model, u)
+        entering = entering_states(model, X0, dynamics=FAITHFUL, **sim)
         for gamma in cfg.gammas:
             for name, target in (("FFN+LN, steer u", u), ("FFN+LN, precompensated", up)):
-                ms, info = steer(model, target, gamma)
-                res = simulate(ms, X0, ms.depth, dynamics=FAITHFUL, **sim)
-                F = np.asarray(res.final, np.float64)
-                a = np.abs(F @ u) / np.linalg.norm(F, axis=-1)
+                a, ms, info = steered_alignment(model, target, gamma, X0, dynamics=FAITHFUL, entering=entering,
+                                                along=u, **sim)  # steered towards target, measured along u
                 steer_rows.append(srow(name, gamma, info.beta, a, ms, info.residual))
     tables["steering"] = steer_rows
     tables["spectrum"] = spectrum_rows(spec, cfg.alpha)
