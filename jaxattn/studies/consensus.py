@@ -34,7 +34,7 @@ from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_pr
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.studies.skeleton import csv_text, write_report
 
 
 @dataclasses.dataclass
@@ -201,9 +201,7 @@ def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, table
                 drift = np.abs(np.asarray(sol.final)[:, 0] - np.asarray(extra)[:, 0]).max()
                 line += f"; first token moved by at most {drift:.1e}"
             lines.append(line)
-    if figs:
-        lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
-    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+    write_report(out, lines, figs)
 
 
 def _figures(out: Path, model: Model, curves, syn) -> list[str]:

@@ -68,3 +68,13 @@ def config_defaults(config_cls: type, **extra) -> dict:
     import dataclasses
 
     return {**{f.name: f.default for f in dataclasses.fields(config_cls)}, **extra}
+
+
+def write_report(out: Path, lines: Sequence[str], figures: Sequence[str] = ()) -> None:
+    """``report.md`` from its Markdown ``lines``, the ``figures`` (file names in ``out``) appended, atomically."""
+    from jaxattn.io.results import atomic_write_text
+
+    lines = list(lines)
+    if figures:
+        lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
+    atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
