@@ -264,6 +264,7 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     (["--n", "1"], "n and n_1d"),
     (["--tol", "nan"], "tol must be"),
     (["--table-n", "8,x"], "table_n"),
+    (["--table-d", "1"], "table_d values must be >= 2"),
     (["--table-beta", "0"], "table_beta"),
     (["--ensembles", "ginibre,gue"], "ensembles"),
     (["--good-samples", "0"], "good_samples"),

@@ -33,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.analysis.metrics import boolean_distance, numerical_rank
 from jaxattn.analysis.stats import wilson
 from jaxattn.errors import ConfigError
 
@@ -405,12 +406,7 @@ def boolean_attention(A, rtol: float = 1e-6) -> BooleanAttention:
     A = _config(A, "A")
     if A.shape[-1] != A.shape[-2]:
         raise ConfigError(f"an attention matrix is square [n, n], got shape {tuple(A.shape)}")
-    rtol = _tol(rtol)
-    B = (A >= 0.5).astype(A.dtype)
-    dist = jnp.max(jnp.abs(A - B), axis=(-2, -1))
-    s = jnp.linalg.svd(A, compute_uv=False)
-    rank = jnp.sum(s > rtol * s[..., :1], axis=-1).astype(jnp.int32)
-    return BooleanAttention(dist, rank)
+    return BooleanAttention(boolean_distance(A), numerical_rank(A, _tol(rtol)).astype(jnp.int32))
 
 
 def boolean_observables(d: int, rtol: float = 1e-6) -> Callable:

@@ -100,12 +100,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.analysis.metrics import numerical_rank
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices
 from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.discrete import Dynamics, step
 from jaxattn.dynamics.fields import Flow, velocity
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import probabilities
+from jaxattn.model.nn import l2
 from jaxattn.model.params import Model, validate
 
 Kind = Dynamics | Flow
@@ -198,9 +200,7 @@ def sign_patterns(n: int) -> np.ndarray:
 
 def clustering(points, assignment: Sequence[int]) -> jax.Array:
     """Token i at ``points[assignment[i]]`` (rows normalised): ``[n, d]``."""
-    P = jnp.asarray(points)
-    P = P / jnp.linalg.norm(P, axis=-1, keepdims=True)
-    return P[jnp.asarray(assignment)]
+    return l2(jnp.asarray(points))[jnp.asarray(assignment)]
 
 
 def polygon(n: int, U, phase: float = 0.0) -> jax.Array:
@@ -572,8 +572,7 @@ def attention_rank(system: System, X, *, rtol: float = 1e-8) -> np.ndarray:
     lw = system.model.astype(jnp.float64).layers.take(system.model.schedule[0])
     P = np.asarray(probabilities(jnp.asarray(A), lw, system.beta, biases=system.kind.biases,
                                  kernel=system.kind.attention))
-    sv = np.linalg.svd(P, compute_uv=False)
-    return (sv > rtol * sv[:, :1]).sum(axis=-1)
+    return np.asarray(numerical_rank(jnp.asarray(P), rtol))
 
 
 # ------------------------------------------------------------------ where the dynamics ends

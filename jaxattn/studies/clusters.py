@@ -33,7 +33,7 @@ import numpy as np
 from jaxattn.analysis import clusters as cl
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.studies.skeleton import csv_text, write_report
 
 
 def _ints(name: str, s: str) -> list[int]:
@@ -88,8 +88,8 @@ class ClustersConfig:
                 raise ConfigError(f"{k} must be finite and > 0, got {v!r}")
         if any(v < 2 for v in _ints("table_n", self.table_n)):
             raise ConfigError(f"table_n values must be >= 2, got {self.table_n!r}")
-        if any(v < 1 for v in _ints("table_d", self.table_d)):
-            raise ConfigError(f"table_d values must be >= 1, got {self.table_d!r}")
+        if any(v < 2 for v in _ints("table_d", self.table_d)):  # convex hulls need d >= 2
+            raise ConfigError(f"table_d values must be >= 2 (the polytope analysis needs a hull), got {self.table_d!r}")
         if any(v < 1 for v in _ints("good_d", self.good_d)):
             raise ConfigError(f"good_d values must be >= 1, got {self.good_d!r}")
         _floats("table_beta", self.table_beta)
@@ -119,10 +119,6 @@ def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", obser
     flow = Flow(space="flat", rescaled=True, attention=attention)
     return solve(model, X0, float(ts[-1]), flow=flow, beta=beta, ts=ts, observe=observe or _nothing,
                  trajectory=trajectory, rtol=rtol, atol=atol, dtype=jnp.float64, max_steps=20_000)
-
-
-def _solve(cfg: ClustersConfig, model, X0, beta, ts, *, observe, trajectory):
-    return solve_rescaled(model, X0, ts, beta=beta, observe=observe, trajectory=trajectory)
 
 
 def _rotated(key, M: np.ndarray) -> np.ndarray:
@@ -166,7 +162,7 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
         d = V.shape[0]
         say(f"{name}: V with eigenvalues {np.round(np.linalg.eigvals(V), 3).tolist()}, n = {cfg.n}")
         X0 = init_tokens(jax.random.fold_in(key, 20 + i), 1, cfg.n, d, kind="gaussian", dtype=jnp.float64)
-        sol = _solve(cfg, cl.paper_model(V), X0, cfg.beta, ts, observe=obs, trajectory=True)
+        sol = solve_rescaled(cl.paper_model(V), X0, ts, beta=cfg.beta, observe=obs, trajectory=True)
         Z = np.asarray(sol.trajectory[0], np.float64)  # [T, n, d]
         # a failed solve (e.g. scores that overflow) is analysed up to its last finite saved state
         finite = np.all(np.isfinite(Z), axis=(1, 2))
@@ -195,7 +191,7 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
     say(f"d = 1: attention of {cfg.n_1d} tokens over time")
     B1 = 16
     X0 = init_tokens(jax.random.fold_in(key, 30), B1, cfg.n_1d, 1, kind="gaussian", dtype=jnp.float64)
-    sol = _solve(cfg, cl.paper_model(np.ones((1, 1))), X0, cfg.beta, ts, observe=cl.boolean_observables(1),
+    sol = solve_rescaled(cl.paper_model(np.ones((1, 1))), X0, ts, beta=cfg.beta, observe=cl.boolean_observables(1),
                  trajectory=False)
     dist = np.asarray(sol.observables["boolean_distance"], np.float64)  # [B, T]
     rank = np.asarray(sol.observables["rank"], np.float64)
@@ -217,10 +213,11 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
         for d in _ints("table_d", cfg.table_d):
             Xc = init_tokens(jax.random.fold_in(key, 1000 * n + d), cfg.num, n, d, kind="gaussian", dtype=jnp.float64)
             model = cl.paper_model(np.eye(d))
+            hull = np.asarray([cl.hull_vertices(x).sum() for x in np.asarray(Xc)])  # the same for every β
             for beta in _floats("table_beta", cfg.table_beta):
                 say(f"counts: n = {n}, d = {d}, beta = {beta:g}, {cfg.num} initial conditions")
-                sol = _solve(cfg, model, Xc, beta, np.asarray([cfg.t1]), observe=obs, trajectory=False)
-                tables["counts"].append(count_row(n, d, beta, np.asarray(Xc), sol, cfg.tol))
+                sol = solve_rescaled(model, Xc, np.asarray([cfg.t1]), beta=beta, observe=obs)
+                tables["counts"].append(count_row(n, d, beta, hull, sol, cfg.tol))
 
     # 6: good triples against d
     for e, ens in enumerate(s.strip() for s in cfg.ensembles.split(",")):
@@ -240,14 +237,13 @@ def _fmt_eig(z: complex) -> str:
     return f"{z.real:.4g}" if abs(z.imag) < 1e-12 * abs(z) else f"{z.real:.4g}{z.imag:+.4g}i"
 
 
-def count_row(n: int, d: int, beta: float, X0: np.ndarray, sol, tol: float) -> dict:
+def count_row(n: int, d: int, beta: float, hull: np.ndarray, sol, tol: float) -> dict:
     """One row of the count table from a batch solved with :func:`cluster_observables` (means over the
-    conditions whose solve succeeded)."""
+    conditions whose solve succeeded); ``hull: [B]`` the number of vertices of each initial hull."""
     final = np.asarray(sol.final, np.float64)
     ok = np.asarray(sol.ok) & np.all(np.isfinite(final), axis=(1, 2))
     tolc = np.where(ok, np.nan_to_num(np.asarray(sol.observables["clusters"])[:, -1]), 0).astype(int)
     gapc = np.where(ok, np.nan_to_num(np.asarray(sol.observables["gap_clusters"])[:, -1]), 0).astype(int)
-    hull = np.asarray([cl.hull_vertices(x).sum() for x in X0])
     polys = [cl.polytope(final[b], tol) for b in np.flatnonzero(ok)]
     if not polys:
         return {"n": n, "d": d, "beta": float(beta), "conditions": len(ok), "solver_failures": len(ok),
@@ -310,9 +306,7 @@ def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:
     for r in tables["good_triples"]:
         L.append(f"| {r['ensemble']} | {r['d']} | {r['fraction']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | "
                  f"{r['complex']} | {r['negative']} |")
-    if figs:
-        L += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
-    atomic_write_text(out / "report.md", "\n".join(L) + "\n")
+    write_report(out, L, figs)
 
 
 def _dash(v: int) -> str:

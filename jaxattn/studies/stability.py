@@ -32,13 +32,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis import stability as st
+from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.fields import C2
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.studies.skeleton import csv_text, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -184,12 +185,16 @@ def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> 
         sy = _system(model, "discrete", cfg)
         eps_grid = np.geomspace(1e-3, 1.0, 10)
         say(f"perturbing {label} ({cfg.perturb_num} perturbations x {len(eps_grid)} sizes)")
+        # every size in one batch: one settle and one classification (settle keeps a fixed compiled width,
+        # so each end state is what a batch of one size would give)
+        X0 = np.concatenate([_perturb(X_eq, eps, cfg.perturb_num, jax.random.fold_in(key, 30_000 + j))
+                             for j, eps in enumerate(eps_grid)])
+        all_ends = st.classify(sy, st.settle(sy, X0, steps=cfg.steps))
         for j, eps in enumerate(eps_grid):
-            X0 = _perturb(X_eq, eps, cfg.perturb_num, jax.random.fold_in(key, 30_000 + j))
-            ends = st.classify(sy, st.settle(sy, X0, steps=cfg.steps))
+            ends = all_ends[j * cfg.perturb_num:(j + 1) * cfg.perturb_num]
             ret = sum(t.group == label for t in ends)
             cons = sum(t.kind == "consensus" for t in ends)
-            lo, hi = st.wilson(ret, len(ends))
+            lo, hi = wilson(ret, len(ends))
             tables["perturbation"].append({"eps": float(eps), "returned": ret, "to_consensus": cons,
                                            "other": len(ends) - ret - cons, "total": len(ends),
                                            "returned_fraction": ret / len(ends), "ci_low": lo, "ci_high": hi})
@@ -315,9 +320,7 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
     for r in tables["basins"]:
         L.append(f"| {r['time']} | {r['end']} | {r['count']} | {r['fraction']:.3f} | "
                  f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
-    if figs:
-        L += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figs]
-    atomic_write_text(out / "report.md", "\n".join(L) + "\n")
+    write_report(out, L, figs)
 
 
 def _sphere(ax) -> None:
