@@ -312,3 +312,20 @@ def test_unreadable_config_files_are_one_error_line(name, text, match, tmp_path,
         assert main(argv) == 2
         assert match in _err(capsys)
     assert not (tmp_path / "r").exists() and not (tmp_path / "s").exists()
+
+
+def test_an_interrupted_study_leaves_its_directory_as_it_found_it(tmp_path, monkeypatch, capsys):
+    import jaxattn.studies.stability as study
+
+    def interrupted(out, cfg, progress=None):  # writes part of its directory, then Ctrl-C
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "half.csv").write_text("partial")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(study, "run_study", interrupted)
+    for out in (tmp_path / "new", tmp_path / "empty"):
+        if out.name == "empty":
+            out.mkdir()
+        assert main(["stability", "--out", str(out), "--no-progress", "--no-figures"]) == 130
+        assert "nothing was kept" in capsys.readouterr().err
+        assert (not out.exists()) if out.name == "new" else (out.is_dir() and not any(out.iterdir()))

@@ -474,7 +474,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jaxattn: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
-        print("jaxattn: interrupted; run the same command again to resume", file=sys.stderr)
+        if getattr(args, "resumes", True):
+            print("jaxattn: interrupted; run the same command again to resume", file=sys.stderr)
+        else:
+            print("jaxattn: interrupted; nothing was kept, run the same command again to start over", file=sys.stderr)
         return 130
 
 

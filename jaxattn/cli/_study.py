@@ -26,6 +26,7 @@ def add_output_options(p: argparse.ArgumentParser, d: dict) -> None:
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help=f"stage messages on stderr [{d['progress']}]")
     p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    p.set_defaults(resumes=False)  # an interrupted study leaves its directory as it found it: rerun, not resume
 
 
 def config_of(config_cls: type[T], cfg: dict) -> T:
