@@ -24,7 +24,10 @@ def pairwise_distances(X: jax.Array) -> jax.Array:
     Y = X - X.mean(axis=0, keepdims=True)
     s = jnp.sum(Y * Y, axis=-1)
     sq = s[:, None] + s[None, :] - 2.0 * (Y @ Y.T)
-    return jnp.sqrt(jnp.maximum(sq, 0.0))
+    # sqrt has an infinite derivative at 0 (the diagonal, tokens at consensus): differentiate only the
+    # positive entries, so that gradients of distance observables are finite (the values are unchanged)
+    pos = sq > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
 
 def diameter(X: jax.Array) -> jax.Array:

@@ -8,19 +8,22 @@ of ``F'`` is about ``(β wᵀu, u)``: tokens leaving the last layer align with `
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
+from jaxattn.dynamics.runner import check_scalar, traced
 from jaxattn.errors import ConfigError
 from jaxattn.model.params import Model, validate
 
 
 @dataclasses.dataclass
 class SteerInfo:
-    beta: float  # the gain actually added, β = γ |λ1|
+    beta: float  # the gain actually added, β = γ |λ1| (a tracer under a transformation)
     z: np.ndarray  # [d] with zᵀ Vstack = wᵀ (least squares)
     residual: float  # ||zᵀ Vstack − wᵀ||: 0 when Vstack is invertible
     weight_set: int  # index of the modified (possibly new) weight set
@@ -33,6 +36,33 @@ def _unit(u, d, name):
     return u / np.linalg.norm(u)
 
 
+def _traced_vector(v, d, name, *, unit: bool):
+    """A traced direction: its shape checked while tracing, its values inside the program."""
+    v = jnp.reshape(v, (-1,))
+    if v.shape != (d,):
+        raise ConfigError(f"{name} must be a finite non-zero vector of length d={d}")
+    nrm = jnp.linalg.norm(v)
+    v = eqx.error_if(v, ~jnp.all(jnp.isfinite(v)) | (nrm == 0), f"{name} must be a finite non-zero vector")
+    return v / nrm if unit else v
+
+
+def _plan(model: Model, g: int, w, host: bool):
+    """``|λ1(F_g)|`` (the eigenvalue of largest real part) and ``z`` with ``zᵀ Vstack = wᵀ`` (least
+    squares): on the host in float64 for concrete weights, in JAX (differentiable) for traced ones."""
+    lay = model.layers
+    H, dh, d = lay.n_heads, lay.d_head, lay.d_model
+    if host:
+        lam, _ = eig_sorted(layer_matrices(model)[g])
+        Vstack = np.asarray(lay.v[g], np.float64).reshape(H * dh, d)  # [d, d] rows of every head
+        z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
+        return float(np.abs(lam[0])), z, float(np.linalg.norm(Vstack.T @ z - w))
+    v, o = jnp.asarray(lay.v[g]), jnp.asarray(lay.o[g])
+    ev = jnp.linalg.eigvals(jnp.einsum("hdk,hke->de", o, v))
+    Vs = v.reshape(H * dh, d)
+    zt = jnp.linalg.pinv(Vs.T) @ w
+    return jnp.abs(ev[jnp.argmax(ev.real)]), zt, jnp.linalg.norm(Vs.T @ zt - w)
+
+
 def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> tuple[Model, SteerInfo]:
     """Return a model whose block ``block`` (default: the last) has layer matrix ``F + β u wᵀ``.
 
@@ -40,6 +70,11 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
 
     When the block's weight set is also used by other blocks (shared weights), a new set is
     appended for that block alone, so the other blocks keep their weights.
+
+    Composes with ``jax.jit``, ``jax.vmap`` and ``jax.grad`` with respect to ``gamma``, ``u``, ``w``
+    and the weights (traced weights take the eigenvalue and the least-squares solve in JAX, on a CPU
+    backend: XLA has no non-symmetric eigensolver on GPUs). Concrete inputs are computed on the host in
+    float64, as the spectra are.
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -59,40 +94,44 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
         ((0, 0, 1), 1)
     """
     d = model.d_model
-    u = _unit(u, d, "u")
+    u = _traced_vector(u, d, "u", unit=True) if traced(u) else _unit(u, d, "u")
     if w is None:
         w = u
-    else:  # used as given (not normalised), so that wᵀu = 1 can be imposed for the exact spectral shift
+    elif traced(w):  # used as given (not normalised), so that wᵀu = 1 can be imposed for the exact spectral shift
+        w = _traced_vector(w, d, "w", unit=False)
+    else:
         w = np.asarray(w, np.float64).reshape(-1)
         if w.shape != (d,) or not np.all(np.isfinite(w)):
             raise ConfigError(f"w must be a finite vector of length d={d}")
-    if not np.isfinite(gamma):
-        raise ConfigError(f"gamma must be finite, got {gamma}")
+    gamma = check_scalar("gamma", gamma)
     depth = model.depth
     b = block % depth
     g = model.schedule[b]
     lay = model.layers
-    F = layer_matrices(model)[g]
-    lam, _ = eig_sorted(F)
-    beta = float(gamma * np.abs(lam[0]))
+    host_weights = not traced((lay.o, lay.v))
+    lam1, z, residual = _plan(model, g, w, host_weights and not traced(w))
+    beta = gamma * lam1
     H, dh = lay.n_heads, lay.d_head
-    Vstack = np.asarray(lay.v[g], np.float64).reshape(H * dh, d)  # [d, d] rows of every head
-    z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
-    residual = float(np.linalg.norm(Vstack.T @ z - w))
-    delta = beta * np.outer(u, z)  # [d, d]: columns h*dh:(h+1)*dh belong to head h
-    o_new = np.asarray(lay.o[g], np.float64) + delta.reshape(d, H, dh).transpose(1, 0, 2)
-    o_new = o_new.astype(np.asarray(lay.o).dtype)
+    delta = (beta * jnp.outer(u, z) if traced((beta, u, z)) else beta * np.outer(u, z))  # [d, d]
+    o_g = (np.asarray(lay.o[g], np.float64) if not traced((delta, lay.o)) else jnp.asarray(lay.o[g]))
+    o_new = (o_g + delta.reshape(d, H, dh).transpose(1, 0, 2)).astype(lay.o.dtype)
     shared_use = sum(1 for s in model.schedule if s == g) > 1
-    if shared_use:
-        new = jax.tree_util.tree_map(lambda a: np.concatenate([np.asarray(a), np.asarray(a)[g:g + 1]]), lay)
+    if shared_use:  # a new weight set for the steered block alone
+        cat = lambda a: (jnp.concatenate([a, a[g:g + 1]]) if traced(a)
+                         else np.concatenate([np.asarray(a), np.asarray(a)[g:g + 1]]))
+        new = jax.tree_util.tree_map(cat, lay)
         gi = lay.n_sets
         sched = list(model.schedule)
         sched[b] = gi
     else:  # the other tensors are never mutated: share them, copy only o below
         new = lay
         gi, sched = g, list(model.schedule)
-    o_all = np.array(new.o)
-    o_all[gi] = o_new
+    o_all: Any
+    if traced(o_new) or traced(new.o):
+        o_all = jnp.asarray(new.o).at[gi].set(o_new)
+    else:
+        o_all = np.array(new.o)
+        o_all[gi] = o_new
     new = new.replace(o=o_all)
     steered = validate(model.replace(layers=new, schedule=tuple(sched)))
     return steered, SteerInfo(beta=beta, z=z, residual=residual, weight_set=gi)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
-from jaxattn.dynamics.passes import DTYPES
+from jaxattn.dynamics.runner import DTYPES
 from jaxattn.studies.consensus import ConsensusConfig
 from jaxattn.studies.skeleton import config_defaults
 

@@ -19,13 +19,23 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
-from jaxattn.dynamics.runner import Context, cast_floats, check_scalar, check_states, resolve_dtype, run
+from jaxattn.dynamics.runner import (
+    Context,
+    cast_floats,
+    check_scalar,
+    check_states,
+    check_weights,
+    resolve_dtype,
+    run,
+    traced,
+)
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import Model, validate
 
@@ -35,9 +45,16 @@ SOLVERS = {
     "bosh3": diffrax.Bosh3, "tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8,
 }
 
-#: Result codes of :class:`Solution` (diffrax's, in this order).
-RESULT_NAMES = ("successful", "max_steps_reached", "dt_min_reached", "event_occurred", "max_steps_rejected",
-                "internal_error")
+#: Result codes of :class:`Solution`: ``result == i`` means diffrax's ``RESULTS.<RESULT_NAMES[i]>``; the
+#: last code stands for any other failure diffrax reports.
+RESULT_NAMES = ("successful", "max_steps_reached", "dt_min_reached", "nonfinite", "max_steps_rejected", "other")
+
+
+def result_code(result) -> jax.Array:
+    """A diffrax result as an int32 code (index in :data:`RESULT_NAMES`), through diffrax's public
+    ``RESULTS`` items rather than their private values."""
+    known = [result == getattr(diffrax.RESULTS, name) for name in RESULT_NAMES[:-1]]
+    return jnp.select(known, [jnp.int32(i) for i in range(len(known))], jnp.int32(len(known)))
 
 
 class Solution(NamedTuple):
@@ -82,6 +99,8 @@ class _FlowProgram:
     trajectory: bool
     max_steps: int
     weights_fn: Callable | None
+    adjoint: Any = None  # how reverse-mode autodiff goes through the solve (a diffrax adjoint)
+    controller: Any = None  # a diffrax step-size controller replacing the PID built from rtol/atol
 
     def __call__(self, X0, p):
         model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets = p
@@ -96,15 +115,18 @@ class _FlowProgram:
                 return self.observe(t, y, ctx), (y if self.trajectory else None)
 
             controller: diffrax.AbstractStepSizeController
-            if self.adaptive:
+            if self.controller is not None:  # the user's own controller (its dt0 from dt, or chosen by it)
+                controller, dt0 = self.controller, dt
+            elif self.adaptive:
                 controller, dt0 = diffrax.PIDController(rtol=rtol, atol=atol), None
             else:
                 controller, dt0 = diffrax.ConstantStepSize(), dt
             saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_ts, fn=save), diffrax.SubSaveAt(t1=True)])
             sol = diffrax.diffeqsolve(diffrax.ODETerm(vf), self.solver, a, b, dt0, y0, saveat=saveat,
-                                      stepsize_controller=controller, max_steps=self.max_steps, throw=False)
+                                      stepsize_controller=controller, max_steps=self.max_steps, throw=False,
+                                      adjoint=self.adjoint)
             (obs, traj), final = sol.ys
-            return obs, traj, final[0], sol.result._value.astype(jnp.int32), sol.stats["num_steps"].astype(jnp.int32)
+            return obs, traj, final[0], result_code(sol.result), sol.stats["num_steps"].astype(jnp.int32)
 
         if not self.layered:
             lw_at = lambda t: weights_at(model, t, 1.0, self.weights_fn)
@@ -132,23 +154,11 @@ class _FlowProgram:
         return obs, traj, final, res, nsteps
 
 
-def _finite_positive(name: str, v) -> float:
-    if isinstance(v, bool):
-        raise ConfigError(f"{name} must be a number, got {v!r}")
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a number, got {v!r}") from None
-    if not math.isfinite(f) or f <= 0:
-        raise ConfigError(f"{name} must be finite and > 0, got {v!r}")
-    return f
-
-
 def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts=None,
           observe: Callable | None = None, aux: Any = None, solver="tsit5", rtol=1e-6, atol=1e-8,
           dt=None, max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
           trajectory: bool = False, batch_size: int | None = None, dtype=None, devices=None,
-          precision: str = "highest") -> Solution:
+          precision: str = "highest", stepsize_controller=None, adjoint=None) -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.
 
     Args:
@@ -181,6 +191,17 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend,
             the default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
         dtype: computation dtype (default that of ``X0``).
+        stepsize_controller: a diffrax step-size controller used instead of the PID controller built
+            from ``rtol``/``atol`` (e.g. ``diffrax.PIDController(rtol=1e-8, atol=1e-10, pcoeff=0.3)``);
+            ``dt``, if given, is its first step.
+        adjoint: how reverse-mode autodiff goes through the solve: diffrax's
+            ``RecursiveCheckpointAdjoint()`` (the default: exact gradients of the discretised solve,
+            memory logarithmic in the number of steps) or ``BacksolveAdjoint(...)`` (the continuous
+            adjoint, solved backwards in time).
+
+    ``solve`` composes with ``jax.jit``, ``jax.vmap`` and ``jax.grad`` / ``jax.jvp`` with respect to
+    ``X0``, ``beta``, ``S``, the model's weights and, for shared-weight models, ``t0`` and ``t1``
+    (a layered model's layer intervals are computed on the host from concrete times).
 
     ``beta``, ``t0``, ``t1``, ``ts`` (same length), ``rtol``, ``atol`` and ``dt`` are traced:
     changing them does not recompile (except the number of layer intervals of a layered model,
@@ -209,17 +230,25 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
     beta = check_scalar("beta", beta)
     dtype = resolve_dtype(dtype, X0)
     t0f, t1f = check_scalar("t0", t0), check_scalar("t1", t1)
-    if t1f <= t0f:
+    times_traced = traced((t0f, t1f))
+    if not times_traced and t1f <= t0f:
         raise ConfigError(f"t1 must be greater than t0, got t0={t0f:g}, t1={t1f:g}")
-    rtol, atol = _finite_positive("rtol", rtol), _finite_positive("atol", atol)
-    layer_time = _finite_positive("layer_time", layer_time)
+    if times_traced:
+        t1f = eqx.error_if(t1f, t1f <= t0f, "t1 must be greater than t0")
+    rtol, atol = check_scalar("rtol", rtol, positive=True), check_scalar("atol", atol, positive=True)
+    layer_time = check_scalar("layer_time", layer_time, positive=True)
     positive_int("max_steps", max_steps)
     solver_ = _solver(solver)
+    if stepsize_controller is not None and not isinstance(stepsize_controller, diffrax.AbstractStepSizeController):
+        raise ConfigError(f"stepsize_controller must be a diffrax step-size controller, got {stepsize_controller!r}")
+    if adjoint is not None and not isinstance(adjoint, diffrax.AbstractAdjoint):
+        raise ConfigError(f"adjoint must be a diffrax adjoint (RecursiveCheckpointAdjoint(), BacksolveAdjoint()), "
+                          f"got {adjoint!r}")
     adaptive = dt is None
-    if adaptive and not isinstance(solver_, diffrax.AbstractAdaptiveSolver):
+    if adaptive and stepsize_controller is None and not isinstance(solver_, diffrax.AbstractAdaptiveSolver):
         raise ConfigError(f"solver {type(solver_).__name__} has no error estimate: give a fixed step size dt")
     if not adaptive:
-        dt = _finite_positive("dt", dt)
+        dt = check_scalar("dt", dt, positive=True)
     if flow.space == "ellipsoid":
         S = check_spd(S, d)
     elif S is not None:
@@ -228,13 +257,11 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         _check_weights_fn(weights_fn, model, dtype)
     if flow.rescaled and (weights_fn is not None or not model.shared):
         raise ConfigError("the rescaled flow z = e^{-tF} x needs time-invariant weights (a shared-weight model)")
-    ts = np.linspace(t0f, t1f, 101) if ts is None else np.asarray(ts, dtype=np.float64)
-    if ts.ndim != 1 or ts.size == 0:
-        raise ConfigError(f"ts must be a non-empty 1-D sequence of times, got shape {ts.shape}")
-    if not np.all(np.isfinite(ts)) or ts.min() < t0f or ts.max() > t1f or np.any(np.diff(ts) < 0):
-        raise ConfigError(f"ts must be non-decreasing times within [t0, t1] = [{t0f:g}, {t1f:g}]")
-
+    ts = _check_ts(ts, t0f, t1f)
     layered = weights_fn is None and not model.shared and not flow.rescaled
+    if layered and (times_traced or traced(layer_time)):
+        raise ConfigError("a layered model is solved layer interval by layer interval, computed on the host: t0, t1 "
+                          "and layer_time must be concrete numbers (not traced by jit, vmap or grad)")
     bounds = sets = None
     if layered:
         # the layer intervals [a_k, b_k) covering [t0, t1], padded with empty ones (a = b = t1) to
@@ -247,16 +274,37 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         starts = np.floor(bounds[:-1] / layer_time + 1e-12).astype(np.int64)
         sets = np.asarray([model.schedule[k % model.depth] for k in starts], dtype=np.int32)
 
-    model = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
+    model = check_weights(model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype))
     program = _FlowProgram(flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
                            observe=observe or consensus_observables, trajectory=bool(trajectory),
-                           max_steps=int(max_steps), weights_fn=weights_fn)
+                           max_steps=int(max_steps), weights_fn=weights_fn,
+                           adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
+                           controller=stepsize_controller)
     as_ = lambda v: None if v is None else jnp.asarray(v, dtype)
     params = (model, as_(beta), as_(S), cast_floats(aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol), as_(atol),
               as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))
     obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
                                            precision=precision)
     return Solution(ts, obs, final, traj, result, nsteps)
+
+
+def _check_ts(ts, t0, t1):
+    """The saved times: 101 equally spaced by default; refused unless a non-empty, non-decreasing 1-D
+    sequence within ``[t0, t1]`` (checked on the host when concrete, inside the program when traced)."""
+    if ts is None:
+        return jnp.linspace(t0, t1, 101) if traced((t0, t1)) else np.linspace(t0, t1, 101)
+    if traced((ts, t0, t1)):
+        ts = jnp.asarray(ts)
+        if ts.ndim != 1 or ts.size == 0:
+            raise ConfigError(f"ts must be a non-empty 1-D sequence of times, got shape {tuple(ts.shape)}")
+        bad = (~jnp.all(jnp.isfinite(ts)) | (ts.min() < t0) | (ts.max() > t1) | jnp.any(jnp.diff(ts) < 0))
+        return eqx.error_if(ts, bad, "ts must be non-decreasing times within [t0, t1]")
+    ts = np.asarray(ts, dtype=np.float64)
+    if ts.ndim != 1 or ts.size == 0:
+        raise ConfigError(f"ts must be a non-empty 1-D sequence of times, got shape {ts.shape}")
+    if not np.all(np.isfinite(ts)) or ts.min() < t0 or ts.max() > t1 or np.any(np.diff(ts) < 0):
+        raise ConfigError(f"ts must be non-decreasing times within [t0, t1] = [{t0:g}, {t1:g}]")
+    return ts
 
 
 def _check_weights_fn(weights_fn, model: Model, dtype) -> None:

@@ -24,6 +24,7 @@ With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``,
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -40,8 +41,10 @@ from jaxattn.dynamics.runner import (
     check_precision,
     check_scalar,
     check_states,
+    check_weights,
     resolve_dtype,
     run,
+    traced,
 )
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
@@ -91,15 +94,17 @@ FAITHFUL = Dynamics(norm="layernorm", ffn=True, pre_ln=True, biases=True)
 NO_FFN = Dynamics(norm="layernorm", ffn=False, pre_ln=True, biases=True, drop_ln2=True)
 
 
-def check_dynamics(model: Model, dyn: Dynamics, S=None) -> None:
-    """Refuse combinations the model cannot run, with one clear line."""
+def check_dynamics(model: Model, dyn: Dynamics, S=None):
+    """Refuse combinations the model cannot run, with one clear line; return ``S`` checked (for the
+    ellipsoid; a traced ``S`` carries its value check into the program)."""
     if dyn.ffn and model.layers.w1 is None:
         raise ConfigError("ffn=True but the model has no FFN weights (synthetic models are attention-only)")
     if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
         raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
                           "ffn=False on a pre-norm model")
     if dyn.norm == "ellipsoid":
-        check_spd(S, model.d_model)
+        return check_spd(S, model.d_model)
+    return S
 
 
 def geometry_of(dyn: Dynamics, S=None) -> Geometry | None:
@@ -194,69 +199,169 @@ def saved_steps(steps: int, save=None) -> np.ndarray:
     return np.asarray(sorted(set(range(0, steps, int(save))) | {steps}))
 
 
+def _scan(f: Callable, carry, ks: jax.Array):
+    """``lax.scan(f, carry, ks)`` arranged for reverse-mode differentiation in ``O(√L)`` memory.
+
+    The ``L`` steps run as an outer scan over ``⌈√L⌉``-step segments, each segment rematerialised
+    (``jax.checkpoint``) and each step too: a gradient stores the states at segment boundaries and,
+    while one segment is differentiated, that segment's states — about ``2√L`` states instead of ``L``
+    states and all their attention weights. Without differentiation the steps, their order and their
+    arithmetic are those of the plain scan (``checkpoint`` only changes what autodiff saves).
+    """
+    L = ks.shape[0]
+    f = jax.checkpoint(f, prevent_cse=False)
+    s = math.isqrt(L - 1) + 1 if L > 1 else 1  # ⌈√L⌉
+    q, r = divmod(L, s)
+    if q <= 1:
+        return jax.lax.scan(f, carry, ks)
+    inner = jax.checkpoint(lambda c, kk: jax.lax.scan(f, c, kk), prevent_cse=False)
+    carry, out = jax.lax.scan(inner, carry, ks[: q * s].reshape(q, s))
+    out = jax.tree_util.tree_map(lambda a: a.reshape((q * s, *a.shape[2:])), out)
+    if r:
+        carry, rest = jax.lax.scan(f, carry, ks[q * s:])
+        out = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), out, rest)
+    return carry, out
+
+
+def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, steps: int, every: int,
+            observe: Callable, trajectory: bool, pass_norm: bool):
+    """The map core: ``steps`` blocks from one configuration ``X0: [n, d]``, starting at global step
+    ``start`` (the weight set of step ``k`` is ``schedule[k % depth]``), returning
+    ``(observables [T, ...], final [n, d], trajectory [T, n, d] | None)``.
+
+    Observations at local steps ``0, m, 2m, ... < steps`` and at ``steps`` (``m = every``; ``0``: the
+    last only): an outer scan over segments of ``m`` steps whose first step shares its attention
+    weights with the observable. ``pass_norm``: the model's final norm (``ln_f``) after every block
+    that ends a pass (global step ``k`` with ``(k + 1) % depth == 0``), as calling a real model pass
+    after pass does.
+    """
+    depth = model.depth
+
+    def lw_at(k):
+        return model.layers.take(layer_index(model, k))
+
+    def advance(X, k, probs=None):
+        Y = block(X, lw_at(k), model, dyn, alpha, beta, S, probs=probs)
+        if pass_norm and model.final_ln_w is not None:
+            ln_f = nn.layer_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps)
+            Y = jnp.where((k + 1) % depth == 0, ln_f, Y)
+        return Y
+
+    def look(X, k):  # the record at step k, and the attention weights the step from X will use
+        A = attention_weights(X, lw_at(k), model, dyn, beta)
+        return (observe(k, X, Context(aux, lambda: A)), X if trajectory else None), A
+
+    def plain(X, k):
+        return advance(X, k), None
+
+    def run_plain(X, k0, length):
+        if length == 0:
+            return X
+        X, _ = _scan(plain, X, k0 + jnp.arange(length, dtype=jnp.int32))
+        return X
+
+    start = jnp.asarray(start, jnp.int32)
+    m = every
+    q = steps // m if m else 0
+    X = X0
+    seen = None
+    if q:
+        def segment(X, j):
+            k0 = start + j * m
+            rec, A = look(X, k0)
+            return run_plain(advance(X, k0, A), k0 + 1, m - 1), rec
+
+        X, seen = _scan(segment, X, jnp.arange(q, dtype=jnp.int32))
+    r = steps - q * m
+    if m and r:  # a last, shorter segment: observed at its start like the others
+        k0 = start + q * m
+        rec, A = look(X, k0)
+        X = run_plain(advance(X, k0, A), k0 + 1, r - 1)
+        rec = jax.tree_util.tree_map(lambda a: a[None], rec)
+        seen = rec if seen is None else jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), seen, rec)
+    elif r:
+        X = run_plain(X, start, r)
+    kT = start + steps
+    # the last state's observable: attention of the step that would follow, computed only if asked for
+    last = (observe(kT, X, Context(aux, lambda: attention_weights(X, lw_at(kT), model, dyn, beta))),
+            X if trajectory else None)
+    if seen is None:
+        obs, traj = jax.tree_util.tree_map(lambda a: a[None], last)
+    else:
+        obs, traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), seen, last)
+    return obs, X, traj
+
+
+def _every(save) -> int:
+    return 0 if save == "last" else int(save or 1)
+
+
 @dataclasses.dataclass(frozen=True)
 class _MapProgram:
-    """One initial condition through ``steps`` block maps (see :mod:`jaxattn.dynamics.runner`).
-
-    Observations at steps ``0, m, 2m, ... < steps`` and at ``steps``: an outer scan over segments
-    of ``m`` steps whose first step shares its attention weights with the observable.
-    """
+    """:func:`_evolve` as a runner program (see :mod:`jaxattn.dynamics.runner`)."""
 
     dyn: Dynamics
     steps: int
     every: int  # m; 0 = observe the last step only
     observe: Callable
     trajectory: bool
+    pass_norm: bool = False
 
     def __call__(self, X0, p):
-        model, alpha, beta, S, aux = p
-        dyn = self.dyn
+        model, alpha, beta, S, aux, start = p
+        return _evolve(X0, model, alpha, beta, S, aux, start, dyn=self.dyn, steps=self.steps, every=self.every,
+                       observe=self.observe, trajectory=self.trajectory, pass_norm=self.pass_norm)
 
-        def lw_at(k):
-            return model.layers.take(layer_index(model, k))
 
-        def plain(X, k):
-            return block(X, lw_at(k), model, dyn, alpha, beta, S), None
+def check_steps(steps) -> int:
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
+        raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
+    return int(steps)
 
-        def observed(X, k):
-            lw = lw_at(k)
-            A = attention_weights(X, lw, model, dyn, beta)
-            out = self.observe(k, X, Context(aux, lambda: A))
-            return block(X, lw, model, dyn, alpha, beta, S, probs=A), (out, X if self.trajectory else None)
 
-        def run_plain(X, k0, length):
-            if length == 0:
-                return X
-            X, _ = jax.lax.scan(plain, X, k0 + jnp.arange(length, dtype=jnp.int32))
-            return X
+def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
+                 observe: Callable | None = None, aux: Any = None, trajectory: bool = False, save=None,
+                 start=0, pass_norm: bool = False) -> Simulation:
+    """The map of one configuration ``X0: [n, d]``: the pure core that :func:`simulate`,
+    :func:`jaxattn.forward` and :func:`jaxattn.repeated_passes` run for every condition.
 
-        m = self.every
-        q = self.steps // m if m else 0
-        X = X0
-        seen = None
-        if q:
-            def segment(X, j):
-                k0 = j * m
-                X, rec = observed(X, k0)
-                return run_plain(X, k0 + 1, m - 1), rec
+    No batching, no casting, no host-side value checks: a pure function of ``(model, X0, alpha, beta,
+    S, aux, start)`` that composes with ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jvp`` and
+    ``jax.jacfwd``. Options are those of :func:`simulate`; ``start`` is the global step of the first
+    block (its weight set is ``schedule[start % depth]``; observables see ``t = start + k``), and
+    ``pass_norm`` applies the model's final norm after every block that ends a pass (see
+    :func:`jaxattn.repeated_passes`). Long maps are differentiated with rematerialisation: memory grows
+    like the square root of the number of steps.
 
-            X, seen = jax.lax.scan(segment, X, jnp.arange(q, dtype=jnp.int32))
-        r = self.steps - q * m
-        if m and r:  # a last, shorter segment: observed at its start like the others
-            X, rec = observed(X, jnp.int32(q * m))
-            X = run_plain(X, jnp.int32(q * m + 1), r - 1)
-            rec = jax.tree_util.tree_map(lambda a: a[None], rec)
-            seen = rec if seen is None else jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), seen, rec)
-        elif r:
-            X = run_plain(X, jnp.int32(0), r)
-        kT = jnp.int32(self.steps)
-        last = (self.observe(kT, X, Context(aux, lambda: attention_weights(X, lw_at(kT), model, dyn, beta))),
-                X if self.trajectory else None)
-        if seen is None:
-            obs, traj = jax.tree_util.tree_map(lambda a: a[None], last)
-        else:
-            obs, traj = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), seen, last)
-        return obs, X, traj
+    Returns:
+        :class:`Simulation` without the batch axis: observables ``[T, ...]``, ``final: [n, d]``,
+        ``trajectory: [T, n, d]`` or ``None``.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp, jaxattn as ja
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 1, 5, 8)[0]
+        >>> res = ja.simulate_one(model, X0, 3)
+        >>> res.observables["diameter"].shape, res.final.shape
+        ((4,), (5, 8))
+        >>> g = jax.grad(lambda b: ja.simulate_one(model, X0, 3, beta=b).observables["diameter"][-1])(1.0)
+        >>> g.shape                                       # d(final diameter)/dβ
+        ()
+    """
+    from jaxattn.analysis.metrics import consensus_observables
+
+    if not isinstance(dynamics, Dynamics):
+        raise ConfigError(f"dynamics must be a jaxattn.Dynamics, got {dynamics!r}")
+    X0 = jnp.asarray(X0)
+    if X0.ndim != 2 or X0.shape[-1] != model.d_model:
+        raise ConfigError(f"X0 must be one configuration [n, {model.d_model}], got shape {tuple(X0.shape)} "
+                          "(simulate runs batches)")
+    check_dynamics(model, dynamics, S)
+    saved_steps(check_steps(steps), save)  # validates save
+    obs, final, traj = _evolve(X0, model, alpha, beta, S, aux, start, dyn=dynamics, steps=int(steps),
+                               every=_every(save), observe=observe or consensus_observables,
+                               trajectory=bool(trajectory), pass_norm=bool(pass_norm))
+    return Simulation(obs, final, traj)
 
 
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
@@ -322,24 +427,24 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
                           f"Dynamics(...)), got {dynamics!r}")
     X0 = check_states(X0, model.d_model, normalised=dynamics.norm in ("l2", "ellipsoid"))
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
-    check_dynamics(model, dynamics, S)
+    steps = check_steps(steps)
+    S = check_dynamics(model, dynamics, S)
     dtype = resolve_dtype(dtype, X0)
-    saved_steps(int(steps), save)  # validates save
-    every = 0 if save == "last" else int(save or 1)
+    saved_steps(steps, save)  # validates save
     # embeddings and the final norm play no part in the dynamics: leave them out of the jit inputs
-    model = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
+    model = check_weights(model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype))
     S = None if S is None else jnp.asarray(S, dtype)
-    program = _MapProgram(dyn=dynamics, steps=int(steps), every=every, observe=observe or consensus_observables,
+    program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save), observe=observe or consensus_observables,
                           trajectory=bool(trajectory))
-    one_device = devices is None or len(list(devices)) <= 1
-    choice = (choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1])
-              if one_device or kernel == "plain" else "plain")
+    choice = choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1])
+    if devices is not None and len(list(devices)) > 1:
+        choice = "plain"  # the fused kernel runs on one device
+    elif kernel == "auto" and traced((model, X0, alpha, beta, S)):
+        choice = "plain"  # under a transformation (grad, vmap): the plain path, which autodiff goes through
     if choice == "fused":
         try:
             with jax.default_matmul_precision(check_precision(precision)):
-                obs, final = fused_simulate(model, X0.astype(dtype), int(steps), dyn=dynamics, alpha=alpha,
+                obs, final = fused_simulate(model, X0.astype(dtype), steps, dyn=dynamics, alpha=alpha,
                                             beta=beta, S=S, save=save)
             return Simulation(obs, final, None)
         except Exception as e:
@@ -348,7 +453,7 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
             # chosen automatically: fall back to the plain path, which computes the same map
             warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
                           "using the plain path (kernel='plain' silences this)", RuntimeWarning, stacklevel=2)
-    params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype))
+    params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype), jnp.int32(0))
     obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
                            precision=precision)
     return Simulation(obs, final, traj)

@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, block, layer_index
+from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _evolve, check_dynamics, check_steps
+from jaxattn.dynamics.runner import check_scalar, resolve_dtype
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
 from jaxattn.model.params import Model
@@ -52,22 +53,27 @@ def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
     return x
 
 
+def _attention(t, X, ctx):  # the observable of forward(): the attention weights of the step from X
+    return ctx.attention()
+
+
 @functools.partial(jax.jit, static_argnames=("dyn", "steps", "final_norm"))
 def _forward(X, model, alpha, beta, *, dyn, steps, final_norm):
-    def body(x, k):
-        y, A = block(x, model.layers.take(layer_index(model, k)), model, dyn, alpha, beta, return_probs=True)
-        return y, (y, A)
-
-    last, (ys, As) = jax.lax.scan(body, X, jnp.arange(steps, dtype=jnp.int32))
-    states = jnp.concatenate([X[None], ys])
+    # the map core with every state kept and the attention weights as the observable; the last record
+    # (the attention of a step not taken) is dropped
+    As, last, states = _evolve(X, model, alpha, beta, None, None, 0, dyn=dyn, steps=steps, every=1,
+                               observe=_attention, trajectory=True, pass_norm=False)
     if final_norm and model.final_ln_w is not None:
         states = states.at[-1].set(nn.layer_norm(last, model.final_ln_w, model.final_ln_b, model.ln_eps))
-    return states, As
+    return states, As[:steps]
 
 
 def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None = None, alpha=1.0, beta=1.0,
             final_norm: bool = True, dtype=None):
     """All hidden states of one configuration.
+
+    Runs :func:`jaxattn.simulate_one` (the map core) keeping every state. Composes with ``jax.jit``,
+    ``jax.vmap`` and ``jax.grad`` (with respect to ``X``, the weights, ``alpha`` and ``beta``).
 
     Args:
         X: ``[n, d]`` block input (e.g. from :func:`embed`).
@@ -77,14 +83,16 @@ def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None
     Returns:
         ``(states [steps + 1, n, d], attention probabilities [steps, H, n, n])``.
     """
+    if not isinstance(dynamics, Dynamics):
+        raise ConfigError(f"dynamics must be a jaxattn.Dynamics (FAITHFUL, NO_FFN, D1, ...), got {dynamics!r}")
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[-1] != model.d_model:
         raise ConfigError(f"X must be [n, {model.d_model}], got shape {tuple(X.shape)}")
-    steps = model.depth if steps is None else steps
-    if steps < 0:
-        raise ConfigError(f"steps must be >= 0, got {steps}")
-    dtype = X.dtype if dtype is None else jnp.dtype(dtype)
+    steps = model.depth if steps is None else check_steps(steps)
+    check_dynamics(model, dynamics)
+    dtype = X.dtype if dtype is None else resolve_dtype(dtype, X)
     m = model.replace(embeddings=None).astype(dtype)  # the blocks need no embedding table
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     return _forward(X.astype(dtype), m, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), dyn=dynamics,
                     steps=int(steps), final_norm=final_norm)
 

@@ -17,6 +17,9 @@ through the projection itself.
 
 from __future__ import annotations
 
+from typing import Any
+
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,10 +66,16 @@ SPHERE = Geometry("sphere")
 FLAT = Geometry("flat")
 
 
-def check_spd(S, d: int) -> np.ndarray:
+def check_spd(S, d: int) -> Any:
     """``S`` as a float64 array, refused unless it is a finite symmetric positive definite ``[d, d]``."""
     if S is None:
         raise ConfigError("the ellipsoid needs the matrix S")
+    if isinstance(S, jax.core.Tracer):  # differentiated or vmapped: the shape now, the values in the program
+        if S.shape != (d, d):
+            raise ConfigError(f"S must be [{d}, {d}], got shape {tuple(S.shape)}")
+        bad = (~jnp.all(jnp.isfinite(S)) | ~jnp.allclose(S, S.T, rtol=1e-12, atol=1e-12 * jnp.abs(S).max())
+               | (jnp.linalg.eigvalsh((S + S.T) / 2).min() <= 0))
+        return eqx.error_if(S, bad, "S must be a finite symmetric positive definite matrix")
     S = np.asarray(S)
     if S.shape != (d, d):
         raise ConfigError(f"S must be [{d}, {d}], got shape {S.shape}")

@@ -22,7 +22,6 @@ Observables ``observe(t, X, ctx)`` are evaluated on the input (``t = 0``) and af
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -30,13 +29,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, attention_weights, block, check_dynamics
-from jaxattn.dynamics.runner import Context, cast_floats, run
+from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics
+from jaxattn.dynamics.runner import cast_floats, check_weights, dtype_of, resolve_dtype, run
 from jaxattn.errors import ConfigError, positive_int
-from jaxattn.model import nn
-from jaxattn.model.params import Layers, Model, parse_mask
-
-DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32, "float64": jnp.float64}
+from jaxattn.model.params import MASK_DTYPE, Layers, Model, parse_mask, validate
 
 
 class Passes(NamedTuple):
@@ -72,44 +68,8 @@ def with_mask(model: Model, mask: str) -> Model:
     """Every weight set of ``model`` with the attention mask ``mask`` ('full', 'causal', 'local:W')."""
     causal, window = parse_mask(mask)
     G = model.layers.n_sets
-    return model.replace(layers=model.layers.replace(causal=jnp.full((G,), causal), window=jnp.full((G,), window,
-                                                                                                  jnp.int32)))
-
-
-@dataclasses.dataclass(frozen=True)
-class _OnePass:
-    """One pass of every block (and ``ln_f``) for one configuration (a runner program)."""
-
-    dyn: Dynamics
-    observe: Callable
-    final_norm: bool
-
-    def __call__(self, X, p):
-        model, t0, aux = p
-        depth = model.depth
-        sched = jnp.asarray(model.schedule, jnp.int32)
-
-        def body(X, k):
-            lw = model.layers.take(sched[k])
-            Y = block(X, lw, model, self.dyn, 1.0, 1.0)
-            if self.final_norm and model.final_ln_w is not None:
-                Y = jnp.where(k == depth - 1, nn.layer_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps), Y)
-            nxt = model.layers.take(sched[jnp.mod(k + 1, depth)])
-            ctx = Context(aux, lambda: attention_weights(Y, nxt, model, self.dyn, 1.0))
-            return Y, self.observe(t0 + k + 1, Y, ctx)
-
-        return jax.lax.scan(body, X, jnp.arange(depth, dtype=jnp.int32))
-
-
-@dataclasses.dataclass(frozen=True)
-class _Observe0:
-    dyn: Dynamics
-    observe: Callable
-
-    def __call__(self, X, p):
-        model, aux = p
-        lw = model.layers.take(model.schedule[0])
-        return self.observe(jnp.int32(0), X, Context(aux, lambda: attention_weights(X, lw, model, self.dyn, 1.0)))
+    return model.replace(layers=model.layers.replace(causal=jnp.full((G,), float(causal), MASK_DTYPE),
+                                                     window=jnp.full((G,), float(window), MASK_DTYPE)))
 
 
 def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
@@ -135,13 +95,13 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     from jaxattn.analysis.metrics import consensus_observables
 
     positive_int("passes", passes)
-    if dtype not in DTYPES:
-        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    dt = jnp.dtype(DTYPES[dtype])
-    if dt == jnp.float64 and not jax.config.read("jax_enable_x64"):
-        raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
+    if not isinstance(dynamics, Dynamics):
+        raise ConfigError(f"dynamics must be a jaxattn.Dynamics (jaxattn.FAITHFUL, jaxattn.NO_FFN, jaxattn.D1, ...), "
+                          f"got {dynamics!r}")
+    dt = resolve_dtype(dtype_of(dtype), None)
     if redraw and key is None:
         raise ConfigError("redraw=True (aperiodic passes) needs a PRNG key")
+    validate(model)
     X0 = jnp.asarray(X0)
     if X0.ndim == 2:
         X0 = X0[None]
@@ -153,19 +113,24 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     if mask is not None:
         model = with_mask(model, mask)
     observe = observe or consensus_observables
-    base = model.replace(embeddings=None)
+    base = check_weights(model.replace(embeddings=None).astype(dt))
     aux = cast_floats(aux, dt)
     X = X0.astype(dt)
     # prompts are few and long: by default the whole batch is one block (no padding to the runner's
     # fixed width); pass batch_size for numbers that do not depend on the batch size
     batch_size = X.shape[0] if batch_size is None else batch_size
-    first = run(_Observe0(dynamics, observe), X, (base.astype(dt), aux), batch_size=batch_size)
-    parts = [jax.tree_util.tree_map(lambda a: a[:, None], first)]
-    program = _OnePass(dynamics, observe, bool(final_norm))
-    for p in range(passes):
-        m = redraw_weights(base, jax.random.fold_in(key, p), init_std) if redraw else base
-        X, obs = run(program, X, (m.astype(dt), jnp.int32(p * model.depth), aux), batch_size=batch_size)
-        parts.append(obs)
+    depth = model.depth
+    program = lambda steps: _MapProgram(dyn=dynamics, steps=steps, every=1, observe=observe, trajectory=False,
+                                        pass_norm=bool(final_norm))
+    params = lambda m, start: (m, jnp.asarray(1.0, dt), jnp.asarray(1.0, dt), None, aux, jnp.int32(start))
+    if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
+        obs, X, _ = run(program(passes * depth), X, params(base, 0), batch_size=batch_size)
+        return Passes(obs, X)
+    parts = []
+    for p in range(passes):  # new weights before each pass; its first record repeats the last one of the pass before
+        m = redraw_weights(base, jax.random.fold_in(key, p), init_std)
+        obs, X, _ = run(program(depth), X, params(m, p * depth), batch_size=batch_size)
+        parts.append(obs if p == 0 else jax.tree_util.tree_map(lambda a: a[:, 1:], obs))
     obs = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
     return Passes(obs, X)
 

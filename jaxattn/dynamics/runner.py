@@ -23,6 +23,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -120,13 +121,25 @@ def run(program, X0: jax.Array, params: Any, *, batch_size: int | None = None, d
     return out
 
 
+def traced(tree: Any) -> bool:
+    """Whether any leaf of ``tree`` is a tracer: the call runs under ``jit``, ``vmap`` or ``grad``, so
+    its values cannot be read on the host and are checked inside the program instead."""
+    return any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree_util.tree_leaves(tree))
+
+
 def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
     """``X0`` as a real ``[B, n, d]`` array (``[n, d]`` is taken as ``B = 1``), refused with one clear
     line if it is missing, complex, non-finite, empty, of the wrong shape, or has zero-norm tokens
-    where the dynamics normalise them."""
+    where the dynamics normalise them.
+
+    Shapes and dtypes are static facts, checked on the host in every case. The values of a traced
+    ``X0`` (under ``jit``, ``vmap``, ``grad``) are checked inside the program (``equinox.error_if``):
+    a bad value raises a runtime error with the same message.
+    """
     if X0 is None:
         raise ConfigError("X0 is None: give initial configurations [B, n, d]")
-    X0 = np.asarray(X0) if not isinstance(X0, jax.Array) else X0
+    if not isinstance(X0, jax.Array):
+        X0 = np.asarray(X0)
     if jnp.iscomplexobj(X0):
         raise ConfigError("X0 is complex: tokens must be real")
     if not (jnp.issubdtype(X0.dtype, jnp.floating) or jnp.issubdtype(X0.dtype, jnp.integer)):
@@ -139,6 +152,12 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
         raise ConfigError(f"tokens have dimension {X0.shape[-1]} but the model has d={d}")
     if X0.shape[0] == 0 or X0.shape[1] == 0:
         raise ConfigError(f"X0 holds no configuration or no token (shape {tuple(X0.shape)})")
+    if traced(X0):
+        X0 = eqx.error_if(X0, ~jnp.all(jnp.isfinite(X0)), "X0 has non-finite values (NaN or inf)")
+        if normalised:
+            return eqx.error_if(X0, jnp.any(jnp.all(X0 == 0, axis=-1)),
+                                "X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
+        return eqx.error_if(X0, ~jnp.any(X0 != 0), "X0 is all zeros: every model stays there")
     host = np.asarray(X0)
     if not np.all(np.isfinite(host)):
         raise ConfigError("X0 has non-finite values (NaN or inf)")
@@ -149,16 +168,41 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
     return jnp.asarray(X0)
 
 
-def check_scalar(name: str, v) -> float:
-    """A finite real number (β, α, times...), refused otherwise (arrays, booleans, NaN, inf)."""
+def check_weights(model: Any) -> Any:
+    """``model`` with its traced floating weights checked for finiteness inside the program (concrete
+    weights are checked on the host by :func:`jaxattn.model.params.validate`)."""
+    leaves = [a for a in jax.tree_util.tree_leaves(model)
+              if isinstance(a, jax.core.Tracer) and jnp.issubdtype(a.dtype, jnp.floating)]
+    if not leaves:
+        return model
+    bad = jnp.any(jnp.stack([~jnp.all(jnp.isfinite(a)) for a in leaves]))
+    return eqx.error_if(model, bad, "the model has non-finite weights (NaN or inf)")
+
+
+def check_scalar(name: str, v, *, positive: bool = False):
+    """A finite real number (β, α, times, tolerances), refused otherwise (arrays, booleans, NaN, inf);
+    with ``positive``, also > 0.
+
+    A concrete value is checked on the host and returned as a ``float``. A traced one (the driver is
+    differentiated, vmapped or jitted with respect to it) must be a scalar; its value is checked inside
+    the program with ``equinox.error_if`` and the checked tracer is returned, so the check survives
+    ``jit`` and names the option, never "got a tracer".
+    """
+    want = "finite and > 0" if positive else "finite"
+    if isinstance(v, jax.core.Tracer):
+        if v.ndim != 0 or not (jnp.issubdtype(v.dtype, jnp.floating) or jnp.issubdtype(v.dtype, jnp.integer)):
+            raise ConfigError(f"{name} must be a real scalar, got a traced {v.dtype}{list(v.shape)} "
+                              "(vmap over the option itself rather than passing an array)")
+        bad = ~jnp.isfinite(v) | (v <= 0) if positive else ~jnp.isfinite(v)
+        return eqx.error_if(v, bad, f"{name} must be {want}")
     if isinstance(v, bool) or np.ndim(v) != 0:
         raise ConfigError(f"{name} must be a finite number, got {v!r}")
     try:
         f = float(v)
     except (TypeError, ValueError):
         raise ConfigError(f"{name} must be a finite number, got {v!r}") from None
-    if not np.isfinite(f):
-        raise ConfigError(f"{name} must be finite, got {v!r}")
+    if not np.isfinite(f) or (positive and f <= 0):
+        raise ConfigError(f"{name} must be {want}, got {v!r}")
     return f
 
 
@@ -172,12 +216,33 @@ def cast_floats(tree: Any, dtype) -> Any:
     return jax.tree_util.tree_map(cast, tree)
 
 
+#: Floating dtypes by name; every driver's ``dtype`` takes one of these names or a NumPy/JAX dtype.
+DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32, "float64": jnp.float64}
+
+
+def dtype_of(dtype) -> jnp.dtype | None:
+    """``dtype`` (a name such as ``'float64'``, a NumPy or JAX dtype, or ``None``) as a floating dtype,
+    refused with one line otherwise (an integer dtype would silently run in float32)."""
+    if dtype is None:
+        return None
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)} or a floating dtype, got {dtype!r}") from None
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise ConfigError(f"dtype must be a floating dtype ({', '.join(DTYPES)}), got {dtype!r}")
+    return dt
+
+
 def resolve_dtype(dtype, X0) -> jnp.dtype:
-    """The computation dtype: ``dtype`` if given, else that of ``X0``; float32 for non-floats.
+    """The computation dtype: ``dtype`` if given (see :func:`dtype_of`), else that of ``X0``; float32
+    when ``X0`` is not floating or not given.
 
     Refuses float64 when JAX runs without x64 (it would silently compute in float32).
     """
-    dt = jnp.dtype(dtype) if dtype is not None else jnp.asarray(X0).dtype
+    dt = dtype_of(dtype)
+    if dt is None:
+        dt = jnp.asarray(X0).dtype if X0 is not None else jnp.dtype(jnp.float32)
     if not jnp.issubdtype(dt, jnp.floating):
         dt = jnp.dtype(jnp.float32)
     if dt == jnp.float64 and not jax.config.read("jax_enable_x64"):

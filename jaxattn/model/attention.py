@@ -23,7 +23,8 @@ def allowed(n: int, causal, window) -> jax.Array:
         >>> ja.allowed(4, True, 2).astype(int).tolist()   # GPT-Neo's local causal window of width 2
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
     """
-    window = jnp.asarray(window, jnp.int32)  # positions and window in one integer type (strict promotion)
+    causal = jnp.asarray(causal) != 0  # a flag (float in a model, see params.MASK_DTYPE)
+    window = jnp.asarray(window).astype(jnp.int32)  # positions and window in one integer type (strict promotion)
     i = jnp.arange(n, dtype=jnp.int32)[:, None]
     j = jnp.arange(n, dtype=jnp.int32)[None, :]
     ok = jnp.where(causal, j <= i, True)

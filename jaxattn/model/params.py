@@ -36,6 +36,10 @@ Array = jax.Array | np.ndarray
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "quick_gelu", "relu", "silu",
                "swish", "tanh", "linear")
 NORM_STYLES = ("post", "pre")
+#: dtype of the mask members ``causal`` and ``window`` in memory: floats (exact for flags and widths),
+#: so that every leaf of a :class:`Model` is inexact and ``jax.grad`` takes a whole model (their
+#: gradient is zero). Converted files store them as uint8 and int32.
+MASK_DTYPE = np.float32
 
 
 @struct.dataclass
@@ -50,8 +54,8 @@ class Layers:
     k: Array  # [G, H, d_h, d]
     v: Array  # [G, H, d_h, d]
     o: Array  # [G, H, d, d_h]
-    causal: Array  # [G] bool
-    window: Array  # [G] int32; 0 means no window
+    causal: Array  # [G] 1.0 causal, 0.0 not (a float, see MASK_DTYPE)
+    window: Array  # [G] local window width as a float; 0 means no window
     scale: Array  # [G] float: score scale s (1/sqrt(d_h) for BERT, 1 for GPT-Neo)
     bq: Array | None = None  # [G, H, d_h]
     bk: Array | None = None  # [G, H, d_h]
@@ -179,6 +183,8 @@ class Model:
 
 
 def _finite(name: str, a) -> None:
+    if isinstance(a, jax.core.Tracer):  # differentiated or vmapped weights: checked inside the program
+        return
     if (a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)
             and not bool(np.all(np.isfinite(np.asarray(a))))):
         raise ConfigError(f"tensor '{name}' has non-finite values (NaN or inf)")
@@ -217,7 +223,7 @@ def validate(model: Model) -> Model:
         raise ConfigError(f"norm_style must be one of {NORM_STYLES}, got {model.norm_style!r}")
     if model.activation not in ACTIVATIONS:
         raise ConfigError(f"unsupported activation {model.activation!r}; supported: {', '.join(ACTIVATIONS)}")
-    if np.any(np.asarray(lay.window) < 0):
+    if not isinstance(lay.window, jax.core.Tracer) and np.any(np.asarray(lay.window) < 0):
         raise ConfigError("attention windows must be >= 0 (0 = no window)")
     for name in LAYER_FIELDS:  # integer and boolean members (causal, window) are skipped by _finite
         _finite(name, getattr(lay, name))
@@ -284,8 +290,8 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
     parsed = [parse_mask(m) for m in masks]
     scale = 1.0 / np.sqrt(dh) if scale is None else scale
     layers = Layers(q=q, k=k, v=v, o=o,
-                    causal=jnp.asarray([c for c, _ in parsed], dtype=bool),
-                    window=jnp.asarray([w for _, w in parsed], dtype=jnp.int32),
+                    causal=jnp.asarray([c for c, _ in parsed], dtype=MASK_DTYPE),
+                    window=jnp.asarray([w for _, w in parsed], dtype=MASK_DTYPE),
                     scale=jnp.broadcast_to(jnp.asarray(scale, dtype=q.dtype), (G,)),
                     bq=bq, bk=bk, bv=bv, bo=bo, **extra)
     schedule = tuple(range(G)) if schedule is None else tuple(int(s) for s in schedule)

@@ -29,8 +29,9 @@ import numpy as np
 
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
-from jaxattn.dynamics.passes import DTYPES, repeated_passes
+from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
+from jaxattn.dynamics.runner import DTYPES
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model

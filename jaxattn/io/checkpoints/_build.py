@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from jaxattn.io.checkpoints._common import stack
-from jaxattn.model.params import Embeddings, Layers, Model, validate
+from jaxattn.model.params import MASK_DTYPE, Embeddings, Layers, Model, validate
 
 
 def build(sets: list[dict], *, schedule, causal, window, scale, embeddings: dict | None, final_ln=(None, None),
@@ -20,7 +20,8 @@ def build(sets: list[dict], *, schedule, causal, window, scale, embeddings: dict
     st = stack(sets)
     arr = lambda a: None if a is None else np.ascontiguousarray(a)
     members: dict[str, Any] = {k: arr(v) for k, v in st.items()}  # validate() checks the required ones
-    layers = Layers(**members, causal=np.asarray(causal, dtype=bool), window=np.asarray(window, dtype=np.int32),
+    layers = Layers(**members, causal=np.asarray(causal, dtype=MASK_DTYPE),
+                    window=np.asarray(window, dtype=MASK_DTYPE),
                     scale=np.asarray(scale, dtype=np.float64))  # exact; cast at use
     emb = None
     if embeddings is not None:

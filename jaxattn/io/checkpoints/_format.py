@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxattn.errors import CheckpointError
 from jaxattn.io.results import atomic_write_bytes
-from jaxattn.model.params import EMBEDDING_FIELDS, LAYER_FIELDS, Embeddings, Layers, Model, validate
+from jaxattn.model.params import EMBEDDING_FIELDS, LAYER_FIELDS, MASK_DTYPE, Embeddings, Layers, Model, validate
 
 FORMAT_VERSION = 1
 _LAYER_FIELDS = LAYER_FIELDS
@@ -34,7 +34,11 @@ def to_arrays(model: Model) -> dict[str, np.ndarray]:
         a = getattr(model.layers, f)
         if a is not None:
             a = np.asarray(a)
-            out[f"layers.{f}"] = a.astype(np.uint8) if a.dtype == bool else a
+            if f == "causal":  # flags and widths on disk as integers (floats in memory: MASK_DTYPE)
+                a = (a != 0).astype(np.uint8)
+            elif f == "window":
+                a = a.astype(np.int32)
+            out[f"layers.{f}"] = a
     if model.embeddings is not None:
         for f in _EMB_FIELDS:
             a = getattr(model.embeddings, f)
@@ -77,7 +81,8 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Mo
         raise CheckpointError(f"converted file has unexpected tensor(s): {', '.join(extra[:5])}")
     get = lambda k: None if k not in arrays else np.asarray(arrays[k])
     lay: dict[str, Any] = {f: get(f"layers.{f}") for f in _LAYER_FIELDS}  # the required ones are checked above
-    lay["causal"] = lay["causal"].astype(bool)
+    lay["causal"] = lay["causal"].astype(MASK_DTYPE)
+    lay["window"] = lay["window"].astype(MASK_DTYPE)
     emb = None
     if "embeddings.word" in arrays:
         emb_members: dict[str, Any] = {f: get(f"embeddings.{f}") for f in _EMB_FIELDS}
