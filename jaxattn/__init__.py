@@ -31,6 +31,7 @@ from jaxattn.dynamics.discrete import (
     block,
     layer_index,
     simulate,
+    simulate_one,
     step,
 )
 from jaxattn.dynamics.faithful import embed, forward, hidden_states
@@ -121,6 +122,7 @@ __all__ = [
     "run_study",
     "save",
     "simulate",
+    "simulate_one",
     "solve",
     "spectrum",
     "stability",

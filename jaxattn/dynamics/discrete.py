@@ -45,6 +45,7 @@ from jaxattn.dynamics.runner import (
     resolve_dtype,
     run,
     traced,
+    working_bytes,
 )
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
@@ -185,6 +186,12 @@ class Simulation(NamedTuple):
     final: jax.Array  # [B, n, d]
     trajectory: jax.Array | None  # [B, T, n, d] when asked for, else None
 
+    @property
+    def ok(self) -> jax.Array:
+        """``[B]`` bool: the final state of each condition is finite (``False`` where the map overflowed;
+        :func:`simulate` warns when any is)."""
+        return jnp.all(jnp.isfinite(self.final), axis=(-2, -1))
+
 
 def saved_steps(steps: int, save=None) -> np.ndarray:
     """Step indices at which :func:`simulate` evaluates observables for a ``save`` option:
@@ -205,7 +212,9 @@ def _scan(f: Callable, carry, ks: jax.Array):
     The ``L`` steps run as an outer scan over ``⌈√L⌉``-step segments, each segment rematerialised
     (``jax.checkpoint``) and each step too: a gradient stores the states at segment boundaries and,
     while one segment is differentiated, that segment's states — about ``2√L`` states instead of ``L``
-    states and all their attention weights. Without differentiation the steps, their order and their
+    states and all their attention weights. (Keeping a segment's intermediates instead of recomputing
+    each step was measured slower as well as larger on a CPU: the saved attention weights cost more
+    memory traffic than the recomputation.) Without differentiation the steps, their order and their
     arithmetic are those of the plain scan (``checkpoint`` only changes what autodiff saves).
     """
     L = ks.shape[0]
@@ -446,7 +455,9 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
             with jax.default_matmul_precision(check_precision(precision)):
                 obs, final = fused_simulate(model, X0.astype(dtype), steps, dyn=dynamics, alpha=alpha,
                                             beta=beta, S=S, save=save)
-            return Simulation(obs, final, None)
+            fused = Simulation(obs, final, None)
+            _warn_non_finite(fused)
+            return fused
         except Exception as e:
             if kernel == "fused":
                 raise
@@ -454,6 +465,22 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
             warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
                           "using the plain path (kernel='plain' silences this)", RuntimeWarning, stacklevel=2)
     params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype), jnp.int32(0))
+    hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
+    cost = working_bytes(X0.shape[1], model.d_model, model.n_heads, dtype, hidden=hidden,
+                         saved=len(saved_steps(steps, save)) if trajectory else 0)
     obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
-                           precision=precision)
-    return Simulation(obs, final, traj)
+                           precision=precision, condition_bytes=cost)
+    res = Simulation(obs, final, traj)
+    if not traced(res.final):
+        _warn_non_finite(res)
+    return res
+
+
+def _warn_non_finite(res: Simulation) -> None:
+    """A run whose states left the finite numbers (an α or β so large that exp or the norm overflows)
+    says so: its conditions are flagged in :attr:`Simulation.ok` and a warning counts them."""
+    bad = int(np.sum(~np.asarray(res.ok)))
+    if bad:
+        warnings.warn(f"{bad} of {res.ok.shape[0]} conditions reached non-finite states (NaN or inf): the "
+                      "dynamics overflowed (too large alpha or beta?); Simulation.ok flags them", RuntimeWarning,
+                      stacklevel=3)

@@ -20,6 +20,7 @@ equal programs share one compiled executable. The runner owns what both kinds of
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -96,19 +97,43 @@ def check_precision(precision: str) -> str:
     return PRECISIONS[precision]
 
 
+def memory_limit() -> int:
+    """Bytes one device can hold: its allocator's limit on accelerators, the physical memory on a CPU."""
+    try:
+        stats = jax.local_devices()[0].memory_stats()
+    except Exception:  # backends without memory statistics
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def working_bytes(n: int, d: int, heads: int, dtype, *, hidden: int = 0, saved: int = 0) -> int:
+    """A rough working set of one condition in one block map: attention scores and weights
+    ``[H, n, n]`` (a few copies), the states and projections ``[n, d]``, an FFN's ``[n, f]`` and the
+    saved states. Used only to refuse a lane width that cannot fit (:func:`run`)."""
+    return jnp.dtype(dtype).itemsize * (3 * heads * n * n + 8 * n * d + 2 * n * hidden + saved * n * d)
+
+
 def run(program, X0: jax.Array, params: Any, *, batch_size: int | None = None, devices=None,
-        precision: str = "highest") -> Any:
+        precision: str = "highest", condition_bytes: int | None = None) -> Any:
     """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
 
     ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
     not recompile. With several ``devices`` the batch is split over them (``shard_map``: each device
     runs its own blocks of the same width, so a condition's numbers do not depend on the number of
-    devices). ``precision`` is the matrix-product policy (:data:`PRECISIONS`). Returns the program's
-    pytree with a leading axis ``B``.
+    devices). ``precision`` is the matrix-product policy (:data:`PRECISIONS`). ``condition_bytes``
+    (:func:`working_bytes`): a lane width whose block would need more than half the device's memory is
+    refused with the estimate, rather than attempted. Returns the program's pytree with a leading axis ``B``.
     """
     xla_precision = check_precision(precision)
     B = X0.shape[0]
     lanes = lanes_for(B, batch_size)
+    if condition_bytes is not None and lanes * condition_bytes > memory_limit() // 2:
+        need, have = lanes * condition_bytes / 2**30, memory_limit() / 2**30
+        raise ConfigError(f"batch_size={lanes} runs {lanes} conditions at once, about {need:.3g} GiB for one block "
+                          f"(the device has {have:.3g} GiB): give a smaller batch_size (default "
+                          f"{default_lanes()} on this backend)")
     mesh = mesh_of(devices)
     width = lanes * (1 if mesh is None else mesh.size)
     pad = (-B) % width
