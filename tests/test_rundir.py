@@ -247,3 +247,11 @@ def test_claim_records_names_before_writing_and_only_in_unfinished_runs(tmp_path
     (run.path / rundir.MARKER).write_text("{not json")
     with pytest.raises(ConfigError, match="not a jaxattn run marker"):
         rundir.start(run.path, "simulate", overwrite=True)
+
+
+def test_a_write_of_the_marker_itself_killed_is_not_foreign(tmp_path):
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "..jaxattn-run.json.a1b2c3d4.tmp").write_text("{")  # killed while writing the first marker
+    run = rundir.start(out, "consensus")
+    assert sorted(p.name for p in run.path.iterdir()) == [rundir.MARKER]

@@ -224,7 +224,7 @@ def cmd_simulate(args, cfg) -> int:
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
     resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
     stats: dict = {}
-    with Timer() as t:
+    with rundir.undone_if_refused(run), Timer() as t:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
                        dtype=dtype, progress=cfg["progress"], keep_final=cfg["keep_final"], stats=stats,
@@ -383,7 +383,8 @@ def cmd_analyze(args, cfg) -> int:
     model = load_model_arg(cfg["model"], cfg)
     out = Path(cfg["out"])
     run = _start_run(cfg, "analyze", own=(STORE,))
-    tables = run_study(model, out, study, model_name=str(cfg["model"]))
+    with rundir.undone_if_refused(run):
+        tables = run_study(model, out, study, model_name=str(cfg["model"]))
     rundir.finish(run)
     main_rows = tables["main"]
     holds = sum(r["holds"] for r in main_rows)

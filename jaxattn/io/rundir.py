@@ -30,11 +30,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, JaxattnError
 
 MARKER = ".jaxattn-run.json"
 FORMAT = "jaxattn-run"
@@ -44,11 +45,13 @@ _TMP = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")  # tempfile.mkstemp(prefix=".
 
 @dataclass(frozen=True)
 class RunDir:
-    """A started run directory: ``path``; ``created``: the outermost folder :func:`start` created (or None)."""
+    """A started run directory: ``path``; ``created``: the outermost folder :func:`start` created (or None);
+    ``fresh``: a new run (nothing of an earlier one kept to resume)."""
 
     path: Path
     command: str
     created: Path | None = None
+    fresh: bool = True
 
 
 # ---------------------------------------------------------------- paths
@@ -121,20 +124,17 @@ def new_marker(command: str, files: Iterable[str] = ()) -> dict:
 
 
 def is_ours(name: str, files: Iterable[str]) -> bool:
-    """Whether an entry ``name`` of a run directory is jaxattn's: a listed name or one's temporary."""
-    files = set(files)
-    if name == MARKER or name in files:
-        return True
+    """Whether an entry ``name`` of a run directory is jaxattn's: the marker, a listed name, or a temporary of
+    either (a write killed before its rename)."""
+    files = {*files, MARKER}
     m = _TMP.match(name)
-    return m is not None and m["name"] in files
+    return name in files or (m is not None and m["name"] in files)
 
 
 def foreign(out: Path, marker: dict | None) -> list[str]:
-    """Entries of ``out`` that jaxattn did not write (sorted); without a marker, every entry."""
-    names = sorted(p.name for p in Path(out).iterdir())
-    if marker is None:
-        return names
-    return [n for n in names if not is_ours(n, marker["files"])]
+    """Entries of ``out`` that jaxattn did not write (sorted); without a marker, all but a temporary of one."""
+    files = marker["files"] if marker is not None else ()
+    return sorted(p.name for p in Path(out).iterdir() if not is_ours(p.name, files))
 
 
 def _remove(path: Path) -> None:
@@ -199,17 +199,17 @@ def start(raw, command: str, *, overwrite: bool = False, resumable: bool = False
     out = out_path(raw, option)
     created = _create(out, option)
     marker = None if created else read_marker(out)
-    own = tuple(own)
+    own, fresh = tuple(own), True
     if created is None:
         names = foreign(out, marker)
         if marker is None and names and resumable and set(names) <= set(own):
-            names = []  # an unfinished run of an older jaxattn (its chunk folder only): resumed
+            names, fresh = [], False  # an unfinished run of an older jaxattn (its chunk folder only): resumed
         if names:
             _refuse_foreign(out, marker, names, option)
     if marker is not None:
         same = marker["command"] == command and not marker.get("finished")
         if same and resumable:
-            clear(out, marker, temporaries_only=True)  # stale temporaries of a killed write
+            fresh = False
         elif same or overwrite:
             clear(out, marker)
             marker = None
@@ -217,9 +217,10 @@ def start(raw, command: str, *, overwrite: bool = False, resumable: bool = False
             state = "a finished" if marker.get("finished") else "an unfinished"
             raise ConfigError(f"{option} {out} holds {state} run of `jaxattn {marker['command']}`; choose another "
                               "directory or pass --overwrite to replace it")
-    files = set(own) | (set(marker["files"]) if marker is not None else set())
-    _write_marker(out, new_marker(command, files))
-    return RunDir(out, command, created)
+    marker = new_marker(command, set(own) | set(marker["files"] if marker is not None else ()))
+    _write_marker(out, marker)
+    clear(out, marker, temporaries_only=True)  # stale temporaries of writes killed before their rename
+    return RunDir(out, command, created, fresh)
 
 
 def claim(path) -> None:
@@ -243,6 +244,18 @@ def finish(run: RunDir) -> None:
     _write_marker(run.path, {**(marker or new_marker(run.command)), "finished": True})
 
 
+@contextmanager
+def undone_if_refused(run: RunDir) -> Iterator[None]:
+    """Around a run's computation: if it refuses its input (:class:`JaxattnError`) and the run is fresh, what it
+    wrote is removed (:func:`abandon`), so bad input leaves no output; an interruption keeps it to resume."""
+    try:
+        yield
+    except JaxattnError:
+        if run.fresh:
+            abandon(run)
+        raise
+
+
 def abandon(run: RunDir) -> None:
     """Put ``run``'s directory back as it was before :func:`start` (a failed or interrupted study): what
     jaxattn wrote is removed, then the marker, then the folders :func:`start` created if they are empty."""
@@ -263,4 +276,4 @@ def abandon(run: RunDir) -> None:
 
 
 __all__ = ["MARKER", "RunDir", "abandon", "claim", "clear", "dir_out", "file_out", "finish", "foreign", "is_ours",
-           "out_path", "read_marker", "start"]
+           "out_path", "read_marker", "start", "undone_if_refused"]
