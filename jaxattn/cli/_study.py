@@ -19,7 +19,7 @@ def formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def add_output_options(p: argparse.ArgumentParser, d: dict) -> None:
-    """``--figures``, ``--out``, ``--progress`` and ``--config``, with the command's defaults ``d``."""
+    """``--figures``, ``--out``, ``--overwrite``, ``--progress`` and ``--config``, with the command's defaults ``d``."""
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
                    help=f"write PNG figures [{d['figures']}]")
     p.add_argument("--out", help=f"output run directory (new, empty, or an earlier run of this study) [{d['out']}]")
