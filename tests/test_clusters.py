@@ -223,7 +223,7 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
                "--num", "1000", "--table-n", "5", "--table-d", "2", "--table-beta", "2", "--good-d", "1,2",
                "--good-samples", "400", "--ensembles", "ginibre,positive"])
     assert rc == 0
-    names = {p.name for p in out.iterdir()}
+    names = {p.name for p in out.iterdir()} - {".jaxattn-run.json"}  # the run-directory marker
     pngs = {"polytope.png", "hyperplanes.png", "other_spectra.png", "boolean.png", "counts.png"}
     assert {"config.json", "report.md", "pictures.csv", "counts.csv", "good_triples.csv", "boolean.csv"} | pngs == names
     for png in pngs:

@@ -85,28 +85,32 @@ def test_corrupt_or_missing_store_files_are_never_trusted(tmp_path):
 
 
 # ------------------------------------------------------------------ user data and finished runs
-def test_user_files_are_never_deleted(tmp_path):
+def test_user_files_are_never_deleted(tmp_path, capsys):
     out = tmp_path / "u"
     (out / "chunks").mkdir(parents=True)
     (out / "chunks" / "keep.txt").write_text("x")
     (out / "sweeps").mkdir()
     (out / "sweeps" / "mine.txt").write_text("y")
-    assert main(["simulate", *SMALL, "--out", str(out)]) == 0
+    for extra in ([], ["--overwrite"]):  # a directory jaxattn did not write is refused, never mixed or cleared
+        assert main(["simulate", *SMALL, "--out", str(out), *extra]) == 2
+        assert "'chunks', which jaxattn did not write" in _err(capsys)
     assert (out / "chunks" / "keep.txt").read_text() == "x" and (out / "sweeps" / "mine.txt").read_text() == "y"
-    assert not (out / sweep_mod.STORE).exists()
+    assert sorted(p.name for p in out.iterdir()) == ["chunks", "sweeps"]
 
 
-def test_finished_run_is_refused_or_replaced_whole(tmp_path, capsys):
+def test_finished_run_is_refused_or_replaced(tmp_path, capsys):
     out = tmp_path / "r"
     assert main(["simulate", *SMALL, "--out", str(out)]) == 0
-    (out / "old-figure.png").write_bytes(b"stale")
     capsys.readouterr()
     assert main(["simulate", *SMALL, "--seed", "7", "--out", str(out)]) == 2
     assert "holds a finished run" in _err(capsys)
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 0  # untouched
+    (out / "old-figure.png").write_bytes(b"mine")  # not jaxattn's: --overwrite refuses rather than delete it
+    assert main(["simulate", *SMALL, "--seed", "7", "--out", str(out), "--overwrite"]) == 2
+    assert "'old-figure.png', which jaxattn did not write" in _err(capsys)
+    (out / "old-figure.png").unlink()
     assert main(["simulate", *SMALL, "--seed", "7", "--out", str(out), "--overwrite"]) == 0
     assert json.loads((out / "config.json").read_text())["config"]["seed"] == 7
-    assert not (out / "old-figure.png").exists()
 
 
 # ------------------------------------------------------------------ options recorded but not applied
@@ -317,9 +321,10 @@ def test_unreadable_config_files_are_one_error_line(name, text, match, tmp_path,
 def test_an_interrupted_study_leaves_its_directory_as_it_found_it(tmp_path, monkeypatch, capsys):
     import jaxattn.studies.stability as study
 
-    def interrupted(out, cfg, progress=None):  # writes part of its directory, then Ctrl-C
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "half.csv").write_text("partial")
+    def interrupted(out, cfg, progress=None):  # writes part of its directory (as studies write), then Ctrl-C
+        from jaxattn.io.results import atomic_write_text
+
+        atomic_write_text(out / "half.csv", "partial")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(study, "run_study", interrupted)

@@ -76,18 +76,12 @@ def _resolve(args: argparse.Namespace, defaults: dict) -> dict:
     return out
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """An output directory: not a file; a finished run in it is refused unless ``--overwrite`` (then the
-    directory is replaced as a whole); an unfinished one resumes."""
-    if out.exists() and not out.is_dir():
-        raise JaxattnError(f"--out {out} exists and is not a directory")
-    if (out / "config.json").is_file():
-        if not overwrite:
-            raise JaxattnError(f"--out {out} holds a finished run; choose another directory or pass --overwrite "
-                               "to replace it")
-        import shutil
+def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
+    """``--out`` of a resumable command, checked and prepared before any computation: new, empty, an unfinished
+    run of the command (resumed) or, with ``--overwrite``, a finished one (see :mod:`jaxattn.io.rundir`)."""
+    from jaxattn.io import rundir
 
-        shutil.rmtree(out)
+    return rundir.start(cfg["out"], command, overwrite=cfg["overwrite"], resumable=True, own=own)
 
 
 def _check_number(name: str, v) -> None:
@@ -151,7 +145,7 @@ def _add_simulate(sub):
     g.add_argument("--keep-final", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also store the final states [B, n, d] [{d['keep_final']}]")
     g.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"replace a finished run in --out as a whole [{d['overwrite']}]")
+                   help=f"replace a finished run in --out (only the files jaxattn wrote) [{d['overwrite']}]")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help=f"show a progress bar [{d['progress']}]")
     g.add_argument("--config", help="JSON or TOML file of option = value, or a finished run's config.json "
@@ -201,8 +195,9 @@ def cmd_simulate(args, cfg) -> int:
     import numpy as np
 
     from jaxattn.dynamics.discrete import Dynamics, check_dynamics
+    from jaxattn.io import rundir
     from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
-    from jaxattn.sweeps.chunked import Timer, finish, sweep
+    from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
     for k in ("n", "num_init", "chunk"):
@@ -225,11 +220,11 @@ def cmd_simulate(args, cfg) -> int:
         raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
     if cfg["norm"] == "layernorm" and model.layers.ln1_w is None:
         raise JaxattnError("--norm layernorm: this model has no LayerNorm weights (random models are attention-only)")
-    _check_out(out, cfg["overwrite"])
+    run = _start_run(cfg, "simulate", own=(STORE,))
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
     resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
     stats: dict = {}
-    with Timer() as t:
+    with rundir.undone_if_refused(run), Timer() as t:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
                        dtype=dtype, progress=cfg["progress"], keep_final=cfg["keep_final"], stats=stats,
@@ -262,6 +257,7 @@ def cmd_simulate(args, cfg) -> int:
     ]
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "summary.txt", text)
+    rundir.finish(run)
     finish(out)
     print(text, end="")
     return 0
@@ -280,13 +276,15 @@ def _add_convert(sub):
     p.add_argument("--dtype", choices=["source", "float32", "float64"], default="source",
                    help="stored precision [source: keep the checkpoint's]")
     p.add_argument("--revision", help="hub revision (branch, tag or commit) for a hub id")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
     p.set_defaults(func=cmd_convert)
 
 
 def cmd_convert(args, cfg) -> int:
     from jaxattn.io.checkpoints import convert, inspect
+    from jaxattn.io.rundir import file_out
 
-    out = convert(args.source, args.out, dtype=args.dtype, revision=args.revision)
+    out = convert(args.source, file_out(args.out, args.overwrite), dtype=args.dtype, revision=args.revision)
     print(inspect(out))
     print(f"written      {out}")
     return 0
@@ -353,7 +351,7 @@ def _add_analyze(sub):
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help=f"show progress bars [{d['progress']}]")
     p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"replace a finished run in --out as a whole [{d['overwrite']}]")
+                   help=f"replace a finished run in --out (only the files jaxattn wrote) [{d['overwrite']}]")
     p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
     # random-model options, used when MODEL is 'random'
     for k, v in (("d", 64), ("heads", 4), ("depth", 12)):
@@ -366,7 +364,8 @@ def _add_analyze(sub):
 
 
 def cmd_analyze(args, cfg) -> int:
-    from jaxattn.studies.power_method import StudyConfig, run_study
+    from jaxattn.io import rundir
+    from jaxattn.studies.power_method import STORE, StudyConfig, run_study
 
     _dtype(cfg["dtype"])
     try:
@@ -383,8 +382,10 @@ def cmd_analyze(args, cfg) -> int:
         _check_number(k, cfg[k])
     model = load_model_arg(cfg["model"], cfg)
     out = Path(cfg["out"])
-    _check_out(out, cfg["overwrite"])
-    tables = run_study(model, out, study, model_name=str(cfg["model"]))
+    run = _start_run(cfg, "analyze", own=(STORE,))
+    with rundir.undone_if_refused(run):
+        tables = run_study(model, out, study, model_name=str(cfg["model"]))
+    rundir.finish(run)
     main_rows = tables["main"]
     holds = sum(r["holds"] for r in main_rows)
     print(model.summary())

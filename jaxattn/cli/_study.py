@@ -19,10 +19,12 @@ def formatter(prog: str) -> argparse.HelpFormatter:
 
 
 def add_output_options(p: argparse.ArgumentParser, d: dict) -> None:
-    """``--figures``, ``--out``, ``--progress`` and ``--config``, with the command's defaults ``d``."""
+    """``--figures``, ``--out``, ``--overwrite``, ``--progress`` and ``--config``, with the command's defaults ``d``."""
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
                    help=f"write PNG figures [{d['figures']}]")
-    p.add_argument("--out", help=f"output directory (must not hold another run) [{d['out']}]")
+    p.add_argument("--out", help=f"output run directory (new, empty, or an earlier run of this study) [{d['out']}]")
+    p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"replace a finished run in --out (only the files jaxattn wrote) [{d['overwrite']}]")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help=f"stage messages on stderr [{d['progress']}]")
     p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
@@ -37,8 +39,7 @@ def config_of(config_cls: type[T], cfg: dict) -> T:
 
 
 def run_in_out(name: str, cfg: dict, body: Callable[[Path, Callable[[str], None] | None], T]) -> T:
-    """``body(out, say)`` into ``cfg['out']`` (new or empty; left as found if the study fails or is interrupted),
-    with ``[name]`` stage messages when ``--progress``."""
-    out = Path(cfg["out"])
+    """``body(out, say)`` into the run directory ``cfg['out']`` (see :mod:`jaxattn.io.rundir`; left as found if the
+    study fails or is interrupted), with ``[name]`` stage messages when ``--progress``."""
     say = stages(name, cfg["progress"])
-    return run_into(out, lambda: body(out, say))
+    return run_into(cfg["out"], lambda out: body(out, say), command=name, overwrite=cfg["overwrite"])

@@ -6,7 +6,7 @@ from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_
 from jaxattn.studies.clusters import ClustersConfig
 from jaxattn.studies.skeleton import config_defaults
 
-DEFAULTS = config_defaults(ClustersConfig, out="runs/clusters", progress=True)
+DEFAULTS = config_defaults(ClustersConfig, out="runs/clusters", progress=True, overwrite=False)
 
 
 def register(sub) -> None:

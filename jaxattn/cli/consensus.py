@@ -9,7 +9,7 @@ from jaxattn.dynamics.runner import DTYPES
 from jaxattn.studies.consensus import ConsensusConfig
 from jaxattn.studies.skeleton import config_defaults
 
-DEFAULTS = config_defaults(ConsensusConfig, model="minilm", out="runs/consensus", progress=True)
+DEFAULTS = config_defaults(ConsensusConfig, model="minilm", out="runs/consensus", progress=True, overwrite=False)
 
 
 def register(sub) -> None:

@@ -9,7 +9,6 @@ run directory is a sweep store (chunked, checksummed, resumable) with ``config.j
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from jaxattn.cli._study import formatter
 from jaxattn.errors import ConfigError
@@ -105,13 +104,12 @@ def run(args, cfg) -> int:
 
     from jaxattn.cli.sweep import execute
     from jaxattn.io.results import atomic_write_text, provenance, write_json
+    from jaxattn.io.rundir import dir_out
     from jaxattn.sweeps.grid import expand, validate_config
 
     point = _point_config(args)
     resolved = validate_config(point)
-    out = Path(args.out or "runs/solve")
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} exists and is not a directory")
+    out = dir_out("runs/solve" if args.out is None else args.out)
     sw = execute(point, out, args, args.quiet)
     p = expand(resolved)[0]
     arrays = sw.arrays(0)

@@ -7,7 +7,7 @@ from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_
 from jaxattn.studies.skeleton import config_defaults
 from jaxattn.studies.stability import StabilityConfig
 
-DEFAULTS = config_defaults(StabilityConfig, out="runs/stability", progress=True)
+DEFAULTS = config_defaults(StabilityConfig, out="runs/stability", progress=True, overwrite=False)
 
 
 def register(sub) -> None:

@@ -56,7 +56,9 @@ def execute(config, out: Path, args, quiet: bool):
 
 
 def run(args, cfg) -> int:
-    out = Path(args.out) if args.out else Path("runs") / Path(args.config).stem
+    from jaxattn.io.rundir import dir_out
+
+    out = dir_out(Path("runs") / Path(args.config).stem if args.out is None else args.out)
     sw = execute(args.config, out, args, args.quiet)
     s = sw.summary
     print(f"jaxattn sweep: {s['points']} grid point(s), {s['conditions']:,} initial conditions "

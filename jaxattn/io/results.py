@@ -26,9 +26,13 @@ _PACKAGES = ("jaxattn", "jax", "jaxlib", "numpy", "flax", "diffrax", "safetensor
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    """Write ``data`` to ``path`` through a temporary file ``.NAME.XXXXXXXX.tmp`` and ``os.replace``; inside a
+    run directory the name is first recorded in its marker (:func:`jaxattn.io.rundir.claim`)."""
+    from jaxattn.io.rundir import claim
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    claim(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -47,6 +51,15 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def save_png(fig, path, dpi: int) -> Path:
+    """A matplotlib figure as a PNG file, written atomically (a killed run leaves no half-written figure)."""
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def weights_sha256(model) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from jaxattn.analysis import clusters as cl
 from jaxattn.errors import ConfigError
-from jaxattn.io.results import atomic_write_text, provenance, write_json
+from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
 from jaxattn.studies.skeleton import csv_text, write_report
 
 
@@ -323,7 +323,7 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
 
     def save(fig, name):
         fig.tight_layout()
-        fig.savefig(out / name, dpi=110)
+        save_png(fig, out / name, 110)
         plt.close(fig)
         names.append(name)
 

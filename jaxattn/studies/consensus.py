@@ -33,7 +33,7 @@ from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
 from jaxattn.dynamics.runner import DTYPES
 from jaxattn.errors import ConfigError, positive_int
-from jaxattn.io.results import atomic_write_text, provenance, write_json
+from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
 from jaxattn.model.params import Model
 from jaxattn.studies.skeleton import csv_text, write_report
 
@@ -225,7 +225,7 @@ def _figures(out: Path, model: Model, curves, syn) -> list[str]:
     ax.set_ylabel("1 − mean cos(x_1, x_j)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "passes.png", dpi=120)
+    save_png(fig, out / "passes.png", 120)
     plt.close(fig)
     names.append("passes.png")
     if syn:
@@ -238,7 +238,7 @@ def _figures(out: Path, model: Model, curves, syn) -> list[str]:
             ax.set_xlabel("t")
         np.atleast_1d(axes)[0].set_ylabel("first-token measure")
         fig.tight_layout()
-        fig.savefig(out / "synthetic.png", dpi=120)
+        save_png(fig, out / "synthetic.png", 120)
         plt.close(fig)
         names.append("synthetic.png")
     return names

@@ -149,6 +149,9 @@ def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
     return rows
 
 
+STORE = ".jaxattn-analyze"  # the chunk stores of the study's runs, kept only to resume
+
+
 def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_name: str = "model") -> dict:
     """Run the whole study into ``out_dir``; return the tables (lists of row dicts). ``cfg`` defaults to
     ``StudyConfig()``."""
@@ -180,7 +183,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
         with Timer() as t:
             # the attention rank comes from the weights each step applies, for every dynamics
             arrays = sweep(model, steps=steps, dynamics=dyn, observe=alignment_observables, aux=tab,
-                           out_dir=out / ".jaxattn-analyze" / run, fingerprint={**fp, "run": run}, **common)
+                           out_dir=out / STORE / run, fingerprint={**fp, "run": run}, **common)
         timings[run] = round(t.seconds, 3)
         tables[run] = layer_table(arrays, spec, model.schedule, steps, run)
         finals[f"{run}.rho1_final"] = arrays["observables.rho1_after"][:, -1].reshape(-1)
@@ -270,7 +273,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
         figures = plots.power_method_figures(out, spec, tables, finals, model_name)
     report = make_report(model, model_name, cfg, spec, tables, lyap, figures)
     atomic_write_text(out / "report.md", report)
-    shutil.rmtree(out / ".jaxattn-analyze", ignore_errors=True)  # the tool's chunk stores, kept only to resume
+    shutil.rmtree(out / STORE, ignore_errors=True)  # the tool's chunk stores, kept only to resume
     return tables
 
 

@@ -3,22 +3,19 @@
 A study module (:mod:`jaxattn.studies.power_method`, ``consensus``, ``clusters``, ``stability``)
 defines a configuration dataclass with a ``check()`` method and a ``run_study(...)`` that fills one
 run directory: ``config.json`` (the configuration with seed, versions and device), CSV tables, PNG
-figures and ``report.md``. What they share lives here: the run-directory contract (a new or empty
-directory; a failed or interrupted study leaves it as it found it, never half-written), the CSV
-tables, and the stage messages.
+figures and ``report.md``. What they share lives here: running into a run directory (the contract of
+:mod:`jaxattn.io.rundir`; a failed or interrupted study leaves it as it found it, never half-written),
+the CSV tables, and the stage messages.
 """
 
 from __future__ import annotations
 
 import csv
 import io
-import shutil
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
-
-from jaxattn.errors import ConfigError
 
 T = TypeVar("T")
 
@@ -33,26 +30,20 @@ def csv_text(rows: Sequence[dict]) -> str:
     return buf.getvalue()
 
 
-def check_out(out: Path) -> None:
-    """A study writes into a new or empty directory only (another run is never mixed or overwritten)."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ConfigError(f"--out {out} exists and is not an empty directory: choose another one")
+def run_into(out, body: Callable[[Path], T], *, command: str, overwrite: bool = False) -> T:
+    """``body(path)``, which writes the study ``command`` into the run directory ``out``, checked and prepared
+    first by :func:`jaxattn.io.rundir.start` (a finished study is replaced only with ``overwrite``); if the
+    study fails or is interrupted, what it wrote is removed and ``out`` is left as it was found."""
+    from jaxattn.io import rundir
 
-
-def run_into(out: Path, body: Callable[[], T]) -> T:
-    """``body()``, which writes into ``out``; if it fails or is interrupted, ``out`` is put back as it was
-    (removed if the study created it, emptied if it was an empty directory the user gave)."""
-    check_out(out)
-    existed = out.exists()
+    run = rundir.start(out, command, overwrite=overwrite)
     try:
-        return body()
+        result = body(run.path)
     except BaseException:
-        if existed:
-            for p in out.iterdir():
-                shutil.rmtree(p) if p.is_dir() else p.unlink()
-        else:
-            shutil.rmtree(out, ignore_errors=True)
+        rundir.abandon(run)
         raise
+    rundir.finish(run)
+    return result
 
 
 def stages(name: str, enabled: bool) -> Callable[[str], None] | None:

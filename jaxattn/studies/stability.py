@@ -36,7 +36,7 @@ from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.fields import C2
 from jaxattn.errors import ConfigError
-from jaxattn.io.results import atomic_write_text, provenance, write_json
+from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies.skeleton import csv_text, write_report
@@ -358,14 +358,14 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         ax.legend(fontsize=8)
     axes[0, 0].set_ylabel("models")
     fig.tight_layout()
-    fig.savefig(out / "counts.png", dpi=120)
+    save_png(fig, out / "counts.png", 120)
     plt.close(fig)
     names.append("counts.png")
     fig = plt.figure(figsize=(9, 4.2))
     for j, (name, (path, v1)) in enumerate(traj.items()):
         _paths(fig.add_subplot(1, 2, j + 1, projection="3d"), path, v1, name.replace("_", " "))
     fig.tight_layout()
-    fig.savefig(out / "sphere_trajectories.png", dpi=120)
+    save_png(fig, out / "sphere_trajectories.png", 120)
     plt.close(fig)
     names.append("sphere_trajectories.png")
     fig, ax = plt.subplots(figsize=(5, 3.4))
@@ -376,7 +376,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
     ax.set_ylabel("mean |<x_i, v_1>|")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out / "correlation.png", dpi=120)
+    save_png(fig, out / "correlation.png", 120)
     plt.close(fig)
     names.append("correlation.png")
     if tables["perturbation"]:
@@ -389,7 +389,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         ax.set_xlabel("perturbation ε")
         ax.set_ylabel("fraction returned")
         fig.tight_layout()
-        fig.savefig(out / "perturbation.png", dpi=120)
+        save_png(fig, out / "perturbation.png", 120)
         plt.close(fig)
         names.append("perturbation.png")
     if perturb_traj:
@@ -397,7 +397,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         for j, (name, (eps, path, v)) in enumerate(perturb_traj.items()):
             _paths(fig.add_subplot(1, 2, j + 1, projection="3d"), path, v, f"ε = {eps:.3g} ({name})")
         fig.tight_layout()
-        fig.savefig(out / "bipartite_perturbation.png", dpi=120)
+        save_png(fig, out / "bipartite_perturbation.png", 120)
         plt.close(fig)
         names.append("bipartite_perturbation.png")
     if tables["basins"]:
@@ -412,7 +412,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
             ax.set_xlabel("basin fraction")
             ax.set_title(time, fontsize=9)
         fig.tight_layout()
-        fig.savefig(out / "basins.png", dpi=120)
+        save_png(fig, out / "basins.png", 120)
         plt.close(fig)
         names.append("basins.png")
     return names
