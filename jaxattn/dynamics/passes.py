@@ -115,14 +115,15 @@ class _Observe0:
 def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
                     redraw: bool = False, key=None, init_std: float = 0.02, mask: str | None = None,
                     observe: Callable | None = None, aux: Any = None, batch_size: int | None = None,
-                    dtype="float32") -> Passes:
+                    dtype="float32", precision: str = "highest") -> Passes:
     """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
 
     ``X0`` is the input of the first block (e.g. :func:`jaxattn.dynamics.prompts.embed_prompts`). Calling the
     Hugging Face model pass after pass with ``inputs_embeds`` adds the position embeddings again at
     every pass; this function applies the blocks and ``ln_f`` only (it equals that loop when the
     position embeddings are zero, which is how the tests check it). See the module docstring for the
-    options. Returns :class:`Passes`.
+    options; ``precision`` is the matrix-product policy of float32 passes (as in :func:`jaxattn.simulate`).
+    Returns :class:`Passes`.
 
     Examples:
         >>> import jax, jaxattn as ja
@@ -159,12 +160,13 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     # prompts are few and long: by default the whole batch is one block (no padding to the runner's
     # fixed width); pass batch_size for numbers that do not depend on the batch size
     batch_size = X.shape[0] if batch_size is None else batch_size
-    first = run(_Observe0(dynamics, observe), X, (base.astype(dt), aux), batch_size=batch_size)
+    first = run(_Observe0(dynamics, observe), X, (base.astype(dt), aux), batch_size=batch_size, precision=precision)
     parts = [jax.tree_util.tree_map(lambda a: a[:, None], first)]
     program = _OnePass(dynamics, observe, bool(final_norm))
     for p in range(passes):
         m = redraw_weights(base, jax.random.fold_in(key, p), init_std) if redraw else base
-        X, obs = run(program, X, (m.astype(dt), jnp.int32(p * model.depth), aux), batch_size=batch_size)
+        X, obs = run(program, X, (m.astype(dt), jnp.int32(p * model.depth), aux), batch_size=batch_size,
+                     precision=precision)
         parts.append(obs)
     obs = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
     return Passes(obs, X)
