@@ -17,14 +17,15 @@ GPU machines are lent rarely and briefly, so one call must answer every open que
 
 Every stage runs in its own process with its own time budget: a stage that fails, hangs or crashes the
 process is recorded as such and the others still run. What a stage has measured before its budget ran
-out is kept. Everything goes to one folder (``--out``, default ``runs/gpu-check``): ``summary.json``,
-``summary.md`` (paste into ``benchmarks/README.md`` and ``docs/gpu.md``), a log per stage and the
-suite's JUnit XML. Exit status 0 when every stage ran to the end, else 1 (the summary is written
-either way).
+out is kept. (The reduced form runs the stages in one process, ``--inline``, to pay the imports once;
+``--isolate`` runs it as the full form does.) Everything goes to one folder (``--out``, default
+``runs/gpu-check``): ``summary.json``, ``summary.md`` (paste into ``benchmarks/README.md`` and
+``docs/gpu.md``), a log per stage and the suite's JUnit XML. Exit status 0 when every stage ran to
+the end, else 1 (the summary is written either way).
 
 Off a GPU (or with ``--reduced``) the same stages run in a reduced form — tiny sizes, the kernel in
-Pallas interpret mode, one test of the suite — in well under a minute; ``tests/test_gpu_check.py``
-runs that form in CI so that this script cannot rot between GPU runs.
+Pallas interpret mode, one test of the suite — in about a minute of CPU time;
+``tests/test_gpu_check.py`` runs that form in CI so that this script cannot rot between GPU runs.
 
 Run from a source checkout: ``make gpu-check`` (the project's ``.venv``), or with a GPU image's own
 packages ``make gpu-check GPU_CHECK_PY=python3``, or directly
@@ -503,7 +504,7 @@ def _child(name: str, reduced: bool, result: Path, out: Path, seconds: float) ->
         res = STAGES[name].fn(ctx)
         ctx.record({**res, "_complete": True})
         return 0
-    except BaseException as e:  # the record of the failure is the stage's result
+    except Exception as e:  # the record of the failure is the stage's result
         try:
             partial = json.loads(result.read_text()) if result.is_file() else {}
         except ValueError:
@@ -512,22 +513,53 @@ def _child(name: str, reduced: bool, result: Path, out: Path, seconds: float) ->
         return 1
 
 
+def _stage_env() -> dict:
+    return {"PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            # GPU memory on demand: JAX and torch share the device in the benchmarks (XLA would take 75% at once)
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _soft(budget: float) -> float:
+    """The stage's own deadline, before the hard one, so that it can stop and write what it has."""
+    return budget - max(MARGIN_MIN, min(30.0, 0.15 * budget))
+
+
+def _cpu() -> float:
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _collect(name: str, out: Path, rc: int | None, status: str, t0: float, cpu0: float, budget: float) -> dict:
+    """A stage's record: its status (ok, failed, timed_out), times and what it wrote."""
+    result = out / "stages" / f"{name}.json"
+    rec: dict = {}
+    if result.is_file():
+        try:
+            rec = json.loads(result.read_text())
+        except ValueError as e:
+            rec = {"error": f"unreadable result: {e}"}
+    if status == "ok" and (rc != 0 or not rec.pop("_complete", False) or "error" in rec):
+        status = "failed"
+    rec.pop("_complete", None)
+    log = out / "logs" / f"{name}.log"
+    if status == "failed" and "error" not in rec and log.is_file():
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        rec["error"] = f"exit status {rc}: " + " | ".join(tail)[-600:]
+    return {"status": status, "seconds": round(time.monotonic() - t0, 1), "cpu_s": round(_cpu() - cpu0, 1),
+            "budget_s": budget, "result": rec}
+
+
 def run_stage(name: str, budget: float, reduced: bool, out: Path) -> dict:
     """One stage in a fresh process, killed at ``budget`` seconds; returns its record."""
     result = out / "stages" / f"{name}.json"
     result.unlink(missing_ok=True)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-           # GPU memory on demand: JAX and torch share the device in the benchmarks (XLA would take 75% at once)
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    # the stage's own deadline comes before the hard one, so that it can stop and write what it has
-    soft = budget - max(MARGIN_MIN, min(30.0, 0.15 * budget))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--result", str(result), "--out", str(out),
-           "--seconds", f"{soft:.1f}"] + (["--reduced"] if reduced else [])
-    t = time.monotonic()
-    cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
+           "--seconds", f"{_soft(budget):.1f}"] + (["--reduced"] if reduced else [])
+    t0, cpu0 = time.monotonic(), _cpu()
     status = "ok"
     with open(out / "logs" / f"{name}.log", "w") as log:
-        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **_stage_env()}, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
         try:
             rc = p.wait(timeout=budget)
         except subprocess.TimeoutExpired:
@@ -542,22 +574,17 @@ def run_stage(name: str, budget: float, reduced: bool, out: Path) -> dict:
             with suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGKILL)
             raise
-    rec: dict = {}
-    if result.is_file():
-        try:
-            rec = json.loads(result.read_text())
-        except ValueError as e:
-            rec = {"error": f"unreadable result: {e}"}
-    if status == "ok" and (rc != 0 or not rec.pop("_complete", False) or "error" in rec):
-        status = "failed"
-    rec.pop("_complete", None)
-    if status == "failed" and "error" not in rec:
-        tail = (out / "logs" / f"{name}.log").read_text(errors="replace").strip().splitlines()[-5:]
-        rec["error"] = f"exit status {rc}: " + " | ".join(tail)[-600:]
-    used = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_s = used.ru_utime + used.ru_stime - cpu.ru_utime - cpu.ru_stime
-    return {"status": status, "seconds": round(time.monotonic() - t, 1), "cpu_s": round(cpu_s, 1), "budget_s": budget,
-            "result": rec}
+    return _collect(name, out, rc, status, t0, cpu0, budget)
+
+
+def run_inline(name: str, budget: float, reduced: bool, out: Path) -> dict:
+    """One stage in this process (the reduced form: imports and start-up paid once; only the stage's own
+    deadline applies, nothing kills it)."""
+    result = out / "stages" / f"{name}.json"
+    result.unlink(missing_ok=True)
+    t0, cpu0 = time.monotonic(), _cpu()
+    rc = _child(name, reduced, result, out, _soft(budget))
+    return _collect(name, out, rc, "ok", t0, cpu0, budget)
 
 
 def _gpu_present() -> bool:
@@ -579,6 +606,11 @@ def main(argv=None) -> int:
                       help="the reduced form (tiny sizes, interpret mode) [default: when JAX sees no GPU]")
     form.add_argument("--full", dest="reduced", action="store_false", help="the full form even without a GPU")
     ap.add_argument("--stages", help=f"comma-separated subset of {', '.join(STAGES)} [all]")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--isolate", dest="inline", action="store_false", default=None,
+                       help="every stage in its own process, killed at its budget [default in the full form]")
+    where.add_argument("--inline", dest="inline", action="store_true",
+                       help="every stage in this process, one after the other [default in the reduced form]")
     ap.add_argument("--budget", action="append", default=[], metavar="STAGE=SECONDS",
                     help="another time budget for a stage (repeatable)")
     ap.add_argument("--stage", help=argparse.SUPPRESS)  # internal: run one stage in this process
@@ -604,16 +636,21 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that a terminated driver ends its stage too
     gpu = _gpu_present()
     reduced = (not gpu) if a.reduced is None else a.reduced
+    inline = reduced if a.inline is None else a.inline
+    if inline:
+        os.environ.update(_stage_env())
+        sys.path.insert(0, str(ROOT))
     (out / "stages").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
     started = time.time()
-    summary: dict = {"form": "reduced" if reduced else "full", "gpu_seen": gpu,
+    summary: dict = {"form": "reduced" if reduced else "full", "gpu_seen": gpu, "stages_in": "one process" if inline
+                     else "a process each",
                      "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "stages": {}}
     for name in names:
         st = STAGES[name]
         budget = budgets.get(name, st.reduced_budget if reduced else st.budget)
         print(f"[gpu-check] {name}: {st.title} (budget {budget:g} s)", flush=True)
-        rec = run_stage(name, budget, reduced, out)
+        rec = (run_inline if inline else run_stage)(name, budget, reduced, out)
         summary["stages"][name] = rec
         print(f"[gpu-check] {name}: {rec['status']} in {rec['seconds']} s"
               + (f" ({rec['result']['error'][:200]})" if "error" in rec["result"] else ""), flush=True)

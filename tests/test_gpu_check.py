@@ -3,6 +3,7 @@ the options every dynamics command shares."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,11 +21,17 @@ def _gpu_check(out, *args, timeout=600):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def test_gpu_check_reduced_form_writes_every_figure(tmp_path):
-    p = _gpu_check(tmp_path / "gc")
-    assert p.returncode == 0, p.stdout + p.stderr
+def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
+    """``make gpu-check`` with a given interpreter (as on a GPU image: no .venv, nothing installed)."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    env = {**os.environ}
+    env.pop("XLA_FLAGS", None)
+    cmd = ["make", "-s", "gpu-check", f"GPU_CHECK_PY={sys.executable}", f"GPU_CHECK_OUT={tmp_path / 'gc'}"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout + p.stderr  # and no .venv was made: the given interpreter ran it
     s = json.loads((tmp_path / "gc" / "summary.json").read_text())
-    assert s["form"] == "reduced" and not s["gpu_seen"]
+    assert s["form"] == "reduced" and not s["gpu_seen"] and s["stages_in"] == "one process"
     from scripts.gpu_check import STAGES
 
     assert list(s["stages"]) == list(STAGES)
@@ -56,13 +63,16 @@ def test_gpu_check_reduced_form_writes_every_figure(tmp_path):
         assert heading in md
 
 
-def test_gpu_check_a_stage_past_its_budget_is_recorded_and_the_others_run(tmp_path):
-    p = _gpu_check(tmp_path / "gc", "--stages", "environment,suite", "--budget", "environment=0.01",
-                   "--budget", "suite=0.01")
+def test_gpu_check_isolated_stages_a_stage_past_its_budget_is_recorded_and_the_others_run(tmp_path):
+    """The full form's machinery: every stage in its own process, killed at its budget."""
+    p = _gpu_check(tmp_path / "gc", "--isolate", "--stages", "suite,environment", "--budget", "suite=0.01")
     assert p.returncode == 1
     s = json.loads((tmp_path / "gc" / "summary.json").read_text())
-    assert [r["status"] for r in s["stages"].values()] == ["timed_out", "timed_out"]
-    assert "| environment | timed_out |" in (tmp_path / "gc" / "summary.md").read_text()
+    assert s["stages_in"] == "a process each"
+    assert {n: r["status"] for n, r in s["stages"].items()} == {"suite": "timed_out", "environment": "ok"}
+    assert s["stages"]["environment"]["result"]["backend"] == "cpu"
+    assert (tmp_path / "gc" / "logs" / "environment.log").is_file()
+    assert "| suite | timed_out |" in (tmp_path / "gc" / "summary.md").read_text()
 
 
 def test_gpu_check_refuses_an_unknown_stage(tmp_path):

@@ -109,8 +109,8 @@ def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics 
     """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
     eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
 
-    Computed as observables inside the jitted simulation: no trajectory is kept.
-    Returns one row (dict) per step, as in ``layers.csv``.
+    Computed as observables inside the jitted simulation: no trajectory is kept (``precision``: the
+    matrix-product policy of :func:`jaxattn.simulate`). Returns one row (dict) per step, as in ``layers.csv``.
 
     Examples:
         >>> import jax, jaxattn as ja
