@@ -2,6 +2,7 @@
 #   make demo   the main job on the built-in default model (creates .venv on first use)
 #   make test   ruff, mypy and the whole test suite (creates .venv on first use)
 #   make docs   the documentation site into build/site (mkdocs build --strict)
+#   make gpu-check  everything a GPU can tell (docs/gpu.md); a reduced form off a GPU
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -10,7 +11,13 @@ DOCS_STAMP := $(VENV)/.jaxattn-docs-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: demo test docs bench clean
+# make gpu-check GPU_CHECK_PY=python3 uses that interpreter and its packages (a GPU image's) instead of .venv,
+# and installs nothing; GPU_CHECK_OUT is the output folder, GPU_CHECK_ARGS options of scripts/gpu_check.py
+GPU_CHECK_PY   ?=
+GPU_CHECK_OUT  ?= runs/gpu-check
+GPU_CHECK_ARGS ?=
+
+.PHONY: demo test docs bench gpu-check clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +50,11 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/flows.py
+
+# one command, about 8 minutes on a GPU: the suite, the fused kernel, the precision table, the benchmarks
+gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
+	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
+		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) runs build/site

@@ -14,6 +14,9 @@ Both are checked to agree (first-token measure, max abs difference) before the t
 The paper uses 100 prompts; the default here is 20 (``--prompts``) to keep the run to a few minutes on
 2 CPU cores; the ratio does not depend on it.
 
+:func:`bench` is the function behind the command line (``scripts/gpu_check.py`` calls it at GPU sizes,
+with Hugging Face on CUDA where torch has it).
+
 Run: ``.venv/bin/python benchmarks/consensus_passes.py [--prompts 20]``.
 """
 
@@ -27,13 +30,9 @@ import time
 import numpy as np
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=20)
-    ap.add_argument("--tokens", type=int, default=200)
-    ap.add_argument("--passes", type=int, default=10)
-    ap.add_argument("--out", default="benchmarks/results_consensus.json")
-    a = ap.parse_args()
+def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, device=None) -> dict:
+    """Both sides on one workload (a random GPT-2-shaped model of ``d``, ``layers``, ``heads``), checked to
+    agree before they are timed; ``device`` is torch's (default: CUDA where torch has it)."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -41,10 +40,11 @@ def main():
 
     import jaxattn as ja
     from jaxattn.analysis import observables
-    from jaxattn.dynamics import prompts
+    from jaxattn.dynamics import prompts as prompt_mod
 
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_grad_enabled(False)
-    cfg = transformers.GPT2Config(n_embd=768, n_layer=12, n_head=12, n_positions=max(a.tokens, 1024))
+    cfg = transformers.GPT2Config(n_embd=d, n_layer=layers, n_head=heads, n_positions=max(tokens, 1024))
     torch.manual_seed(0)
     tm = transformers.GPT2Model(cfg).eval()
     tm.config._attn_implementation = "eager"
@@ -59,39 +59,54 @@ def main():
 
     for blk in tm.h:
         blk.mlp = ZeroMLP()
-    ids = prompts.random_prompts(jax.random.key(0), model, a.prompts, a.tokens)
-    X0 = prompts.embed_prompts(model, ids, dtype=jnp.float32)
+    tm = tm.to(device)
+    ids = prompt_mod.random_prompts(jax.random.key(0), model, prompts, tokens)
+    X0 = prompt_mod.embed_prompts(model, ids, dtype=jnp.float32)
 
     def jax_run():
-        res = ja.repeated_passes(model, X0, a.passes, dynamics=ja.NO_FFN, observe=observables.consensus)
+        res = ja.repeated_passes(model, X0, passes, dynamics=ja.NO_FFN, observe=observables.consensus)
         return np.asarray(jax.block_until_ready(res.observables["first_token"]))
 
     def hf_run():
-        h = torch.from_numpy(np.array(X0))
+        h = torch.from_numpy(np.array(X0)).to(device)
         out = []
-        for _ in range(a.passes):
+        for _ in range(passes):
             o = tm(inputs_embeds=h, output_hidden_states=True)
             for x in o.hidden_states[1:]:
                 u = x / x.norm(dim=-1, keepdim=True)
                 out.append(1 - (u @ u[:, 0, :, None])[..., 0].mean(-1))
             h = o.last_hidden_state
-        return torch.stack(out, 1).numpy()
+        return torch.stack(out, 1).cpu().numpy()  # waits for the device
 
-    t = time.perf_counter()
-    j = jax_run()
-    first = time.perf_counter() - t
-    t = time.perf_counter()
-    j = jax_run()
-    tj = time.perf_counter() - t
-    t = time.perf_counter()
-    h = hf_run()
-    th = time.perf_counter() - t
-    diff = float(np.abs(j[:, 1:] - h).max())
-    assert diff < 1e-3, f"jaxattn and Hugging Face disagree by {diff:.3g}"
-    res = {"workload": f"GPT-2-small-shaped random model, {a.prompts} prompts x {a.tokens} tokens, {a.passes} passes, "
-                       "no FFN, float32", "device": f"{jax.default_backend()}, torch {torch.__version__}",
-           "jaxattn_s": round(tj, 2), "jaxattn_first_call_s": round(first, 2), "hf_s": round(th, 2),
-           "speedup": round(th / tj, 2), "max_abs_diff_first_token_measure": diff}
+    def clock(fn):
+        t = time.perf_counter()
+        out = fn()
+        return time.perf_counter() - t, out
+
+    first, j = clock(jax_run)
+    hf_first, h = clock(hf_run)
+    diff = float(np.abs(j[:, 1:] - h).max())  # agreement before the timed runs
+    if not diff < 1e-3:
+        raise AssertionError(f"jaxattn and Hugging Face disagree by {diff:.3g}")
+    tj, _ = clock(jax_run)
+    th, _ = clock(hf_run)
+    return {"workload": f"GPT-2-shaped random model (d={d}, {heads} heads, {layers} layers), {prompts} prompts x "
+                        f"{tokens} tokens, {passes} passes, no FFN, float32",
+            "device": f"{jax.default_backend()} ({jax.devices()[0].device_kind}), "
+                      f"torch {torch.__version__} on {device}",
+            "jaxattn_s": round(tj, 3), "jaxattn_first_call_s": round(first, 3), "hf_s": round(th, 3),
+            "hf_first_call_s": round(hf_first, 3), "speedup": round(th / tj, 2),
+            "max_abs_diff_first_token_measure": diff}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--passes", type=int, default=10)
+    ap.add_argument("--out", default="benchmarks/results_consensus.json")
+    a = ap.parse_args()
+    res = bench(a.prompts, a.tokens, a.passes)
     print(json.dumps(res, indent=2))
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)

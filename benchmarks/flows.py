@@ -13,6 +13,10 @@ B = 1024 initial conditions of n = 32 tokens, integrated from t = 0 to t1 = 10 w
 Both final states are checked to agree (max abs difference reported; they use different error
 norms and step sequences, so agreement is to the tolerance, not to round-off) before timing.
 
+On a GPU torchdiffeq runs on CUDA where torch has it. :func:`bench` is the function behind the
+command line (``scripts/gpu_check.py`` calls it at GPU sizes); without torchdiffeq it times jaxattn
+alone and says so.
+
 Run: ``.venv/bin/python benchmarks/flows.py`` (needs ``pip install torchdiffeq``, the ``bench`` extra).
 """
 
@@ -55,12 +59,12 @@ def jax_side(B, n, d, H, t1, rtol, seed):
                 steps=np.asarray(sol.num_steps), ok=bool(np.all(np.asarray(sol.result) == 0)))
 
 
-def torch_side(X0, w, t1, rtol):
+def torch_side(X0, w, t1, rtol, device="cpu"):
     import torch
     from torchdiffeq import odeint
 
     torch.set_num_threads(max(torch.get_num_threads(), 1))
-    q, k, v, o = (torch.from_numpy(np.array(w[name])) for name in ("q", "k", "v", "o"))
+    q, k, v, o = (torch.from_numpy(np.array(w[name])).to(device) for name in ("q", "k", "v", "o"))
     scale = w["scale"]
     nfe = [0]
 
@@ -73,13 +77,48 @@ def torch_side(X0, w, t1, rtol):
         U = torch.einsum("bhnk,hdk->bnd", A @ Vv, o)
         return U - (X * U).sum(-1, keepdim=True) * X / (X * X).sum(-1, keepdim=True)
 
-    x0 = torch.from_numpy(np.array(X0))
-    tt = torch.linspace(0.0, t1, 11)
+    x0 = torch.from_numpy(np.array(X0)).to(device)
+    tt = torch.linspace(0.0, t1, 11).to(device)
     with torch.no_grad():
         t = time.perf_counter()
         out = odeint(f, x0, tt, rtol=rtol, atol=rtol, method="dopri5")
+        final = out[-1].cpu().numpy()  # waits for the device
         sec = time.perf_counter() - t
-    return dict(seconds=sec, final=out[-1].numpy(), nfe=nfe[0])
+    return dict(seconds=sec, final=final, nfe=nfe[0])
+
+
+def bench(B=1024, n=32, d=64, heads=4, t1=10.0, rtol=1e-6, device=None) -> dict:
+    """Both sides on one workload, checked to agree; ``device`` is torch's (default: CUDA where torch has it).
+    Without torchdiffeq only jaxattn is timed (``torchdiffeq_error`` says why)."""
+    import jax
+
+    j = jax_side(B, n, d, heads, t1, rtol, 0)
+    if not j["ok"]:
+        raise AssertionError("a jaxattn solve failed")
+    res = {
+        "workload": f"C2 sphere flow, B={B} n={n} d={d} H={heads}, t1={t1}, rtol=atol={rtol}, float32",
+        "device": f"{platform.machine()} {jax.default_backend()} ({jax.devices()[0].device_kind})",
+        "jaxattn_warm_s": round(j["warm"], 3), "jaxattn_first_call_s": round(j["first"], 3),
+        "jaxattn_steps_per_condition_median": int(np.median(j["steps"])),
+        # Tsit5: 6 new evaluations of the field per step (FSAL), each 8nd² + 4n²d + O(nd) per condition
+        "jaxattn_gflops_approx": round(6 * float(np.sum(j["steps"])) * (8 * n * d * d + 4 * n * n * d)
+                                       / j["warm"] / 1e9, 2),
+    }
+    try:
+        import torch
+        import torchdiffeq  # noqa: F401
+    except ImportError as e:
+        res["torchdiffeq_error"] = f"not installed ({e}); jaxattn timed alone"
+        return res
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    t = torch_side(j["X0"], j["w"], t1, rtol, device)
+    diff = float(np.abs(j["final"] - t["final"]).max())
+    if not diff < 1e-3:
+        raise AssertionError(f"jaxattn and torchdiffeq disagree: max abs difference {diff:.3g}")
+    res["device"] += f", torch {torch.__version__} on {device}"
+    res.update({"torchdiffeq_dopri5_s": round(t["seconds"], 3), "torchdiffeq_function_evaluations": t["nfe"],
+                "speedup_vs_torchdiffeq": round(t["seconds"] / j["warm"], 2), "max_abs_difference": diff})
+    return res
 
 
 def main():
@@ -92,23 +131,9 @@ def main():
     ap.add_argument("--rtol", type=float, default=1e-6)
     ap.add_argument("--out", default="benchmarks/results_flows.json")
     a = ap.parse_args()
-    j = jax_side(a.B, a.n, a.d, a.heads, a.t1, a.rtol, 0)
-    t = torch_side(j["X0"], j["w"], a.t1, a.rtol)
-    diff = float(np.abs(j["final"] - t["final"]).max())
-    assert j["ok"], "a jaxattn solve failed"
-    assert diff < 1e-3, f"jaxattn and torchdiffeq disagree: max abs difference {diff:.3g}"
-    import jax
-    import torch
-
-    res = {
-        "workload": f"C2 sphere flow, B={a.B} n={a.n} d={a.d} H={a.heads}, t1={a.t1}, rtol=atol={a.rtol}, float32",
-        "device": f"{platform.machine()} {jax.default_backend()} ({jax.devices()[0].device_kind}), "
-                  f"torch {torch.__version__}",
-        "jaxattn_warm_s": round(j["warm"], 3), "jaxattn_first_call_s": round(j["first"], 3),
-        "jaxattn_steps_per_condition_median": int(np.median(j["steps"])),
-        "torchdiffeq_dopri5_s": round(t["seconds"], 3), "torchdiffeq_function_evaluations": t["nfe"],
-        "speedup_vs_torchdiffeq": round(t["seconds"] / j["warm"], 2), "max_abs_difference": diff,
-    }
+    res = bench(a.B, a.n, a.d, a.heads, a.t1, a.rtol)
+    if "torchdiffeq_error" in res:
+        raise SystemExit(f"torchdiffeq: {res['torchdiffeq_error']} (pip install -e '.[bench]')")
     print(json.dumps(res, indent=2))
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)

@@ -11,6 +11,8 @@ at the last: 4·2nd/L) and its two observables.
 On a machine without a GPU the kernel only runs in Pallas interpret mode, which is a correctness
 tool, not a fast path: the script says so and exits.
 
+:func:`bench` is the function behind the command line (``scripts/gpu_check.py`` calls it).
+
 Run: ``python benchmarks/kernel.py [--B 131072] [--out benchmarks/results_kernel.json]``.
 """
 
@@ -22,6 +24,61 @@ import time
 
 import numpy as np
 
+SHAPES = [(d, n) for d in (8, 16, 32, 64, 128) for n in (10, 32, 64)]
+
+
+def bench(B=131_072, shapes=SHAPES, *, heads=4, layers=24, repeats=3, peak_flops=None, deadline=None,
+          on_row=None) -> dict:
+    """Both paths on every ``(d, n)`` of ``shapes``: the fused one is checked to agree with the plain one
+    (final states, max abs difference below 1e-4) before either is timed. Off a GPU the kernel runs in
+    interpret mode and its times mean nothing (``interpret`` says so). ``deadline`` (``time.monotonic()``)
+    leaves out the shapes not started by then; ``on_row(row)`` sees each row as it ends."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxattn as ja
+
+    H, L = heads, layers
+    rows = []
+    for d, n in shapes:
+        if deadline is not None and time.monotonic() > deadline:
+            rows.append({"d": d, "n": n, "error": "not run: the time budget was spent"})
+            continue
+        row: dict = {"d": d, "n": n}
+        try:
+            model = ja.random_model(jax.random.key(0), d, min(H, d), L, shared=False, dtype=jnp.float32)
+            X0 = ja.init_tokens(jax.random.key(1), B, n, d)
+            fns = {k: (lambda model=model, X0=X0, k=k: jax.block_until_ready(ja.simulate(model, X0, L, kernel=k)))
+                   for k in ("plain", "fused")}
+            outs = {k: f() for k, f in fns.items()}  # compiled, and checked before any clock runs
+            err = float(np.abs(np.asarray(outs["plain"].final) - np.asarray(outs["fused"].final)).max())
+            row["max_abs_diff"] = err
+            if not err < 1e-4:
+                raise AssertionError(f"the fused kernel disagrees with the plain path by {err:.3g}")
+            ms = {}
+            for k, f in fns.items():
+                t = time.perf_counter()
+                for _ in range(repeats):
+                    f()
+                ms[k] = (time.perf_counter() - t) / repeats
+            flops = (8 * n * d * d + 4 * n * n * d) * B * L
+            row.update(plain_ms=round(ms["plain"] * 1e3, 2), fused_ms=round(ms["fused"] * 1e3, 2),
+                       speedup=round(ms["plain"] / ms["fused"], 2),
+                       plain_tflops=round(flops / ms["plain"] / 1e12, 3),
+                       fused_tflops=round(flops / ms["fused"] / 1e12, 3),
+                       plain_bytes_per_cond_layer=4 * (6 * n * d + 2 * H * n * n + 2 * n * d),
+                       fused_bytes_per_cond_layer=round(4 * 2 * n * d / L + 8, 1))
+            if peak_flops:
+                row["fused_peak_fraction"] = round(flops / ms["fused"] / peak_flops, 4)
+                row["plain_peak_fraction"] = round(flops / ms["plain"] / peak_flops, 4)
+        except Exception as e:  # a shape that fails (or disagrees) is a result; the others still run
+            row["error"] = f"{type(e).__name__}: {str(e)[:300]}"
+        rows.append(row)
+        if on_row:
+            on_row(row)
+    return {"device": jax.devices()[0].device_kind, "backend": jax.default_backend(),
+            "interpret": jax.default_backend() != "gpu", "B": B, "heads": H, "layers": L, "rows": rows}
+
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -29,41 +86,12 @@ def main():
     ap.add_argument("--out", default="benchmarks/results_kernel.json")
     a = ap.parse_args()
     import jax
-    import jax.numpy as jnp
-
-    import jaxattn as ja
 
     if jax.default_backend() != "gpu":
         print("no GPU: the fused kernel runs only in interpret mode here (tested for correctness in the suite); "
               "nothing to time")
         return
-    H, L = 4, 24
-    rows = []
-    for d in (8, 16, 32, 64, 128):
-        for n in (10, 32, 64):
-            model = ja.random_model(jax.random.key(0), d, H, L, shared=False, dtype=jnp.float32)
-            X0 = ja.init_tokens(jax.random.key(1), a.B, n, d)
-            res = {}
-            for kernel in ("plain", "fused"):
-                def f(model=model, X0=X0, kernel=kernel):  # the loop's values, bound now
-                    return jax.block_until_ready(ja.simulate(model, X0, L, kernel=kernel))
-
-                out = f()
-                t = time.perf_counter()
-                for _ in range(3):
-                    out = f()
-                res[kernel] = ((time.perf_counter() - t) / 3, out)
-            err = float(np.abs(np.asarray(res["plain"][1].final) - np.asarray(res["fused"][1].final)).max())
-            flops = (8 * n * d * d + 4 * n * n * d) * a.B * L
-            row = {"d": d, "n": n, "plain_ms": round(res["plain"][0] * 1e3, 2),
-                   "fused_ms": round(res["fused"][0] * 1e3, 2),
-                   "speedup": round(res["plain"][0] / res["fused"][0], 2), "max_abs_diff": err,
-                   "fused_tflops": round(flops / res["fused"][0] / 1e12, 2),
-                   "plain_bytes_per_cond_layer": 4 * (6 * n * d + 2 * H * n * n + 2 * n * d),
-                   "fused_bytes_per_cond_layer": round(4 * 2 * n * d / L + 8, 1)}
-            rows.append(row)
-            print(row, flush=True)
-    out = {"device": jax.devices()[0].device_kind, "B": a.B, "rows": rows}
+    out = bench(a.B, on_row=lambda row: print(row, flush=True))
     with open(a.out, "w") as fh:
         json.dump(out, fh, indent=2)
         fh.write("\n")

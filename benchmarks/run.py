@@ -20,6 +20,13 @@ second, achieved FLOP/s of the dynamics (8nd² + 4n²d per condition per step) n
 float32 matmul throughput measured in the same run, compile time (first call minus warm) and the
 ratio to jaxattn.
 
+On a GPU the torch implementations run on CUDA when torch has it, in chunks of ``--torch-chunk``
+conditions so that a million conditions fit beside JAX. The initial states are placed on the device
+before the clock starts, except in chunked runs (each chunk's transfer is timed). Every
+implementation's first call is checked against jaxattn before it is timed; one that disagrees, or
+fails, is reported as such and not timed. :func:`bench` is the function behind the command line
+(``scripts/gpu_check.py`` calls it at GPU sizes).
+
 Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--workloads W1,minilm10] [--quick]``.
 Results: printed and written to ``benchmarks/results.json``.
 """
@@ -31,9 +38,14 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 
 import numpy as np
 
+#: max abs difference of the diameters allowed against jaxattn before an implementation is timed
+AGREE = 1e-3
+#: the implementations, in the order they run (jaxattn first: it is the reference)
+IMPLS = ("jaxattn", "torch", "torch.compile", "torch-sdpa", "hf", "numpy")
 WORKLOADS = {
     # name: (model, n, B, numpy slice)
     "W1": ("random:64:4:24", 32, 1024, 16),
@@ -79,6 +91,8 @@ def make_jaxattn(model, X0):
 
     import jaxattn as ja
 
+    X0 = jax.device_put(X0)  # on the device once: the clock measures the dynamics, not the transfer
+
     def run():
         res = ja.simulate(model, X0, model.depth, observe=_diameter_obs)
         return np.asarray(jax.block_until_ready(res.observables))[:, 1:]
@@ -101,29 +115,46 @@ def _torch_layer(X, wqkv, wo, H, dh, scale, sdpa=False):
     return Y, torch.cdist(Y, Y).amax(dim=(-2, -1))
 
 
-def make_torch(ws, X0, mode):
+def torch_device() -> str:
+    """``'cuda'`` where torch has CUDA (a GPU image), else ``'cpu'``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _chunks(B: int, chunk: int | None):
+    chunk = chunk or B
+    return [(s, min(s + chunk, B)) for s in range(0, B, chunk)]
+
+
+def make_torch(ws, X0, mode, device="cpu", chunk=None):
     import torch
 
     torch.set_grad_enabled(False)
-    tw = [dict(wqkv=torch.from_numpy(np.array(w["wqkv"])), wo=torch.from_numpy(np.array(w["wo"])), H=w["H"], dh=w["dh"],
-               scale=w["scale"])
+    tw = [dict(wqkv=torch.from_numpy(np.array(w["wqkv"])).to(device), wo=torch.from_numpy(np.array(w["wo"])).to(device),
+               H=w["H"], dh=w["dh"], scale=w["scale"])
           for w in ws]
     X0t = torch.from_numpy(np.array(X0))
+    if len(_chunks(X0t.shape[0], chunk)) == 1:
+        X0t = X0t.to(device)  # on the device once, as for jaxattn; in chunks each goes there in turn
     layer = _torch_layer
     if mode == "compile":
         layer = torch.compile(_torch_layer, dynamic=False)
 
     def run():
-        X, out = X0t, []
-        for w in tw:
-            X, diam = layer(X, w["wqkv"], w["wo"], w["H"], w["dh"], w["scale"], sdpa=(mode == "sdpa"))
-            out.append(diam)
-        return torch.stack(out, 1).numpy()
+        parts = []
+        for a, b in _chunks(X0t.shape[0], chunk):
+            X, out = X0t[a:b].to(device), []
+            for w in tw:
+                X, diam = layer(X, w["wqkv"], w["wo"], w["H"], w["dh"], w["scale"], sdpa=(mode == "sdpa"))
+                out.append(diam)
+            parts.append(torch.stack(out, 1).cpu().numpy())  # .cpu() waits for the device
+        return np.concatenate(parts)
 
     return run
 
 
-def make_hf(model, ws, X0):
+def make_hf(model, ws, X0, device="cpu", chunk=None):
     """Hugging Face's BertSelfAttention modules with the weights of each layer (biases zero)."""
     import torch
     from transformers import BertConfig
@@ -142,19 +173,24 @@ def make_hf(model, ws, X0):
         att.value.weight.copy_(torch.from_numpy(np.array(w["v"].reshape(H * dh, d))))
         for lin in (att.query, att.key, att.value):
             lin.bias.zero_()
-        mods.append((att, torch.from_numpy(np.array(w["wo"]))))
+        mods.append((att.to(device), torch.from_numpy(np.array(w["wo"])).to(device)))
     X0t = torch.from_numpy(np.array(X0))
+    if len(_chunks(X0t.shape[0], chunk)) == 1:
+        X0t = X0t.to(device)
     if abs(ws[0]["scale"] - 1 / np.sqrt(ws[0]["dh"])) > 1e-7:
         return None  # BERT's modules scale by 1/sqrt(d_h) only
 
     def run():
-        X, out = X0t, []
-        for att, wo in mods:
-            ctx = att(X)[0]
-            Y = X + ctx @ wo.T
-            X = Y / Y.norm(dim=-1, keepdim=True)
-            out.append(torch.cdist(X, X).amax(dim=(-2, -1)))
-        return torch.stack(out, 1).numpy()
+        parts = []
+        for a, b in _chunks(X0t.shape[0], chunk):
+            X, out = X0t[a:b].to(device), []
+            for att, wo in mods:
+                ctx = att(X)[0]
+                Y = X + ctx @ wo.T
+                X = Y / Y.norm(dim=-1, keepdim=True)
+                out.append(torch.cdist(X, X).amax(dim=(-2, -1)))
+            parts.append(torch.stack(out, 1).cpu().numpy())
+        return np.concatenate(parts)
 
     return run
 
@@ -180,10 +216,15 @@ def make_numpy(ws, X0):
 
 
 # ------------------------------------------------------------------------------------ harness
-def timed(fn, repeats):
-    t = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t
+def timed(fn, repeats, first_out=None):
+    """``(first call seconds, best of ``repeats`` calls, output)``; ``first_out=(seconds, output)`` is a
+    first call already made (the one checked for agreement)."""
+    if first_out is None:
+        t = time.perf_counter()
+        out = fn()
+        first = time.perf_counter() - t
+    else:
+        first, out = first_out
     best = first
     for _ in range(repeats - 1):
         t = time.perf_counter()
@@ -192,61 +233,141 @@ def timed(fn, repeats):
     return first, best, out
 
 
-def matmul_throughput():
-    """The device's float32 matmul throughput (FLOP/s), measured with JAX on 2048² matrices."""
+def matmul_throughput(precision: str = "highest", size: int = 2048) -> float:
+    """The device's float32 matmul throughput (FLOP/s), measured with JAX on ``size``² matrices at XLA's
+    ``precision`` ('highest': full float32; 'tensorfloat32'; 'bfloat16')."""
     import jax
     import jax.numpy as jnp
 
-    a = jax.random.normal(jax.random.key(0), (2048, 2048), jnp.float32)
-    f = jax.jit(lambda a: a @ a)
+    a = jax.random.normal(jax.random.key(0), (size, size), jnp.float32)
+    f = jax.jit(lambda a: jnp.matmul(a, a, precision=precision))
     jax.block_until_ready(f(a))
+    reps = 5 if jax.default_backend() == "cpu" else 50
     t = time.perf_counter()
-    for _ in range(5):
+    for _ in range(reps):
         r = f(a)
     jax.block_until_ready(r)
-    return 5 * 2 * 2048**3 / (time.perf_counter() - t)
+    return reps * 2 * size**3 / (time.perf_counter() - t)
 
 
-def bench_workload(name, repeats, quick):
+def environment() -> dict:
+    """The device the numbers come from."""
+    import jax
+
+    info = {"jax_backend": jax.default_backend(), "jax_device": jax.devices()[0].device_kind,
+            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads(), torch_device=torch_device())
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def _check(label, out, ref):
+    err = float(np.abs(out - ref).max())
+    if not err < AGREE:  # NaN fails too
+        raise AssertionError(f"{label} disagrees with jaxattn by {err:.3g} (allowed {AGREE:g})")
+    return err
+
+
+def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, nb=None, impls=IMPLS,
+                   device=None, torch_chunk=None, peak_flops=None):
+    """One workload (a name of :data:`WORKLOADS`, or ``spec, n, B, nb`` given) through ``impls``.
+
+    Returns ``{model, n, B, d, heads, layers, results: {impl: row}}``; a row has seconds (best of
+    ``repeats``), compile seconds, the max abs difference from jaxattn, condition-steps/s, GFLOP/s and,
+    with ``peak_flops``, the fraction of that peak; an implementation that fails or disagrees has an
+    ``error`` row instead and is not timed."""
     import jax
 
     import jaxattn as ja
 
-    spec, n, B, nb = WORKLOADS[name]
-    if quick:
-        B, nb = max(B // 8, 8), max(nb // 4, 1)
+    if spec is None:
+        spec, n, B, nb = WORKLOADS[name]
+        if quick:
+            B, nb = max(B // 8, 8), max(nb // 4, 1)
+    if device is None and any(i not in ("jaxattn", "numpy") for i in impls):
+        device = torch_device()
     model = load(spec)
     ws = weight_list(model)
     d, L = model.d_model, model.depth
     X0 = np.asarray(ja.init_tokens(jax.random.key(1), B, n, d, kind="gaussian"))
     flops_per_cond_step = 8 * n * d * d + 4 * n * n * d
-    impls = {"jaxattn": make_jaxattn(model, X0), "torch": make_torch(ws, X0, "eager"),
-             "torch.compile": make_torch(ws, X0, "compile"), "torch-sdpa": make_torch(ws, X0, "sdpa"),
-             "hf": make_hf(model, ws, X0)}
-    rows, ref = {}, None
-    for label, fn in impls.items():
-        if fn is None:
-            continue
-        first, best, out = timed(fn, repeats)
-        if ref is None:
-            ref = out
-        err = float(np.abs(out - ref).max())
-        assert err < 1e-3, f"{name}: {label} disagrees with jaxattn by {err:.3g}"
-        rows[label] = dict(seconds=round(best, 4), compile_s=round(max(first - best, 0.0), 2), max_abs_diff=err,
-                           cond_steps_per_s=round(B * L / best),
-                           gflops=round(B * L * flops_per_cond_step / best / 1e9, 2))
-    fn = make_numpy(ws, X0[:nb])
-    t = time.perf_counter()
-    out = fn()
-    sec = (time.perf_counter() - t) * B / nb
-    err = float(np.abs(out - ref[:nb]).max())
-    assert err < 1e-3, f"{name}: numpy disagrees with jaxattn by {err:.3g}"
-    rows["numpy"] = dict(seconds=round(sec, 3), extrapolated_from=nb, max_abs_diff=err,
-                         cond_steps_per_s=round(B * L / sec), gflops=round(B * L * flops_per_cond_step / sec / 1e9, 3))
-    base = rows["jaxattn"]["seconds"]
+    makers: dict[str, Callable] = {
+        "jaxattn": lambda: make_jaxattn(model, X0),
+        "torch": lambda: make_torch(ws, X0, "eager", device, torch_chunk),
+        "torch.compile": lambda: make_torch(ws, X0, "compile", device, torch_chunk),
+        "torch-sdpa": lambda: make_torch(ws, X0, "sdpa", device, torch_chunk),
+        "hf": lambda: make_hf(model, ws, X0, device, torch_chunk),
+    }
+
+    def row(sec, first=None, **extra):
+        r = dict(seconds=round(sec, 4), **extra, cond_steps_per_s=round(B * L / sec),
+                 gflops=round(B * L * flops_per_cond_step / sec / 1e9, 2))
+        if first is not None:
+            r["compile_s"] = round(max(first - sec, 0.0), 2)
+        if peak_flops:
+            r["peak_fraction"] = round(B * L * flops_per_cond_step / sec / peak_flops, 4)
+        return r
+
+    rows: dict[str, dict] = {}
+    ref = None
+    for label in [i for i in impls if i in makers]:
+        try:
+            fn = makers[label]()
+            if fn is None:
+                continue
+            t = time.perf_counter()
+            out = fn()
+            first = time.perf_counter() - t
+            if ref is None:
+                if label != "jaxattn":
+                    raise ValueError("jaxattn must run first: it is the reference")
+                ref = out
+            err = _check(label, out, ref)  # agreement first, then the clock
+            first, best, out = timed(fn, repeats, first_out=(first, out))
+            rows[label] = row(best, first, max_abs_diff=err)
+        except Exception as e:  # one implementation's failure is a result, not the end of the workload
+            rows[label] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+            if label == "jaxattn":
+                break
+    if "numpy" in impls and ref is not None:
+        try:
+            fn = make_numpy(ws, X0[:nb])
+            t = time.perf_counter()
+            out = fn()
+            sec = (time.perf_counter() - t) * B / nb
+            rows["numpy"] = row(sec, extrapolated_from=nb, max_abs_diff=_check("numpy", out, ref[:nb]))
+        except Exception as e:
+            rows["numpy"] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
+    base = rows.get("jaxattn", {}).get("seconds")
     for r in rows.values():
-        r["jaxattn_speedup"] = round(r["seconds"] / base, 2)
-    return {"model": spec, "n": n, "B": B, "d": d, "heads": model.n_heads, "layers": L, "results": rows}
+        if base and "seconds" in r:
+            r["jaxattn_speedup"] = round(r["seconds"] / base, 2)
+    return {"model": spec, "n": n, "B": B, "d": d, "heads": model.n_heads, "layers": L, "torch_device": device,
+            "torch_chunk": torch_chunk, "results": rows}
+
+
+def bench(names=None, repeats=3, quick=False, *, workloads: dict | None = None, impls=IMPLS, device=None,
+          torch_chunk=None, peak_flops=None, deadline: float | None = None,
+          on_workload: Callable[[str, dict], None] | None = None) -> dict:
+    """The suite as a function: ``names`` from :data:`WORKLOADS` (default all), or ``workloads``
+    ``{label: (model spec, n, B, numpy slice)}`` at other sizes. ``deadline`` (``time.monotonic()``)
+    leaves out the workloads not started by then; ``on_workload(label, result)`` sees each as it ends."""
+    res = {"device": environment(), "matmul_gflops_float32": round(matmul_throughput() / 1e9, 1), "workloads": {}}
+    todo = workloads if workloads is not None else dict.fromkeys(names or WORKLOADS)
+    for label, sizes in todo.items():
+        if deadline is not None and time.monotonic() > deadline:
+            res["workloads"][label] = {"error": "not run: the time budget was spent"}
+            continue
+        kw = {} if sizes is None else dict(zip(("spec", "n", "B", "nb"), sizes, strict=True))
+        res["workloads"][label] = bench_workload(label, repeats, quick, impls=impls, device=device,
+                                                 torch_chunk=torch_chunk, peak_flops=peak_flops, **kw)
+        if on_workload:
+            on_workload(label, res["workloads"][label])
+    return res
 
 
 def main(argv=None):
@@ -254,27 +375,24 @@ def main(argv=None):
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="smaller batches (a smoke run; results not written)")
+    p.add_argument("--torch-chunk", type=int, help="conditions per torch call [all]")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
     a = p.parse_args(argv)
-    import jax
-    import torch
-
     names = [w for w in a.workloads.split(",") if w]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
-    res = {"device": {"jax_backend": jax.default_backend(), "jax_device": jax.devices()[0].device_kind,
-                      "cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                      "torch_threads": torch.get_num_threads()},
-           "matmul_gflops_float32": round(matmul_throughput() / 1e9, 1), "workloads": {}}
-    for name in names:
-        res["workloads"][name] = bench_workload(name, a.repeats, a.quick)
-        print(name, json.dumps(res["workloads"][name]["results"]), flush=True)
+    res = bench(names, a.repeats, a.quick, torch_chunk=a.torch_chunk,
+                on_workload=lambda name, r: print(name, json.dumps(r["results"]), flush=True))
     print(json.dumps(res, indent=2))
+    bad = [f"{w}: {k}: {r['error']}" for w, wr in res["workloads"].items() for k, r in wr.get("results", {}).items()
+           if "error" in r]
     if not a.quick:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=2)
             f.write("\n")
+    if bad:
+        raise SystemExit("failed or disagreed:\n" + "\n".join(bad))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,23 @@ def rng():
 def pytest_configure(config):
     config.addinivalue_line("markers", "strict_dtypes: run under jax_numpy_dtype_promotion='strict' (no implicit "
                                        "promotion between dtypes: a mixed expression is an error, not an upcast)")
+    config.addinivalue_line("markers", "requires_cpu(reason): needs JAX's CPU backend (the eight devices forced above, "
+                                       "the CPU's block width); skipped with the reason on a GPU or TPU")
+
+
+def cpu_only_skips(items, backend: str) -> None:
+    """Skip the tests marked ``requires_cpu`` when JAX's default backend is not the CPU (``make gpu-check``)."""
+    if backend == "cpu":
+        return
+    for item in items:
+        m = item.get_closest_marker("requires_cpu")
+        if m is not None:
+            why = m.args[0] if m.args else "a CPU-only feature"
+            item.add_marker(pytest.mark.skip(reason=f"needs the CPU backend ({why}); this is {backend}"))
+
+
+def pytest_collection_modifyitems(config, items):
+    cpu_only_skips(items, jax.default_backend())
 
 
 @pytest.fixture(autouse=True)

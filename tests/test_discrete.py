@@ -278,6 +278,7 @@ def test_alpha_and_beta_do_not_recompile():
     assert not np.allclose(run(0.8, 2.5), first)  # the new values are used
 
 
+@pytest.mark.requires_cpu("the eight CPU devices tests/conftest.py forces")
 def test_batch_split_over_eight_cpu_devices():
     """tests/conftest.py gives the process 8 CPU devices: a batch split over them (shard_map) gives the
     numbers of one device."""

@@ -54,7 +54,7 @@ def test_selection():
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     big = ja.random_model(jax.random.key(0), 256, 2, 1)
     args = dict(observe=None, trajectory=False, save=None, n=10)
-    assert kernels.choose("auto", model, ja.D1, **args) == ("fused" if jax.default_backend() == "gpu" else "plain")
+    assert kernels.choose("auto", model, ja.D1, **args) == "plain"
     assert kernels.choose("plain", model, ja.D1, **args) == "plain"
     assert kernels.choose("fused", model, ja.D1, **args) == "fused"
     refusals = [
@@ -73,6 +73,20 @@ def test_selection():
             kernels.choose("fused", kw.pop("model"), kw.pop("dyn"), **kw)
     with pytest.raises(ConfigError, match="kernel must be"):
         kernels.choose("triton", model, ja.D1, **args)
+
+
+@pytest.mark.parametrize("backend", ["gpu", "cuda", "rocm", "tpu", "cpu"])
+def test_auto_runs_nothing_unproven(monkeypatch, backend):
+    """``auto`` is the plain path on a GPU until ``make gpu-check`` has shown the kernel correct and faster there
+    (``PROVEN_ON``); ``fused`` still forces it."""
+    model = ja.random_model(jax.random.key(0), 8, 2, 2)
+    args = dict(observe=None, trajectory=False, save=None, n=10)
+    monkeypatch.setattr(kernels.jax, "default_backend", lambda: backend)
+    assert kernels.choose("auto", model, ja.D1, **args) == "plain"
+    assert kernels.choose("fused", model, ja.D1, **args) == "fused"
+    monkeypatch.setattr(kernels, "PROVEN_ON", (backend,))  # what a proving GPU run would switch on
+    assert kernels.choose("auto", model, ja.D1, **args) == "fused"
+    assert kernels.choose("auto", model, ja.Dynamics(biases=True), **args) == "plain"
 
 
 def test_sweep_records_the_kernel_and_agrees(tmp_path):

@@ -281,6 +281,7 @@ def test_wrong_kinds_of_arguments_get_one_clear_error():
                                   ja.init_tokens(jax.random.wrap_key_data(jax.random.PRNGKey(3)), 2, 3, 4))
 
 
+@pytest.mark.requires_cpu("pieces of whole blocks of the CPU's 64 conditions")
 def test_a_big_chunk_moves_the_progress_bar_and_auto_chunk_fits_the_budget(monkeypatch):
     model = ja.random_model(jax.random.key(0), 8, 2, 3, shared=False)
     kw = dict(num_init=700, n=4, steps=3, progress=False, keep_final=True)

@@ -101,6 +101,7 @@ def _env(**extra):
     return env
 
 
+@pytest.mark.requires_cpu("eight forced CPU devices and two processes on one machine")
 def test_eight_devices_and_two_processes_give_the_same_numbers(tmp_path):
     cfg = _cfg()  # every run in a fresh process with the same settings (this one has x64 on)
     subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(tmp_path / "one")], env=_env(), check=True)

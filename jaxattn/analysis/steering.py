@@ -187,7 +187,8 @@ def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: flo
     return out / np.linalg.norm(out)
 
 
-def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1.0, beta=1.0, dtype=None):
+def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1.0, beta=1.0, dtype=None,
+                    precision: str = "highest"):
     """The states ``[B, n, d]`` entering ``block`` from ``X0``: the blocks before the steered one do not
     depend on the gain, so a sweep over gains runs them once (``X0`` itself for the first block)."""
     from jaxattn.dynamics.discrete import D1, simulate
@@ -196,26 +197,28 @@ def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1
     if b == 0:
         return X0
     return simulate(model, X0, b, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
-                    dtype=dtype).final
+                    dtype=dtype, precision=precision).final
 
 
 def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
-                      beta=1.0, dtype=None, entering=None, along=None) -> tuple[np.ndarray, Model, SteerInfo]:
+                      beta=1.0, dtype=None, entering=None, along=None,
+                      precision: str = "highest") -> tuple[np.ndarray, Model, SteerInfo]:
     """Steer ``block`` with gain ``gamma`` and run the dynamics of the steered model from ``X0: [B, n, d]``
     through all its blocks; return ``|<x, a>| / ||x||`` for every final token (``[B, n]``) with ``a`` the
     unit direction ``along`` (default ``u``), the model and the steering information. ``dynamics``
     defaults to D1. ``entering``: the states entering ``block`` (:func:`entering_states`), when several
-    gains share them; only the blocks from ``block`` on then run."""
+    gains share them; only the blocks from ``block`` on then run. ``precision``: :func:`jaxattn.simulate`'s."""
     from jaxattn.dynamics.discrete import D1, simulate
 
     u_n = _unit(u, model.d_model, "u")
     ms, info = steer(model, u_n, gamma, w, block=block)
     b = block % ms.depth
     if entering is None:
-        entering = entering_states(ms, X0, block=b, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype)
+        entering = entering_states(ms, X0, block=b, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype,
+                                   precision=precision)
     tail = ms.replace(schedule=ms.schedule[b:])  # the steered block and those after it
     res = simulate(tail, entering, tail.depth, dynamics=D1 if dynamics is None else dynamics, alpha=alpha,
-                   beta=beta, dtype=dtype)
+                   beta=beta, dtype=dtype, precision=precision)
     F = np.asarray(res.final, np.float64)
     a = u_n if along is None else _unit(along, model.d_model, "along")
     return np.abs(F @ a) / np.linalg.norm(F, axis=-1), ms, info
@@ -242,7 +245,7 @@ class SteerTarget:
 
 def steer_to_target(model: Model, u, target: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
                     beta=1.0, dtype=None, gamma0: float = 1.0, rtol: float = 0.01, gamma_min: float = 1e-6,
-                    gamma_max: float = 1e9) -> SteerTarget:
+                    gamma_max: float = 1e9, precision: str = "highest") -> SteerTarget:
     """The smallest gain ``γ`` whose mean alignment with ``u`` (measured by running the steered model's
     dynamics from ``X0``) reaches ``target``, by bisection in ``log γ``.
 
@@ -258,12 +261,13 @@ def steer_to_target(model: Model, u, target: float, X0, *, w=None, block: int = 
         raise ConfigError("need 0 < rtol < 1 and 0 < gamma_min <= gamma0 <= gamma_max")
     evals = []
     cache = {}
-    entering = entering_states(model, X0, block=block, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype)
+    entering = entering_states(model, X0, block=block, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype,
+                               precision=precision)
 
     def mean_at(g):
         if g not in cache:
             a, ms, info = steered_alignment(model, u, g, X0, w=w, block=block, dynamics=dynamics, alpha=alpha,
-                                            beta=beta, dtype=dtype, entering=entering)
+                                            beta=beta, dtype=dtype, entering=entering, precision=precision)
             cache[g] = (a, ms, info)
             evals.append((float(g), float(a.mean())))
         return float(cache[g][0].mean())

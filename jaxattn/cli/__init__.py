@@ -93,8 +93,8 @@ def _check_number(name: str, v) -> None:
 SIM_DEFAULTS = dict(
     model="random", n=10, d=64, heads=4, depth=12, shared=True, weights="gaussian", value="random", mask="full",
     steps=None, num_init=1000, seed=0, alpha=1.0, beta=1.0, init="sphere", norm="l2", ffn=False, pre_ln=False,
-    biases=False, uniform_attention=False, dtype="float32", chunk=None, out="runs/simulate", progress=True,
-    keep_final=False, overwrite=False,
+    biases=False, uniform_attention=False, dtype="float32", matmul_precision="highest", chunk=None,
+    out="runs/simulate", progress=True, keep_final=False, overwrite=False,
 )
 #: Options that only describe a random model (refused with a converted one: it brings its own).
 RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask")
@@ -139,6 +139,9 @@ def _add_simulate(sub):
     g.add_argument("--init", choices=["sphere", "gaussian"], help=f"distribution of initial tokens [{d['init']}]")
     g.add_argument("--seed", type=int, help=f"random seed (model and initial conditions) [{d['seed']}]")
     g.add_argument("--dtype", choices=["float32", "float64"], help=f"precision [{d['dtype']}]")
+    g.add_argument("--matmul-precision", choices=["highest", "tf32", "bf16"],
+                   help=f"matrix products of float32 runs: full float32, or TF32/bf16 (faster on GPUs, about "
+                        f"1e-3 off after 24 layers; docs/gpu.md) [{d['matmul_precision']}]")
     g.add_argument("--chunk", type=int, help="initial conditions per stored chunk (memory, resume granularity) "
                                              "[auto: from a 256 MiB budget for the chunk's arrays]")
     g.add_argument("--out", help=f"output run directory [{d['out']}]")
@@ -195,11 +198,15 @@ def cmd_simulate(args, cfg) -> int:
     import numpy as np
 
     from jaxattn.dynamics.discrete import Dynamics, check_dynamics
+    from jaxattn.dynamics.runner import PRECISIONS
     from jaxattn.io import rundir
     from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
     from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
+    if cfg["matmul_precision"] not in PRECISIONS:  # a config file's value has not met argparse's choices
+        raise JaxattnError(f"--matmul-precision must be one of {', '.join(PRECISIONS)}, "
+                           f"got {cfg['matmul_precision']!r}")
     for k in ("n", "num_init", "chunk"):
         if not (k == "chunk" and cfg[k] is None):  # no --chunk: chosen from a memory budget
             positive_int(f"--{k.replace('_', '-')}", cfg[k], JaxattnError)
@@ -227,7 +234,8 @@ def cmd_simulate(args, cfg) -> int:
     with rundir.undone_if_refused(run), Timer() as t:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
-                       dtype=dtype, progress=cfg["progress"], keep_final=cfg["keep_final"], stats=stats,
+                       dtype=dtype, precision=cfg["matmul_precision"], progress=cfg["progress"],
+                       keep_final=cfg["keep_final"], stats=stats,
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
                                                                                    "overwrite", "model_summary")})
     save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
@@ -246,7 +254,8 @@ def cmd_simulate(args, cfg) -> int:
         "jaxattn simulate",
         model.summary(),
         f"run          {cfg['num_init']} initial conditions x {cfg['n']} tokens, {steps} steps, "
-        f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} dtype={cfg['dtype']} seed={cfg['seed']}",
+        f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} dtype={cfg['dtype']} "
+        f"matmul={cfg['matmul_precision']} seed={cfg['seed']}",
         f"time         {t.seconds:.2f} s ({rate:,.0f} condition-steps/s computed"
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
         f"diameter     step 0 mean {diam[:, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
@@ -344,6 +353,8 @@ def _add_analyze(sub):
                    help=f"also run with FFN and affine LayerNorm (models that have them) [{d['ffn_study']}]")
     p.add_argument("--dtype", choices=["float32", "float64"],
                    help=f"simulation precision (spectra are float64) [{d['dtype']}]")
+    p.add_argument("--matmul-precision", choices=["highest", "tf32", "bf16"],
+                   help=f"matrix products of float32 runs (docs/gpu.md) [{d['matmul_precision']}]")
     p.add_argument("--chunk", type=int, help=f"initial conditions per chunk [{d['chunk']}]")
     p.add_argument("--out", help=f"output run directory [{d['out']}]")
     p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
@@ -375,7 +386,8 @@ def cmd_analyze(args, cfg) -> int:
     study = StudyConfig(num_init=cfg["num_init"], n=cfg["n"], seed=cfg["seed"], init=cfg["init"], alpha=cfg["alpha"],
                         beta=cfg["beta"], order=cfg["order"], prolong=cfg["prolong"], gammas=gammas,
                         steer_target=cfg["steer_target"],
-                        ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], chunk=cfg["chunk"], progress=cfg["progress"],
+                        ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], matmul_precision=cfg["matmul_precision"],
+                        chunk=cfg["chunk"], progress=cfg["progress"],
                         figures=cfg["figures"])
     study.check()
     for k in ("alpha", "beta"):

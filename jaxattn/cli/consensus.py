@@ -32,6 +32,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
     p.add_argument("--dtype", choices=list(DTYPES),
                    help=f"precision of the passes [{d['dtype']}]")
+    p.add_argument("--matmul-precision", choices=["highest", "tf32", "bf16"],
+                   help=f"matrix products of float32 passes (docs/gpu.md) [{d['matmul_precision']}]")
     p.add_argument("--synthetic", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also run the theorem settings in continuous time [{d['synthetic']}]")
     p.add_argument("--synthetic-d", type=int, help=f"token dimension of the theorem settings [{d['synthetic_d']}]")

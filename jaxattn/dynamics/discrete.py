@@ -404,7 +404,8 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend,
             the default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
         kernel: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics.kernels` where it applies,
-            on a GPU), ``'fused'`` (force it; interpret mode on a CPU) or ``'plain'``.
+            on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force it;
+            interpret mode on a CPU) or ``'plain'``.
 
     Returns:
         :class:`Simulation` with observables ``[B, T, ...]``, the final state and, on request,

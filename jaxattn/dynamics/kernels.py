@@ -10,11 +10,13 @@ output, residual, normalisation (L2, ``N_S`` or none), and the default observabl
 cosine consensus) computed on chip at every step. Only the initial tile, the weights, the final
 tile and the observables cross device memory.
 
-Selection (:func:`choose`): ``kernel='auto'`` uses the fused kernel where it applies — a GPU, an
-attention-only dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or
-``'none'``), the default observables at every step or the last, no trajectory, ``n, d ≤ 128`` —
-and the plain path everywhere else; ``'fused'`` forces it (on a CPU it runs in Pallas interpret
-mode, which is how the test suite checks it), ``'plain'`` forbids it.
+Selection (:func:`choose`): ``kernel='fused'`` forces the kernel where it applies — an attention-only
+dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or ``'none'``), the default
+observables at every step or the last, no trajectory, ``n, d ≤ 128`` — (on a CPU it runs in Pallas
+interpret mode, which is how the test suite checks it), ``'plain'`` forbids it. ``'auto'`` picks it
+only where it applies *and* the backend is in :data:`PROVEN_ON`: the backends on which a run of
+``make gpu-check`` (``scripts/gpu_check.py``) has shown it to agree with the plain path and to be
+faster. No such run has been made yet, so ``'auto'`` is the plain path everywhere.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from jaxattn.errors import ConfigError
 KERNELS = ("auto", "fused", "plain")
 MAX_TOKENS = 128
 MAX_DIM = 128
+#: Backends on which ``kernel='auto'`` uses the fused kernel. Empty until a GPU run of ``make gpu-check`` shows the
+#: kernel correct and faster there (docs/gpu.md records what was measured): nothing unproven runs by default.
+PROVEN_ON: tuple[str, ...] = ()
 
 
 def applies(model, dyn, observe, trajectory: bool, save) -> str | None:
@@ -61,7 +66,7 @@ def choose(kernel: str, model, dyn, observe, trajectory: bool, save, n: int) -> 
         if why:
             raise ConfigError(why)
         return "fused"
-    return "fused" if why is None and jax.default_backend() == "gpu" else "plain"
+    return "fused" if why is None and jax.default_backend() in PROVEN_ON else "plain"
 
 
 def _observe(X):

@@ -75,14 +75,15 @@ def with_mask(model: Model, mask: str) -> Model:
 def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
                     redraw: bool = False, key=None, init_std: float = 0.02, mask: str | None = None,
                     observe: Callable | None = None, aux: Any = None, batch_size: int | None = None,
-                    dtype="float32") -> Passes:
+                    dtype="float32", precision: str = "highest") -> Passes:
     """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
 
     ``X0`` is the input of the first block (e.g. :func:`jaxattn.dynamics.prompts.embed_prompts`). Calling the
     Hugging Face model pass after pass with ``inputs_embeds`` adds the position embeddings again at
     every pass; this function applies the blocks and ``ln_f`` only (it equals that loop when the
     position embeddings are zero, which is how the tests check it). See the module docstring for the
-    options. Returns :class:`Passes`.
+    options; ``precision`` is the matrix-product policy of float32 passes (as in :func:`jaxattn.simulate`).
+    Returns :class:`Passes`.
 
     Examples:
         >>> import jax, jaxattn as ja
@@ -124,12 +125,14 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
                                         pass_norm=bool(final_norm))
     params = lambda m, start: (m, jnp.asarray(1.0, dt), jnp.asarray(1.0, dt), None, aux, jnp.int32(start))
     if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
-        obs, X, _ = run(program(passes * depth), X, params(base, 0), batch_size=batch_size)
+        obs, X, _ = run(program(passes * depth), X, params(base, 0), batch_size=batch_size,
+                        precision=precision)
         return Passes(obs, X)
     parts = []
     for p in range(passes):  # new weights before each pass; its first record repeats the last one of the pass before
         m = redraw_weights(base, jax.random.fold_in(key, p), init_std)
-        obs, X, _ = run(program(depth), X, params(m, p * depth), batch_size=batch_size)
+        obs, X, _ = run(program(depth), X, params(m, p * depth), batch_size=batch_size,
+                        precision=precision)
         parts.append(obs if p == 0 else jax.tree_util.tree_map(lambda a: a[:, 1:], obs))
     obs = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
     return Passes(obs, X)

@@ -31,7 +31,7 @@ from jaxattn.analysis.observables import consensus, consensus_hemisphere
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
-from jaxattn.dynamics.runner import DTYPES
+from jaxattn.dynamics.runner import DTYPES, PRECISIONS
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
 from jaxattn.model.params import Model
@@ -45,6 +45,7 @@ class ConsensusConfig:
     tokens: int = 32  # tokens per prompt (the paper: 200)
     seed: int = 0
     dtype: str = "float32"
+    matmul_precision: str = "highest"  # products of float32 passes: 'highest', 'tf32' or 'bf16' (docs/gpu.md)
     synthetic: bool = True
     synthetic_d: int = 3  # token dimension of the synthetic settings
     synthetic_n: int = 8  # tokens of the synthetic settings
@@ -61,6 +62,8 @@ class ConsensusConfig:
             raise ConfigError(f"t1 must be finite and > 0, got {self.t1!r}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be float16, bfloat16, float32 or float64, got {self.dtype!r}")
+        if self.matmul_precision not in PRECISIONS:
+            raise ConfigError(f"matmul_precision must be one of {', '.join(PRECISIONS)}, got {self.matmul_precision!r}")
 
 
 
@@ -131,7 +134,7 @@ def run_study(model: Model, out_dir, cfg: ConsensusConfig | None = None, *, mode
     for name, dyn, redraw in runs:
         say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks")
         res = repeated_passes(model, X0, cfg.passes, dynamics=dyn, redraw=redraw, key=jax.random.fold_in(key, 8),
-                              observe=consensus, dtype=cfg.dtype)
+                              observe=consensus, dtype=cfg.dtype, precision=cfg.matmul_precision)
         ft = np.asarray(res.observables["first_token"], np.float64)  # [B, passes*depth + 1]
         cc = np.asarray(res.observables["cos_consensus"], np.float64)
         curves[name] = ft

@@ -23,6 +23,7 @@ from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
 from jaxattn.dynamics.discrete import D1, FAITHFUL, Dynamics, simulate
+from jaxattn.dynamics.runner import PRECISIONS
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from jaxattn.model.params import Model
@@ -44,6 +45,7 @@ class StudyConfig:
     steer_target: float = 0.99  # also find the smallest gain reaching this mean alignment (bisection); 0: off
     ffn_study: bool = True  # also run with FFN and affine LayerNorm when the model has them
     dtype: str = "float32"
+    matmul_precision: str = "highest"  # float32 matrix products: 'highest', 'tf32' or 'bf16' (docs/gpu.md)
     chunk: int = 1024
     progress: bool = True
     figures: bool = True
@@ -61,6 +63,8 @@ class StudyConfig:
             raise ConfigError(f"steer_target must be in [0, 1) (0: no search), got {self.steer_target!r}")
         if self.init not in ("gaussian", "sphere"):
             raise ConfigError(f"init must be 'gaussian' or 'sphere', got {self.init!r}")
+        if self.matmul_precision not in PRECISIONS:
+            raise ConfigError(f"matmul_precision must be one of {', '.join(PRECISIONS)}, got {self.matmul_precision!r}")
 
 
 def _dtype(name):
@@ -100,12 +104,13 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
 
 
 def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
-              order: str = "real", batch_size: int | None = None, dtype=None, run: str = "main") -> list[dict]:
+              order: str = "real", batch_size: int | None = None, dtype=None, run: str = "main",
+              precision: str = "highest") -> list[dict]:
     """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
     eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
 
-    Computed as observables inside the jitted simulation: no trajectory is kept.
-    Returns one row (dict) per step, as in ``layers.csv``.
+    Computed as observables inside the jitted simulation: no trajectory is kept (``precision``: the
+    matrix-product policy of :func:`jaxattn.simulate`). Returns one row (dict) per step, as in ``layers.csv``.
 
     Examples:
         >>> import jax, jaxattn as ja
@@ -126,7 +131,7 @@ def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics 
     X0 = jnp.asarray(X0)
     tab = alignment_tables(spec, model.schedule, steps, u1, beta, X0.dtype if dtype is None else dtype)
     res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, observe=alignment_observables,
-                   aux=tab, batch_size=batch_size, dtype=dtype)
+                   aux=tab, batch_size=batch_size, dtype=dtype, precision=precision)
     obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
     return layer_table(obs, spec, model.schedule, steps, run)
 
@@ -165,7 +170,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     _Phi, u1 = cumulative_products(Fs, cfg.order, cfg.alpha)
     lyap = lyapunov_exponents(Fs)
     common = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init, alpha=cfg.alpha,
-                  beta=cfg.beta, dtype=dtype, progress=cfg.progress, keep_final=True)
+                  beta=cfg.beta, dtype=dtype, precision=cfg.matmul_precision, progress=cfg.progress, keep_final=True)
     # what decides the numbers (not progress bars or figures): a resumed run must match it
     fp = {"model": model_name,
           "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
@@ -207,7 +212,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     X0 = init_tokens(jax.random.key(cfg.seed), min(cfg.num_init, 1000), cfg.n, model.d_model, kind=cfg.init,
                      dtype=dtype)
 
-    sim = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype)
+    sim = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype, precision=cfg.matmul_precision)
 
     def srow(dyn, gamma, beta, a, ms, residual, found_by="grid"):
         sp = spectrum(layer_matrices(ms)[ms.schedule[-1]])  # the last block's layer matrix (steered unless γ = 0)
@@ -229,7 +234,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
             ms, _ = steer(model, u, tgt.gamma)
             # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer of the model whose last layer is steered
             tables["steered"] = alignment(ms, X0, dynamics=D1, alpha=cfg.alpha, beta=cfg.beta, order=cfg.order,
-                                          dtype=dtype, run="steered")
+                                          dtype=dtype, run="steered", precision=cfg.matmul_precision)
         timings["steer_target"] = round(t.seconds, 3)
         steer_rows.append(srow("D1", tgt.gamma, tgt.beta, tgt.alignment, ms, tgt.residual,
                                found_by=f"bisection (target {cfg.steer_target:g}, "

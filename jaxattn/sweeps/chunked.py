@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.dynamics.discrete import D1, Dynamics, simulate
-from jaxattn.dynamics.runner import default_lanes
+from jaxattn.dynamics.runner import check_precision, default_lanes
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
 from jaxattn.io.store import SweepStore, chunk_ranges
@@ -52,7 +52,8 @@ def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: in
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
           chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
           dtype=jnp.float32, observe: Callable | None = None, aux=None, keep_final: bool = True,
-          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
+          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None,
+          precision: str = "highest") -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
@@ -60,7 +61,8 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
     numbers. ``chunk`` (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
     computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
-    ``computed`` and ``resumed`` condition counts and the ``chunk`` size used.
+    ``computed`` and ``resumed`` condition counts and the ``chunk`` size used. ``precision`` is
+    :func:`jaxattn.simulate`'s matrix-product policy.
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -78,6 +80,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
             and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
         positive_int(name, v)
+    check_precision(precision)  # before anything is written
     if num_init > MAX_CONDITIONS:
         raise ConfigError(f"num_init = {num_init} is beyond {MAX_CONDITIONS:.0e} conditions; split the sweep")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
@@ -91,7 +94,9 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                  "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": repr(dynamics),
                  "alpha": float(alpha), "beta": float(beta), "dtype": jnp.dtype(dtype).name, "keep_final": keep_final,
                  "observe": getattr(observe, "__qualname__", repr(observe)),
-                 "S": None if S is None else np.asarray(S, np.float64).tolist()}
+                 "S": None if S is None else np.asarray(S, np.float64).tolist(),
+                 # only when not the default, so that stores written before the option existed still resume
+                 **({"precision": precision} if precision != "highest" else {})}
         store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
                                                         "points": [{"num_init": num_init, "params": {}}],
                                                         "stamp": stamp})
@@ -117,7 +122,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                 for p0 in range(0, size, piece):
                     X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
                     res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
-                                   aux=aux, dtype=dtype)
+                                   aux=aux, dtype=dtype, precision=precision)
                     got = flatten({"observables": res.observables})
                     if keep_final:
                         got["final"] = np.asarray(res.final)

@@ -93,7 +93,8 @@ SCHEMA: dict[str, dict[str, Key]] = {
         "matmul_precision": Key((str,), "highest", choices=("highest", "tf32", "bf16"),
                                 help="matrix products of float32 runs (tf32/bf16 are faster on GPUs)"),
         "kernel": Key((str,), "auto", choices=("auto", "fused", "plain"),
-                      help="discrete: fused Pallas kernel where it applies (auto: on a GPU), or force one path"),
+                      help="discrete: fused Pallas kernel (auto: the plain path until the kernel is proven on a "
+                           "GPU, docs/gpu.md), or force one path"),
         "keep_final": Key((bool,), False, help="also store the final states [N, n, d]", axis=False),
         "observables": Key((list,), ["diameter", "cos_consensus"], help="observables saved at every saved time",
                            axis=False),

@@ -1,0 +1,802 @@
+"""``make gpu-check``: everything a GPU can tell about jaxattn, in one command of about 8 minutes.
+
+GPU machines are lent rarely and briefly, so one call must answer every open question:
+
+1. ``environment``: device, driver, jax/jaxlib/torch versions, datasheet peaks and measured matmul
+   throughput at the three precisions;
+2. ``kernels``: the fused Pallas kernel against the plain path on every case the interpret-mode tests
+   cover (``tests/test_kernels.py``'s ``CASES``: masks, head counts, normalisations, attention kinds),
+   float32 and float64, with n and d up to the kernel's limits, on the real backend;
+3. ``precision``: float32 ``"highest"``, TF32 and bf16 products against float64 — max and median error
+   of the final states and of each default observable — for W1 and a MiniLM-shaped model;
+4. ``bench_run``, ``bench_flows``, ``bench_kernel``, ``bench_consensus``: the benchmark suite
+   (``benchmarks/*.py``) at GPU sizes, against torch eager, ``torch.compile``, SDPA and Hugging Face
+   where torch has CUDA, each checked to agree before it is timed, with achieved FLOP/s and the
+   fraction of the device's peak;
+5. ``suite``: the whole test suite on the GPU backend (tests that need a CPU skip with a reason).
+
+Every stage runs in its own process with its own time budget: a stage that fails, hangs or crashes the
+process is recorded as such and the others still run. What a stage has measured before its budget ran
+out is kept. (The reduced form runs the stages in one process, ``--inline``, to pay the imports once;
+``--isolate`` runs it as the full form does.) Everything goes to one folder (``--out``, default
+``runs/gpu-check``): ``summary.json``, ``summary.md`` (paste into ``benchmarks/README.md`` and
+``docs/gpu.md``), a log per stage and the suite's JUnit XML. Exit status 0 when every stage ran to
+the end, else 1 (the summary is written either way).
+
+Off a GPU (or with ``--reduced``) the same stages run in a reduced form — tiny sizes, the kernel in
+Pallas interpret mode, one test of the suite — in about a minute of CPU time;
+``tests/test_gpu_check.py`` runs that form in CI so that this script cannot rot between GPU runs.
+
+Run from a source checkout: ``make gpu-check`` (the project's ``.venv``), or with a GPU image's own
+packages ``make gpu-check GPU_CHECK_PY=python3``, or directly
+``PYTHONPATH=. python3 scripts/gpu_check.py [--out DIR] [--stages a,b] [--budget suite=300]``.
+Nothing here needs the internet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from contextlib import suppress
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Dense datasheet peaks in TFLOP/s (float32 on CUDA cores, TF32 and bf16 on tensor cores, float64),
+#: matched against the device kind JAX reports (first match wins: the more specific names first).
+PEAKS = [
+    ("h100 pcie", {"float32": 51.2, "tf32": 378.0, "bf16": 756.0, "float64": 51.2}),
+    ("h100", {"float32": 66.9, "tf32": 494.7, "bf16": 989.4, "float64": 66.9}),  # SXM5
+    ("h200", {"float32": 66.9, "tf32": 494.7, "bf16": 989.4, "float64": 66.9}),
+    ("a100", {"float32": 19.5, "tf32": 156.0, "bf16": 312.0, "float64": 19.5}),
+    ("l40s", {"float32": 91.6, "tf32": 183.0, "bf16": 362.0, "float64": 1.4}),
+    ("l40", {"float32": 90.5, "tf32": 90.5, "bf16": 181.0, "float64": 1.4}),
+    ("l4", {"float32": 30.3, "tf32": 60.0, "bf16": 121.0, "float64": 0.5}),
+]  # any other device: the float32 matmul throughput measured in the same run stands in for the peak
+
+
+@dataclasses.dataclass
+class Stage:
+    fn: Callable[[Ctx], dict]
+    budget: float  # seconds on a GPU
+    reduced_budget: float  # seconds in the reduced form
+    title: str
+
+
+@dataclasses.dataclass
+class Ctx:
+    """What a stage gets: the form it runs in, its soft deadline and where its (partial) results go."""
+
+    reduced: bool
+    deadline: float  # time.monotonic() by which the stage should have written its results
+    result_path: Path
+    out: Path
+
+    def record(self, result: dict) -> None:
+        """Write what is known so far (atomically): a stage killed at its budget keeps it."""
+        tmp = self.result_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1, default=str))
+        tmp.replace(self.result_path)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+def _bench_module(name: str):
+    """``benchmarks/<name>.py`` as a module (the folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"jaxattn_benchmarks_{name}", ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _err(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e)[:400]}"
+
+
+def datasheet_peaks(kind: str) -> dict | None:
+    k = kind.lower()
+    for key, peaks in PEAKS:
+        if key in k:
+            return {"matched": key, **peaks}
+    return None
+
+
+def peak_flops(precision: str = "float32") -> tuple[float, str]:
+    """The device's peak for ``precision`` in FLOP/s and where it comes from: the datasheet where the device
+    is known, else the float32 matmul throughput measured now."""
+    import jax
+
+    peaks = datasheet_peaks(jax.devices()[0].device_kind)
+    if peaks and precision in peaks:
+        return peaks[precision] * 1e12, f"datasheet ({peaks['matched']}, dense {precision})"
+    run = _bench_module("run")
+    return run.matmul_throughput(size=256 if jax.default_backend() == "cpu" else 4096), "measured float32 matmul"
+
+
+# ------------------------------------------------------------------------------------------------ stages
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for name in ("jaxattn", "jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin",
+                 "jax-cuda13-pjrt", "numpy", "diffrax", "equinox", "torch", "transformers", "triton", "torchdiffeq",
+                 "pytest", "pytest-xdist"):
+        with suppress(metadata.PackageNotFoundError):
+            out[name] = metadata.version(name)
+    return out
+
+
+def _nvidia_smi() -> list[dict] | str:
+    if shutil.which("nvidia-smi") is None:
+        return "nvidia-smi not found"
+    fields = "name,driver_version,memory.total,compute_cap,clocks.max.sm,power.limit"
+    try:
+        p = subprocess.run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return _err(e)
+    if p.returncode:
+        return (p.stderr or p.stdout).strip()[:300]
+    return [dict(zip(fields.split(","), (c.strip() for c in line.split(",")), strict=False))
+            for line in p.stdout.strip().splitlines()]
+
+
+def stage_environment(ctx: Ctx) -> dict:
+    res: dict = {"versions": _versions(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
+                 "nvidia_smi": _nvidia_smi()}
+    try:
+        commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10).stdout.strip()
+        res["git_commit"] = commit or None
+    except (OSError, subprocess.TimeoutExpired):
+        res["git_commit"] = None
+    ctx.record(res)
+    import jax
+
+    devs = jax.devices()
+    res.update(backend=jax.default_backend(), device_kind=devs[0].device_kind, device_count=len(devs),
+               devices=[str(d) for d in devs])
+    res["datasheet_tflops"] = datasheet_peaks(devs[0].device_kind)
+    try:
+        import torch
+
+        res["torch_cuda"] = {"available": torch.cuda.is_available(), "cuda": torch.version.cuda,
+                             "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+    except ImportError:
+        res["torch_cuda"] = None
+    ctx.record(res)
+    run = _bench_module("run")
+    size = 256 if ctx.reduced else 8192
+    res["matmul_tflops_measured"] = {}
+    for name, xla in (("float32", "highest"), ("tf32", "tensorfloat32"), ("bf16", "bfloat16")):
+        try:
+            res["matmul_tflops_measured"][name] = round(run.matmul_throughput(xla, size) / 1e12, 3)
+        except Exception as e:
+            res["matmul_tflops_measured"][name] = _err(e)
+        ctx.record(res)
+    res["matmul_size"] = size
+    return res
+
+
+def kernel_cases(reduced: bool) -> list[tuple]:
+    """``(dtype, mask, heads, shared, dynamics, n, d)``: every case of tests/test_kernels.py in float32 and float64
+    at the tests' size and, on a GPU, at n and d up to the kernel's limits (in that order: what the budget leaves
+    out comes last)."""
+    sys.path.insert(0, str(ROOT))
+    from jaxattn.dynamics.kernels import MAX_DIM, MAX_TOKENS
+    from tests.test_kernels import CASES
+
+    sizes = [(5, 8)] if reduced else [(5, 8), (MAX_TOKENS, 16), (10, MAX_DIM), (MAX_TOKENS, MAX_DIM)]
+    cases = CASES[:1] if reduced else CASES
+    return [(dtype, *c, n, d) for (n, d) in sizes for dtype in ("float32", "float64") for c in cases]
+
+
+#: fused against plain: max abs difference allowed (final states; observables 5x that)
+KERNEL_TOL = {"float32": 2e-5, "float64": 1e-12}
+
+
+def stage_kernels(ctx: Ctx) -> dict:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxattn as ja
+
+    res: dict = {"backend": jax.default_backend(), "interpret": jax.default_backend() != "gpu",
+                 "tolerance": KERNEL_TOL, "rows": []}
+    B = 19 if ctx.reduced else 300  # not a multiple of the tile: the padding is exercised
+    for dtype, mask, heads, shared, dyn, n, d in kernel_cases(ctx.reduced):
+        row: dict = {"dtype": dtype, "mask": mask, "heads": heads, "shared": shared,
+                     "dynamics": f"norm={dyn.norm} attention={dyn.attention}", "n": n, "d": d, "B": B}
+        if ctx.left() < 0:
+            row["error"] = "not run: the time budget was spent"
+            res["rows"].append(row)
+            continue
+        try:
+            dt = jnp.dtype(dtype)
+            model = ja.random_model(jax.random.key(0), d, heads, 3, shared=shared, mask=mask)
+            S = None
+            if dyn.norm == "ellipsoid":
+                A = np.random.default_rng(0).normal(size=(d, d))
+                S = A @ A.T / d + np.eye(d)
+            X0 = ja.init_tokens(jax.random.key(1), B, n, d, kind="sphere" if S is None else "ellipsoid", S=S,
+                                dtype=dt)
+            kw = dict(dynamics=dyn, alpha=0.8, beta=1.3, S=S, dtype=dt)
+            t = time.perf_counter()
+            fused = jax.block_until_ready(ja.simulate(model, X0, 5, kernel="fused", **kw))
+            row["fused_first_s"] = round(time.perf_counter() - t, 3)
+            plain = ja.simulate(model, X0, 5, kernel="plain", **kw)
+            errs = {"final": float(np.abs(np.asarray(fused.final) - np.asarray(plain.final)).max())}
+            for name in ("diameter", "cos_consensus"):
+                errs[name] = float(np.abs(np.asarray(fused.observables[name])
+                                          - np.asarray(plain.observables[name])).max())
+            if not ctx.reduced and (n, d) == (5, 8):  # the last step only: another program (at the tests' size)
+                last = ja.simulate(model, X0, 5, kernel="fused", save="last", **kw)
+                errs["final_save_last"] = float(np.abs(np.asarray(last.final) - np.asarray(plain.final)).max())
+            tol = KERNEL_TOL[dtype]
+            row.update(max_abs_diff=errs, agree=bool(errs["final"] <= tol
+                                                     and errs.get("final_save_last", 0.0) <= tol
+                                                     and errs["diameter"] <= 5 * tol
+                                                     and errs["cos_consensus"] <= 5 * tol))
+        except Exception as e:
+            row["error"] = _err(e)
+        res["rows"].append(row)
+        ctx.record(res)
+    rows = res["rows"]
+    res["cases"] = len(rows)
+    res["agree"] = sum(1 for r in rows if r.get("agree"))
+    res["disagree"] = sum(1 for r in rows if r.get("agree") is False)
+    res["errors"] = sum(1 for r in rows if "error" in r)
+    return res
+
+
+def precision_models(reduced: bool) -> dict:
+    """``{label: (d, heads, depth, n)}``: W1 and a MiniLM-shaped random model."""
+    if reduced:  # one model: the code path is the same for both
+        return {"W1-shaped (tiny)": (8, 2, 3, 4)}
+    return {"W1 (d=64, H=4, 24 layers, n=32)": (64, 4, 24, 32),
+            "MiniLM-shaped (d=384, H=12, 6 layers, n=10)": (384, 12, 6, 10)}
+
+
+def _errors(a, ref) -> dict:
+    import numpy as np
+
+    e = np.abs(np.asarray(a, np.float64) - np.asarray(ref, np.float64)).reshape(-1)
+    return {"max": float(np.nanmax(e)), "median": float(np.nanmedian(e)), "nan": int(np.isnan(e).sum())}
+
+
+def stage_precision(ctx: Ctx) -> dict:
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+
+    import jaxattn as ja
+
+    B = 8 if ctx.reduced else 8192
+    res: dict = {"B": B, "reference": "float64 (x64), plain path", "models": {}}
+    for label, (d, heads, depth, n) in precision_models(ctx.reduced).items():
+        if ctx.left() < 0:
+            res["models"][label] = {"error": "not run: the time budget was spent"}
+            continue
+        m: dict = {}
+        res["models"][label] = m
+        try:
+            model = ja.random_model(jax.random.key(0), d, heads, depth, shared=False, dtype=jnp.float32)
+            X0 = ja.init_tokens(jax.random.key(1), B, n, d, kind="gaussian", dtype=jnp.float64)
+            ref = ja.simulate(model, X0, depth, dtype=jnp.float64, kernel="plain")
+            for prec in ("highest", "tf32", "bf16"):
+                try:
+                    def go(model=model, X0=X0, depth=depth, prec=prec):  # this iteration's values
+                        return jax.block_until_ready(ja.simulate(model, X0.astype(jnp.float32), depth,
+                                                                 dtype=jnp.float32, precision=prec, kernel="plain"))
+
+                    got = go()
+                    t = time.perf_counter()
+                    got = go()
+                    row = {"seconds": round(time.perf_counter() - t, 4), "final": _errors(got.final, ref.final)}
+                    for name in ref.observables:
+                        row[name] = _errors(got.observables[name], ref.observables[name])
+                    m[prec] = row
+                except Exception as e:
+                    m[prec] = {"error": _err(e)}
+                ctx.record(res)
+        except Exception as e:
+            m["error"] = _err(e)
+        ctx.record(res)
+    return res
+
+
+def _torch_cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def _has(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def stage_bench_run(ctx: Ctx) -> dict:
+    import jax
+
+    run = _bench_module("run")
+    peak, source = peak_flops("float32")
+    if ctx.reduced:
+        workloads = {"W1-shaped (d=16, H=2, 3 layers, n=4, B=16)": ("random:16:2:3", 4, 16, 2)}
+        # torch.compile and Hugging Face's modules take tens of seconds to start on a CPU: the full form has them
+        impls = ("jaxattn", "torch", "torch-sdpa", "numpy") if _has("torch") else ("jaxattn", "numpy")
+        chunk = None
+    else:
+        workloads = {"W1, B=131,072": ("random:64:4:24", 32, 131_072, 16),
+                     "W1, B=1,048,576": ("random:64:4:24", 32, 1_048_576, 4),
+                     "MiniLM-shaped (d=384, H=12, 6 layers, n=10), B=131,072": ("random:384:12:6", 10, 131_072, 8),
+                     "GPT-2-small-shaped (d=768, H=12, 12 layers, n=64), B=8,192": ("random:768:12:12", 64, 8192, 2)}
+        impls = run.IMPLS if _has("torch") else ("jaxattn", "numpy")
+        if _has("torch") and not _has("transformers"):
+            impls = tuple(i for i in impls if i != "hf")
+        chunk = 131_072  # torch's activations for a million conditions at once would not fit beside JAX's
+    res: dict = {"peak_tflops": round(peak / 1e12, 3), "peak_source": source, "torch_cuda": _torch_cuda(),
+                 "impls": list(impls), "workloads": {}}
+    if not res["torch_cuda"] and jax.default_backend() == "gpu":
+        res["note"] = "torch without CUDA: the torch columns ran on the CPU"
+
+    def keep(label, r):
+        res["workloads"][label] = r
+        ctx.record(res)
+
+    out = run.bench(workloads=workloads, repeats=2 if ctx.reduced else 3, impls=impls, torch_chunk=chunk,
+                    peak_flops=peak, deadline=ctx.deadline, on_workload=keep)
+    res.update(device=out["device"], matmul_gflops_float32=out["matmul_gflops_float32"], workloads=out["workloads"])
+    return res
+
+
+def stage_bench_flows(ctx: Ctx) -> dict:
+    flows = _bench_module("flows")
+    if ctx.reduced:
+        return flows.bench(B=4, n=3, d=4, heads=1, t1=0.5, rtol=1e-5)
+    return flows.bench(B=131_072, n=32, d=64, heads=4, t1=10.0, rtol=1e-6)
+
+
+def stage_bench_kernel(ctx: Ctx) -> dict:
+    kernel = _bench_module("kernel")
+    peak, source = peak_flops("float32")
+    res: dict = {"peak_tflops": round(peak / 1e12, 3), "peak_source": source, "rows": []}
+
+    def keep(row):
+        res["rows"].append(row)
+        ctx.record(res)
+
+    if ctx.reduced:
+        out = kernel.bench(B=16, shapes=[(8, 4)], heads=2, layers=2, repeats=1, peak_flops=peak,
+                           deadline=ctx.deadline, on_row=keep)
+    else:
+        out = kernel.bench(B=131_072, repeats=2, peak_flops=peak, deadline=ctx.deadline, on_row=keep)
+    res.update(out)
+    timed = [r for r in out["rows"] if "speedup" in r]
+    res.update(shapes=len(out["rows"]), timed_shapes=len(timed), fused_faster_in=sum(r["speedup"] > 1 for r in timed))
+    return res
+
+
+def stage_bench_consensus(ctx: Ctx) -> dict:
+    if not (_has("torch") and _has("transformers")):
+        return {"error": "torch and transformers are needed (the Hugging Face side)"}
+    cons = _bench_module("consensus_passes")
+    if ctx.reduced:
+        return cons.bench(prompts=2, tokens=8, passes=2, d=16, layers=2, heads=2)
+    return cons.bench(prompts=100, tokens=200, passes=10)
+
+
+def _pytest_cmd(ctx: Ctx, junit: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    if ctx.reduced:  # one fast test: the machinery, not the suite (which CI runs itself)
+        return [*cmd, "tests/test_kernels.py::test_selection"]
+    if _has("xdist"):
+        # one GPU shared by the workers: memory on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false below)
+        cmd += ["-n", str(max(1, min(8, (os.cpu_count() or 2) // 2)))]
+    return [*cmd, "tests"]
+
+
+def _junit_counts(path: Path) -> dict:
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
+    failed, skips = [], {}
+    for case in root.iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}"
+        for tag in ("failure", "error"):
+            el = case.find(tag)
+            if el is not None:
+                failed.append({"test": name, "kind": tag, "message": (el.get("message") or "")[:300]})
+        el = case.find("skipped")
+        if el is not None:
+            reason = (el.get("message") or "").strip()[:200]
+            skips[reason] = skips.get(reason, 0) + 1
+    counts["failed_tests"] = failed[:100]
+    counts["skip_reasons"] = skips
+    return counts
+
+
+def stage_suite(ctx: Ctx) -> dict:
+    junit = ctx.out / "suite-junit.xml"
+    junit.unlink(missing_ok=True)
+    cmd = _pytest_cmd(ctx, junit)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("XLA_FLAGS", None)  # tests/conftest.py sets its own
+    res: dict = {"command": " ".join(cmd[1:])}
+    ctx.record(res)
+    t = time.monotonic()
+    with open(ctx.out / "suite.log", "w") as log:
+        # in this stage's process group: when the driver kills the stage at its budget, pytest goes with it
+        p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            p.wait(timeout=max(ctx.left(), 1))
+        except subprocess.TimeoutExpired:
+            res["timed_out"] = True
+            p.send_signal(signal.SIGINT)  # pytest stops, reports and writes the JUnit file of what ran
+            try:
+                p.wait(timeout=MARGIN_MIN - 1)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+    res.update(returncode=p.returncode, seconds=round(time.monotonic() - t, 1))
+    log_lines = (ctx.out / "suite.log").read_text(errors="replace").splitlines()
+    if junit.is_file():
+        res.update(_junit_counts(junit))
+    else:  # killed before pytest could write it: the counts of its last summary line, if any
+        res["error"] = "no JUnit file: see suite.log"
+        for line in reversed(log_lines):
+            found = re.findall(r"(\d+) (passed|failed|skipped|errors?)", line)
+            if found:
+                res.update({("errors" if k.startswith("error") else "failures" if k == "failed" else k): int(v)
+                            for v, k in found})
+                break
+    res["log_tail"] = log_lines[-15:]
+    return res
+
+
+#: the least time a stage keeps, after its own deadline, to write what it has before it is killed
+MARGIN_MIN = 8.0
+#: In the reduced form a budget only guards against a hang (what a stage does there takes seconds).
+REDUCED_BUDGET = 120.0
+STAGES: dict[str, Stage] = {
+    "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions"),
+    "kernels": Stage(stage_kernels, 90, REDUCED_BUDGET, "fused kernel against the plain path"),
+    "precision": Stage(stage_precision, 40, REDUCED_BUDGET, "matmul precision against float64"),
+    "bench_run": Stage(stage_bench_run, 100, REDUCED_BUDGET, "benchmarks/run.py: D1 six ways"),
+    "bench_flows": Stage(stage_bench_flows, 30, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq"),
+    "bench_kernel": Stage(stage_bench_kernel, 60, REDUCED_BUDGET, "benchmarks/kernel.py: fused against plain, timed"),
+    "bench_consensus": Stage(stage_bench_consensus, 30, REDUCED_BUDGET, "benchmarks/consensus_passes.py"),
+    "suite": Stage(stage_suite, 120, REDUCED_BUDGET, "the test suite on this backend"),
+}
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def _child(name: str, reduced: bool, result: Path, out: Path, seconds: float) -> int:
+    """Run one stage in this process (what the driver spawns)."""
+    ctx = Ctx(reduced, time.monotonic() + seconds, result, out)
+    try:
+        res = STAGES[name].fn(ctx)
+        ctx.record({**res, "_complete": True})
+        return 0
+    except Exception as e:  # the record of the failure is the stage's result
+        try:
+            partial = json.loads(result.read_text()) if result.is_file() else {}
+        except ValueError:
+            partial = {}
+        ctx.record({**partial, "error": _err(e), "traceback": traceback.format_exc()[-3000:]})
+        return 1
+
+
+def _stage_env() -> dict:
+    return {"PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+            # GPU memory on demand: JAX and torch share the device in the benchmarks (XLA would take 75% at once)
+            "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+
+
+def _soft(budget: float) -> float:
+    """The stage's own deadline, before the hard one, so that it can stop and write what it has."""
+    return budget - max(MARGIN_MIN, min(30.0, 0.15 * budget))
+
+
+def _cpu() -> float:
+    return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                  resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+
+def _collect(name: str, out: Path, rc: int | None, status: str, t0: float, cpu0: float, budget: float) -> dict:
+    """A stage's record: its status (ok, failed, timed_out), times and what it wrote."""
+    result = out / "stages" / f"{name}.json"
+    rec: dict = {}
+    if result.is_file():
+        try:
+            rec = json.loads(result.read_text())
+        except ValueError as e:
+            rec = {"error": f"unreadable result: {e}"}
+    if status == "ok" and (rc != 0 or not rec.pop("_complete", False) or "error" in rec):
+        status = "failed"
+    rec.pop("_complete", None)
+    log = out / "logs" / f"{name}.log"
+    if status == "failed" and "error" not in rec and log.is_file():
+        tail = log.read_text(errors="replace").strip().splitlines()[-5:]
+        rec["error"] = f"exit status {rc}: " + " | ".join(tail)[-600:]
+    return {"status": status, "seconds": round(time.monotonic() - t0, 1), "cpu_s": round(_cpu() - cpu0, 1),
+            "budget_s": budget, "result": rec}
+
+
+def run_stage(name: str, budget: float, reduced: bool, out: Path) -> dict:
+    """One stage in a fresh process, killed at ``budget`` seconds; returns its record."""
+    result = out / "stages" / f"{name}.json"
+    result.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--result", str(result), "--out", str(out),
+           "--seconds", f"{_soft(budget):.1f}"] + (["--reduced"] if reduced else [])
+    t0, cpu0 = time.monotonic(), _cpu()
+    status = "ok"
+    with open(out / "logs" / f"{name}.log", "w") as log:
+        p = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, **_stage_env()}, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+        try:
+            rc = p.wait(timeout=budget)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+            rc, status = None, "timed_out"
+        except BaseException:  # the driver interrupted or terminated: its stage (own session) goes too
+            with suppress(ProcessLookupError):
+                os.killpg(p.pid, signal.SIGKILL)
+            raise
+    return _collect(name, out, rc, status, t0, cpu0, budget)
+
+
+def run_inline(name: str, budget: float, reduced: bool, out: Path) -> dict:
+    """One stage in this process (the reduced form: imports and start-up paid once; only the stage's own
+    deadline applies, nothing kills it)."""
+    result = out / "stages" / f"{name}.json"
+    result.unlink(missing_ok=True)
+    t0, cpu0 = time.monotonic(), _cpu()
+    rc = _child(name, reduced, result, out, _soft(budget))
+    return _collect(name, out, rc, "ok", t0, cpu0, budget)
+
+
+def _gpu_present() -> bool:
+    """Whether JAX sees a GPU, asked in a subprocess (this process never imports jax: the stages own the device)."""
+    try:
+        p = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    except subprocess.TimeoutExpired:
+        return False
+    return p.stdout.strip().endswith("gpu")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0].strip("`"),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/gpu-check", help="output folder [runs/gpu-check]")
+    form = ap.add_mutually_exclusive_group()
+    form.add_argument("--reduced", action="store_true", default=None,
+                      help="the reduced form (tiny sizes, interpret mode) [default: when JAX sees no GPU]")
+    form.add_argument("--full", dest="reduced", action="store_false", help="the full form even without a GPU")
+    ap.add_argument("--stages", help=f"comma-separated subset of {', '.join(STAGES)} [all]")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--isolate", dest="inline", action="store_false", default=None,
+                       help="every stage in its own process, killed at its budget [default in the full form]")
+    where.add_argument("--inline", dest="inline", action="store_true",
+                       help="every stage in this process, one after the other [default in the reduced form]")
+    ap.add_argument("--budget", action="append", default=[], metavar="STAGE=SECONDS",
+                    help="another time budget for a stage (repeatable)")
+    ap.add_argument("--stage", help=argparse.SUPPRESS)  # internal: run one stage in this process
+    ap.add_argument("--result", help=argparse.SUPPRESS)
+    ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    out = Path(a.out).resolve()
+    if a.stage:
+        return _child(a.stage, bool(a.reduced), Path(a.result), out, a.seconds)
+    names = [s for s in (a.stages.split(",") if a.stages else STAGES) if s]
+    unknown = [s for s in names if s not in STAGES]
+    if unknown:
+        ap.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
+    budgets = {}
+    for item in a.budget:
+        k, _, v = item.partition("=")
+        if k not in STAGES:
+            ap.error(f"--budget: unknown stage {k!r}")
+        try:
+            budgets[k] = float(v)
+        except ValueError:
+            ap.error(f"--budget {item}: SECONDS must be a number")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that a terminated driver ends its stage too
+    gpu = _gpu_present()
+    reduced = (not gpu) if a.reduced is None else a.reduced
+    inline = reduced if a.inline is None else a.inline
+    if inline:
+        os.environ.update(_stage_env())
+        sys.path.insert(0, str(ROOT))
+    (out / "stages").mkdir(parents=True, exist_ok=True)
+    (out / "logs").mkdir(exist_ok=True)
+    started = time.time()
+    summary: dict = {"form": "reduced" if reduced else "full", "gpu_seen": gpu, "stages_in": "one process" if inline
+                     else "a process each",
+                     "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "stages": {}}
+    for name in names:
+        st = STAGES[name]
+        budget = budgets.get(name, st.reduced_budget if reduced else st.budget)
+        print(f"[gpu-check] {name}: {st.title} (budget {budget:g} s)", flush=True)
+        rec = (run_inline if inline else run_stage)(name, budget, reduced, out)
+        summary["stages"][name] = rec
+        print(f"[gpu-check] {name}: {rec['status']} in {rec['seconds']} s"
+              + (f" ({rec['result']['error'][:200]})" if "error" in rec["result"] else ""), flush=True)
+        summary["seconds"] = round(time.time() - started, 1)
+        write_summary(out, summary)
+    summary["verdict"] = verdict(summary)
+    write_summary(out, summary)
+    print(f"[gpu-check] {summary['verdict']['fused_kernel']}", flush=True)
+    print(f"[gpu-check] summary: {out / 'summary.md'} and {out / 'summary.json'}", flush=True)
+    return 0 if all(r["status"] == "ok" for r in summary["stages"].values()) else 1
+
+
+# ------------------------------------------------------------------------------------------------ summary
+def verdict(summary: dict) -> dict:
+    """Whether this run proves the fused kernel (correct everywhere and faster): what `kernel="auto"` waits for."""
+    st = summary["stages"]
+    k = st.get("kernels", {}).get("result", {})
+    b = st.get("bench_kernel", {}).get("result", {})
+    if summary["form"] != "full" or not summary["gpu_seen"]:
+        text = "no GPU: nothing proven; keep kernels.PROVEN_ON empty"
+    elif not k.get("cases") or k.get("disagree") or k.get("errors") or st["kernels"]["status"] != "ok":
+        text = "the fused kernel is not proven correct on this GPU (see kernels); keep kernels.PROVEN_ON empty"
+    elif not b.get("shapes") or b.get("fused_faster_in", 0) < b["shapes"]:
+        text = (f"the fused kernel agrees everywhere but is faster in {b.get('fused_faster_in', 0)} of "
+                f"{b.get('shapes', 0)} shapes ({b.get('timed_shapes', 0)} timed); keep kernels.PROVEN_ON empty "
+                "(or narrow where 'auto' uses it)")
+    else:
+        text = "the fused kernel agrees everywhere and is faster in every shape: add 'gpu' to kernels.PROVEN_ON"
+    return {"fused_kernel": text}
+
+
+def _f(x, spec=".3g") -> str:
+    return format(x, spec) if isinstance(x, (int, float)) and not isinstance(x, bool) else str(x)
+
+
+def _md_table(head: list[str], rows: list[list]) -> list[str]:
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + \
+           ["| " + " | ".join(_f(c).replace("|", "\\|") for c in r) + " |" for r in rows] + [""]
+
+
+def markdown(summary: dict) -> str:
+    st = summary["stages"]
+    def res(name):
+        return st.get(name, {}).get("result", {})
+
+    env = res("environment")
+    v = env.get("versions", {})
+    smi = env.get("nvidia_smi")
+    lines = [f"# make gpu-check ({summary['form']} form)", "",
+             f"Started {summary['started_utc']}, {summary.get('seconds', 0):g} s in all.", ""]
+    lines += ["## Device", "",
+              f"* JAX backend `{env.get('backend')}`, device `{env.get('device_kind')}` × {env.get('device_count')}",
+              f"* nvidia-smi: {json.dumps(smi) if smi is not None else 'n/a'}",
+              "* versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
+              f"* torch CUDA: {json.dumps(env.get('torch_cuda'))}; git commit `{env.get('git_commit')}`",
+              f"* datasheet peaks (TFLOP/s): {json.dumps(env.get('datasheet_tflops'))}",
+              f"* measured matmul ({env.get('matmul_size')}²) TFLOP/s: {json.dumps(env.get('matmul_tflops_measured'))}",
+              ""]
+    lines += ["## Stages", "", *_md_table(
+        ["stage", "status", "seconds", "budget", "error"],
+        [[n, r["status"], r["seconds"], r["budget_s"], r["result"].get("error", "")[:160].replace("|", "/")]
+         for n, r in st.items()])]
+    if "verdict" in summary:
+        lines += [f"**Fused kernel:** {summary['verdict']['fused_kernel']}.", ""]
+    k = res("kernels")
+    if k.get("rows"):
+        lines += ["## Fused kernel against the plain path", "",
+                  f"{k.get('agree', 0)} of {k.get('cases', len(k['rows']))} cases agree, {k.get('disagree', 0)} "
+                  f"disagree, {k.get('errors', 0)} failed; backend `{k.get('backend')}`, interpret mode "
+                  f"{k.get('interpret')}, tolerances {json.dumps(k.get('tolerance'))} (observables 5×).", ""]
+        lines += _md_table(["dtype", "mask", "H", "dynamics", "n", "d", "max abs Δ final", "max abs Δ diameter",
+                            "agree / error"],
+                           [[r["dtype"], r["mask"], r["heads"], r["dynamics"], r["n"], r["d"],
+                             r.get("max_abs_diff", {}).get("final", ""), r.get("max_abs_diff", {}).get("diameter", ""),
+                             r.get("agree", r.get("error", "")[:120].replace("|", "/"))] for r in k["rows"]])
+    p = res("precision")
+    if p.get("models"):
+        lines += ["## Matrix-product precision against float64", "",
+                  f"B = {p.get('B')} conditions through every layer, plain path; |error| over all entries "
+                  "(final states) and all saved steps (observables).", ""]
+        rows = []
+        for label, m in p["models"].items():
+            for prec in ("highest", "tf32", "bf16"):
+                r = m.get(prec, {})
+                if "final" in r:
+                    rows.append([label, prec, r["seconds"], r["final"]["max"], r["final"]["median"],
+                                 r["diameter"]["max"], r["diameter"]["median"], r["cos_consensus"]["max"],
+                                 r["cos_consensus"]["median"]])
+                else:
+                    rows.append([label, prec, r.get("error", m.get("error", "not run"))[:120]] + [""] * 6)
+        lines += _md_table(["model", "products", "seconds", "final max", "final median", "diameter max",
+                            "diameter median", "1-cos max", "1-cos median"], rows)
+    b = res("bench_run")
+    if b.get("workloads"):
+        lines += ["## benchmarks/run.py", "",
+                  f"Peak used for the fractions: {b.get('peak_tflops')} TFLOP/s ({b.get('peak_source')}); torch on "
+                  f"CUDA: {b.get('torch_cuda')}. Cells: seconds (best of the timed calls), GFLOP/s, fraction of peak; "
+                  "every implementation was checked to agree with jaxattn (max |Δ| of the diameters < 1e-3) first.",
+                  ""]
+        impls = b.get("impls", [])
+        rows = []
+        for label, w in b["workloads"].items():
+            row = [label]
+            for i in impls:
+                r = w.get("results", {}).get(i, {})
+                if "seconds" in r:
+                    row.append(f"{r['seconds']:.4g} s, {r['gflops']:.4g} GFLOP/s, "
+                               f"{r.get('peak_fraction', float('nan')):.1%}")
+                else:
+                    row.append((r.get("error") or w.get("error") or "—")[:100].replace("|", "/"))
+            rows.append(row)
+        lines += _md_table(["workload", *impls], rows)
+    f = res("bench_flows")
+    if f:
+        lines += ["## benchmarks/flows.py", "", "```json", json.dumps(f, indent=1), "```", ""]
+    kb = res("bench_kernel")
+    if kb.get("rows"):
+        lines += ["## benchmarks/kernel.py", "",
+                  f"B = {kb.get('B')}, {kb.get('layers')} layers, H = {kb.get('heads')}; interpret mode "
+                  f"{kb.get('interpret')}; peak {kb.get('peak_tflops')} TFLOP/s ({kb.get('peak_source')}).", ""]
+        lines += _md_table(["d", "n", "plain ms", "fused ms", "speed-up", "fused TFLOP/s", "fused peak", "max abs Δ",
+                            "error"],
+                           [[r["d"], r["n"], r.get("plain_ms", ""), r.get("fused_ms", ""), r.get("speedup", ""),
+                             r.get("fused_tflops", ""), r.get("fused_peak_fraction", ""), r.get("max_abs_diff", ""),
+                             r.get("error", "")[:100].replace("|", "/")] for r in kb["rows"]])
+    c = res("bench_consensus")
+    if c:
+        lines += ["## benchmarks/consensus_passes.py", "", "```json", json.dumps(c, indent=1), "```", ""]
+    s = res("suite")
+    if s:
+        lines += ["## Test suite", "", f"`{s.get('command')}`: {s.get('passed', '?')} passed, {s.get('failures', '?')} "
+                  f"failed, {s.get('errors', '?')} errors, {s.get('skipped', '?')} skipped in {s.get('seconds')} s"
+                  + (" (stopped at the time budget)" if s.get("timed_out") else "") + ".", ""]
+        for r in s.get("failed_tests", []):
+            lines.append(f"* {r['kind']}: `{r['test']}`: {r['message'][:200]}")
+        for reason, count in s.get("skip_reasons", {}).items():
+            lines.append(f"* skipped ×{count}: {reason}")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(out: Path, summary: dict) -> None:
+    for name, text in (("summary.json", json.dumps(summary, indent=1, default=str) + "\n"),
+                       ("summary.md", markdown(summary))):
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        tmp.replace(out / name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
