@@ -9,25 +9,39 @@ Every field starts from the same attention update as the discrete models,
 ``C2``             tokens on the unit sphere: ``ẋ_i = P_{x_i} u_i`` (``P_x = I − x xᵀ``)
 ``OJA``            C2 with uniform attention ``a_ij = 1/n``: ``ẋ_i = P_{x_i} V x̄`` (multi-agent Oja flow)
 ``C3``             flat space, no projection: ``ẋ_i = u_i`` (Geshkovski et al.)
-``C3_RESCALED``    ``z_i = e^{−tF} x_i`` with ``F = Σ_h O_h V_h``:
-                   ``ż_i = e^{−tF} u_i(e^{tF} z) − F z_i``; for one head with softmax attention this is
-                   ``Σ_j P_ij(t) V (z_j − z_i)`` with ``P_ij(t) = softmax_j <Q e^{tV} z_i, K e^{tV} z_j>``
+``C3_RESCALED``    ``z_i = e^{−tF} x_i`` with ``F = Σ_h F_h``, ``F_h = O_h V_h``:
+                   ``ż_i = e^{−tF} u_i(e^{tF} z) − F z_i``, evaluated as ``Σ_h G_h(t) (Σ_j a^h_ij z_j − z_i)``
+                   with ``G_h(t) = e^{−tF} F_h e^{tF}``;
+                   for one head ``G = F``: ``ż_i = F (Σ_j a_ij z_j − z_i)``, with softmax attention
+                   ``Σ_j P_ij(t) V (z_j − z_i)``, ``P_ij(t) = softmax_j <Q e^{tV} z_i, K e^{tV} z_j>``
 =================  ==================================================================================
 
 Any of them takes ``attention='uniform'`` or ``'unnormalised'`` (``exp(β s <Q x_i, K x_j>) / n``).
 Time-varying weights: the weight set of a layered model at time ``t`` is
 ``schedule[floor(t / layer_time) mod depth]`` (piecewise constant, periodic for repeated passes),
 or any smooth function ``weights_fn(t) -> Layers`` of one weight set.
+
+The rescaled field never forms ``e^{−tF} u_i(e^{tF} z)`` and ``F z_i`` separately: both have the size
+of ``‖e^{−tF}‖ ‖e^{tF}‖ ‖z‖`` and their difference lost digits as the condition number of ``e^{tF}``
+grew (1.9e-9 at t = 10, 2.6e-6 at t = 15 for the clustering paper's 2-D value matrix). Since
+``Σ_h G_h = F``, the identity above holds for every kernel (rows of ``a`` need not sum to one) and
+only differences ``Σ_j a_ij z_j − z_i`` of rescaled tokens are formed: for one head no exponential
+acts on the values at all, and for several heads only the differences between heads,
+``ż_i = F w̄_i + e^{−tF} Σ_h F_h e^{tF} (w^h_i − w̄_i)`` with ``w^h_i = Σ_j a^h_ij z_j − z_i`` and
+``w̄`` their mean over heads (exact when every head attends alike). ``e^{tF}`` (for the scores) and
+``e^{−tF}`` (several heads, biases) come from :func:`expm`: matrix products only, so the solver
+loop holds no LAPACK call (the batched LU of ``jax.scipy.linalg.expm`` inside a vmapped solve
+could deadlock XLA's CPU thread pool).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-import jax.scipy.linalg as jsl
 
 from jaxattn.dynamics.geometry import SPACES, Geometry
 from jaxattn.errors import ConfigError
@@ -81,17 +95,78 @@ def layer_matrix(lw: Layers) -> jax.Array:
     return jnp.einsum("hdk,hke->de", lw.o, lw.v)
 
 
+#: Taylor degree of :func:`expm`, the size ``θ`` up to which it gives ``e^B`` to double precision
+#: (``θ^21/21! < 2^-53``), and the most squarings it does (``α(A) ≤ θ 2^16``).
+_TAYLOR_DEGREE, _THETA, MAX_SQUARINGS = 20, 1.4, 16
+
+
+def expm(A: jax.Array) -> jax.Array:
+    """``e^A`` of ``A: [..., d, d]`` by scaling and squaring a degree-20 Taylor polynomial.
+
+    Matrix products only (no LAPACK custom call, unlike ``jax.scipy.linalg.expm``, whose batched LU
+    inside a vmapped solver loop could deadlock XLA's CPU thread pool), a fixed number of them (so
+    it is reverse-differentiable and vmaps), each matrix scaled by its own ``2^-s``. The scaling
+    follows ``α = max(‖A³‖₁^{1/3}, ‖A⁴‖₁^{1/4})``, which bounds the Taylor remainder (Al-Mohy and
+    Higham, 2009) and is often much smaller than ``‖A‖₁``: fewer squarings, less rounding. NaN where
+    ``α > θ 2^16`` (more squarings than :data:`MAX_SQUARINGS`), like ``jax.scipy.linalg.expm``.
+    """
+    eye = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
+    A2 = A @ A
+    A3, A4 = A2 @ A, A2 @ A2
+    norm = lambda M, k: jnp.abs(M).sum(-2).max(-1) ** (1.0 / k)
+    alpha = jax.lax.stop_gradient(jnp.maximum(norm(A3, 3), norm(A4, 4)))  # the scaling: a constant for autodiff
+    s = jnp.where(alpha > _THETA, jnp.ceil(jnp.log2(jnp.maximum(alpha, _THETA) / _THETA)), 0.0)
+    scale = lambda M, k: M * jnp.exp2(-k * s)[..., None, None]  # (2^-s A)^k, exactly
+    powers = (eye, scale(A, 1), scale(A2, 2), scale(A3, 3))
+    B4 = scale(A4, 4)
+    # Paterson–Stockmeyer: T(B) = C0 + B4 (C1 + B4 (C2 + B4 (C3 + B4 (C4 + c20 B4)))), C_j = Σ_{i<4} c_{4j+i} B^i
+    c = [1.0 / math.factorial(k) for k in range(_TAYLOR_DEGREE + 1)]
+    block = lambda j: sum(c[4 * j + i] * powers[i] for i in range(4))
+    E = block(4) + c[20] * B4
+    for j in (3, 2, 1, 0):
+        E = block(j) + B4 @ E
+
+    def square(k, E):
+        more = (k < s)[..., None, None]
+        safe = jnp.where(more, E, 0.0)  # a finished E is not squared further: no overflow, no NaN gradient
+        return jnp.where(more, safe @ safe, E)
+
+    E = jax.lax.fori_loop(0, MAX_SQUARINGS, square, E)  # static trip count: a scan, reverse-differentiable
+    return jnp.where((s > MAX_SQUARINGS)[..., None, None], jnp.nan, E)
+
+
+def _rescaled(t, Z: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
+    """``ż`` of the rescaled flow without cancellation (see the module docstring)."""
+    F = layer_matrix(lw)
+    heads = lw.v.shape[0]
+    bias = flow.biases and (lw.bv is not None or lw.bo is not None)
+    E = expm(jnp.stack([t * F, -t * F]) if heads > 1 or bias else (t * F)[None])
+    A = probabilities(Z @ E[0].T, lw, beta, biases=flow.biases, kernel=flow.attention)  # [H, n, n]
+    W = jnp.einsum("hij,jd->hid", A, Z) - Z[None]  # w^h_i = Σ_j a^h_ij z_j − z_i: differences of rescaled tokens
+    if heads == 1:
+        out = W[0] @ F.T
+    else:
+        mean = W.mean(0, keepdims=True)
+        D = (W - mean) @ E[0].T  # e^{tF} (w^h − w̄)
+        mixed = jnp.einsum("hnk,hdk->nd", jnp.einsum("hnd,hkd->hnk", D, lw.v), lw.o)  # Σ_h F_h e^{tF} (w^h − w̄)
+        out = mean[0] @ F.T + mixed @ E[1].T
+    if bias:  # e^{−tF} (Σ_h s^h_i O_h b^v_h + b^o), s^h_i the row sums of the attention
+        c = jnp.zeros_like(Z)
+        if lw.bv is not None:
+            c = c + jnp.einsum("hi,hdk,hk->id", A.sum(-1), lw.o, lw.bv)
+        if lw.bo is not None:
+            c = c + lw.bo[None, :]
+        out = out + c @ E[1].T
+    return out
+
+
 def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry) -> jax.Array:
     """``dX/dt`` for one configuration ``X: [n, d]`` with the weight set ``lw`` in force at ``t``.
 
     For the rescaled flow ``X`` is ``Z`` (the rescaled tokens) and ``lw`` must be the only weight set.
     """
     if flow.rescaled:
-        F = layer_matrix(lw)
-        E = jsl.expm(t * F)
-        Einv = jsl.expm(-t * F)
-        U = attend(X @ E.T, lw, beta, biases=flow.biases, kernel=flow.attention)
-        return U @ Einv.T - X @ F.T
+        return _rescaled(t, X, lw, flow, beta)
     U = attend(X, lw, beta, biases=flow.biases, kernel=flow.attention)
     return geom.project(X, U)
 
@@ -99,7 +174,7 @@ def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry) -> jax.
 def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
     """The attention weights ``[H, n, n]`` of the flow at ``(t, X)`` (rescaled: at ``x = e^{tF} z``)."""
     if flow.rescaled:
-        X = X @ jsl.expm(t * layer_matrix(lw)).T
+        X = X @ expm(t * layer_matrix(lw)).T
     return probabilities(X, lw, beta, biases=flow.biases, kernel=flow.attention)
 
 
