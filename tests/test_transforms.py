@@ -329,3 +329,32 @@ def test_filter_grad_and_jax_grad_agree_on_the_model():
     g2 = eqx.filter_grad(loss)(model)
     np.testing.assert_allclose(g1.layers.q, g2.layers.q, **TIGHT)
     assert float(jnp.abs(g1.layers.causal).sum()) == 0.0  # a mask has no gradient
+
+
+def test_velocity_refuses_a_batch_and_a_map():
+    model = _model()
+    X = _tokens()
+    with pytest.raises(ja.ConfigError, match="one configuration"):
+        ja.velocity(model, X)
+    with pytest.raises(ja.ConfigError, match=r"jaxattn\.Flow"):
+        ja.velocity(model, X[0], flow=ja.D1)
+    v = jax.vmap(lambda x: ja.velocity(model, x))(X)  # the documented way to batch it
+    np.testing.assert_allclose(v[1], ja.velocity(model, X[1]), **TIGHT)
+
+
+def test_repeated_passes_refuses_a_dynamics_name():
+    with pytest.raises(ja.ConfigError, match=r"must be a jaxattn\.Dynamics"):
+        ja.repeated_passes(_model(), _tokens(), 1, dynamics="NO_FFN")
+
+
+def test_huge_lane_width_is_refused_with_its_size():
+    with pytest.raises(ja.ConfigError, match="GiB"):
+        ja.simulate(_model(), _tokens(), 2, batch_size=10**9)
+
+
+def test_overflowing_dynamics_are_flagged():
+    model = _model()
+    with pytest.warns(RuntimeWarning, match="non-finite"):
+        res = ja.simulate(model, _tokens(), 2, alpha=1e308, batch_size=2)
+    assert not bool(res.ok.all())
+    assert bool(ja.simulate(model, _tokens(), 2, batch_size=2).ok.all())

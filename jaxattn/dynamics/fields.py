@@ -197,7 +197,13 @@ def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer
     """
     from jaxattn.dynamics.geometry import geometry
 
+    if not isinstance(flow, Flow):  # e.g. a map (ja.D1): its step is ja.step, not a vector field
+        raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED or Flow(...)), got {flow!r}; "
+                          "the step map of a discrete model is jaxattn.step")
     X = jnp.asarray(X)
+    if X.ndim != 2 or X.shape[-1] != model.d_model:
+        raise ConfigError(f"X must be one configuration [n, {model.d_model}], got shape {tuple(X.shape)} "
+                          "(for a batch: jax.vmap(lambda x: velocity(model, x, ...))(X))")
     geom = geometry(flow.space, S, X.shape[-1], X.dtype)
     lw = weights_at(model, jnp.asarray(t, X.dtype), layer_time, weights_fn)
     return field(jnp.asarray(t, X.dtype), X, lw, flow, jnp.asarray(beta, X.dtype), geom)
