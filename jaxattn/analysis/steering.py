@@ -76,7 +76,8 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
     lam, _ = eig_sorted(F)
     beta = float(gamma * np.abs(lam[0]))
     H, dh = lay.n_heads, lay.d_head
-    Vstack = np.asarray(lay.v[g], np.float64).reshape(H * dh, d)  # [d, d] rows of every head
+    Vstack = np.repeat(np.asarray(lay.v[g], np.float64), lay.kv_group, axis=0).reshape(H * dh, d)  # rows of every
+    # query head (a GQA value head repeated for each query head that reads it)
     z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
     residual = float(np.linalg.norm(Vstack.T @ z - w))
     delta = beta * np.outer(u, z)  # [d, d]: columns h*dh:(h+1)*dh belong to head h

@@ -93,7 +93,8 @@ class _OnePass:
             lw = model.layers.take(sched[k])
             Y = block(X, lw, model, self.dyn, 1.0, 1.0)
             if self.final_norm and model.final_ln_w is not None:
-                Y = jnp.where(k == depth - 1, nn.layer_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps), Y)
+                Y = jnp.where(k == depth - 1, nn.affine_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps,
+                                                                 model.norm_kind), Y)
             nxt = model.layers.take(sched[jnp.mod(k + 1, depth)])
             ctx = Context(aux, lambda: attention_weights(Y, nxt, model, self.dyn, 1.0))
             return Y, self.observe(t0 + k + 1, Y, ctx)

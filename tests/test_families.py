@@ -1,0 +1,193 @@
+"""The families of issue 23 (Llama/Mistral/Qwen2, GPT-NeoX, Gemma, OPT, Phi): conversion checked against
+transformers hidden state by hidden state, GQA layer matrices, RoPE dynamics, bad input."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+import jaxattn as ja  # noqa: E402
+import jaxattn.io.checkpoints as ck  # noqa: E402
+from jaxattn.cli import main  # noqa: E402
+from jaxattn.dynamics.faithful import hidden_states  # noqa: E402
+from jaxattn.errors import CheckpointError  # noqa: E402
+
+from . import hf_models  # noqa: E402
+
+# longer than the sliding windows (3) and than the dynamic-RoPE variant's 8 positions
+PROMPT = np.array([3, 17, 5, 88, 42, 7, 1, 60, 33, 2, 9])
+
+LLAMA3 = dict(rope_type="llama3", rope_theta=500.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+              original_max_position_embeddings=16)
+YARN = dict(rope_type="yarn", rope_theta=100.0, factor=4.0, original_max_position_embeddings=16)
+#: (family, config overrides): GQA ratios 1, 2 and 4 (4 query heads), every RoPE scaling variant Llama's
+#: config allows, biases everywhere Llama allows them, Mistral's and Qwen2's sliding windows.
+VARIANTS = {
+    "llama-gqa2": ("llama", {}),
+    "llama-gqa1-linear-biases": ("llama", dict(num_key_value_heads=4, attention_bias=True, mlp_bias=True,
+                                               rope_parameters=dict(rope_type="linear", rope_theta=100.0,
+                                                                    factor=2.0))),
+    "llama-gqa4-llama3": ("llama", dict(num_key_value_heads=1, rope_parameters=LLAMA3)),
+    "llama-gqa1-yarn": ("llama", dict(num_key_value_heads=4, rope_parameters=YARN)),
+    # 8 positions < 11 tokens: the NTK base grows with the sequence
+    "llama-dynamic": ("llama", dict(max_position_embeddings=8,
+                                    rope_parameters=dict(rope_type="dynamic", rope_theta=100.0, factor=2.0))),
+    "mistral-window": ("mistral", {}),
+    "mistral-gqa4-nowindow": ("mistral", dict(num_key_value_heads=1, sliding_window=None)),
+    "qwen2-window": ("qwen2", {}),
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """{variant: (folder, converted model, float64 transformers reference)} built lazily, once per module."""
+    cache = {}
+
+    def get(variant):
+        if variant not in cache:
+            family, over = VARIANTS[variant]
+            folder = tmp_path_factory.mktemp(variant)
+            hf_models.build(family, folder, **over)
+            with hf_models.exact_float64():
+                ref = hf_models.reference(folder)
+            cache[variant] = (folder, ck.load_any(str(folder)), ref)
+        return cache[variant]
+
+    return get
+
+
+def hf_run(ref, ids, full: bool):
+    """transformers' hidden states and attentions; ``full``: a 4-D all-zero additive mask (no causal mask)."""
+    n = len(ids)
+    kw = {"attention_mask": torch.zeros(1, 1, n, n, dtype=torch.float64)} if full else {}
+    with hf_models.exact_float64(), torch.no_grad():
+        o = ref(torch.tensor(ids)[None], output_hidden_states=True, output_attentions=True, **kw)
+    return [h[0].numpy() for h in o.hidden_states], [a[0].numpy() for a in o.attentions]
+
+
+def full_mask(model):
+    lay = model.layers
+    return model.replace(layers=lay.replace(causal=np.zeros_like(lay.causal), window=np.zeros_like(lay.window)))
+
+
+def errors(model, ids, hs_ref, att_ref):
+    hs, A = hidden_states(model, ids, dtype="float64")
+    assert hs.shape[0] == len(hs_ref) and A.shape[0] == len(att_ref)
+    eh = max(float(np.abs(np.asarray(hs[i]) - hs_ref[i]).max()) for i in range(len(hs_ref)))
+    ea = max(float(np.abs(np.asarray(A[i]) - att_ref[i]).max()) for i in range(len(att_ref)))
+    return eh, ea
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_faithful_matches_transformers(tiny, variant):
+    """Every hidden state and attention map equals transformers' to 1e-10, causal (with the family's
+    sliding windows) and with a full mask."""
+    _, model, ref = tiny(variant)
+    for full in (False, True):
+        hs_ref, att_ref = hf_run(ref, PROMPT, full)
+        eh, ea = errors(full_mask(model) if full else model, PROMPT, hs_ref, att_ref)
+        assert eh <= 1e-10 and ea <= 1e-10, (full, eh, ea)
+
+
+def test_configuration_facts(tiny):
+    llama = tiny("llama-gqa4-llama3")[1]
+    assert llama.layers.n_kv_heads == 1 and llama.layers.kv_group == 4 and llama.norm_kind == "rmsnorm"
+    assert llama.rope.kind == "llama3" and llama.rope.dim == 8 and llama.embeddings.position is None
+    assert llama.layers.wg is not None and llama.layers.bq is None and llama.layers.ln1_b is None
+    np.testing.assert_array_equal(np.asarray(tiny("mistral-window")[1].layers.window), [3, 3])
+    np.testing.assert_array_equal(np.asarray(tiny("mistral-gqa4-nowindow")[1].layers.window), [0, 0])
+    qwen = tiny("qwen2-window")[1]
+    np.testing.assert_array_equal(np.asarray(qwen.layers.window), [0, 3])
+    assert qwen.layers.bq is not None and qwen.layers.bk.shape == (2, 2, 8) and qwen.layers.bo is None
+
+
+def test_float32_forward_is_close(tiny):
+    _, model, ref = tiny("llama-gqa2")
+    hs_ref, _ = hf_run(ref, PROMPT, False)
+    hs, _ = hidden_states(model, PROMPT, dtype="float32")
+    assert max(float(np.abs(np.asarray(hs[i], np.float64) - hs_ref[i]).max()) for i in range(len(hs_ref))) < 1e-4
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa2", "llama-gqa4-llama3", "llama-gqa1-yarn"])
+def test_gqa_layer_matrix_is_a_sum_over_heads_with_repeated_value_heads(tiny, variant):
+    """F = Σ_h O_h V_{g(h)} from the raw tensors: o_proj's columns of head h times the rows of value head
+    h // (H / H_kv) (transformers' repeat_kv), by a NumPy loop over heads."""
+    from safetensors.numpy import load_file
+
+    folder, model, _ = tiny(variant)
+    t = load_file(str(folder / "model.safetensors"))
+    cfg = json.loads((folder / "config.json").read_text())
+    H, Hkv, dh = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    F = ja.layer_matrices(model)
+    for layer in range(cfg["num_hidden_layers"]):
+        Wo = t[f"layers.{layer}.self_attn.o_proj.weight"].astype(np.float64)
+        Wv = t[f"layers.{layer}.self_attn.v_proj.weight"].astype(np.float64)
+        g = [h // (H // Hkv) for h in range(H)]
+        want = sum(Wo[:, h * dh:(h + 1) * dh] @ Wv[g[h] * dh:(g[h] + 1) * dh] for h in range(H))
+        np.testing.assert_allclose(F[layer], want, rtol=0, atol=1e-12)
+
+
+def test_convert_round_trips_and_old_files_read(tiny, tmp_path):
+    """A version-2 file round-trips (GQA, RoPE, gates, RMSNorm); a version-1 file (no new metadata) still reads."""
+    import jax
+
+    folder, model, _ = tiny("qwen2-window")
+    path = ck.convert(folder, tmp_path / "q.safetensors")
+    back = ck.load(path)
+    assert back.rope == model.rope and back.norm_kind == "rmsnorm" and ck.read_meta(path)["format_version"] == 2
+    for a, b in zip(jax.tree_util.tree_leaves(back), jax.tree_util.tree_leaves(model), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # a version-1 file: what jaxattn wrote before the new fields existed
+    gpt2 = tmp_path / "gpt2"
+    hf_models.build("gpt2", gpt2)
+    new = ck.load(ck.convert(gpt2, tmp_path / "g.safetensors"))
+    old_meta = {k: v for k, v in ck.read_meta(tmp_path / "g.safetensors").items()
+                if k not in ("norm_kind", "parallel", "rope", "embed_scale")}
+    old_meta["format_version"] = 1
+    from safetensors.numpy import load_file, save_file
+
+    arrays = load_file(str(tmp_path / "g.safetensors"))
+    save_file(arrays, str(tmp_path / "v1.safetensors"), metadata={"jaxattn": json.dumps(old_meta)})
+    old = ck.load(tmp_path / "v1.safetensors")
+    assert (old.norm_kind, old.parallel, old.rope, old.embed_scale) == ("layernorm", False, None, 1.0)
+    np.testing.assert_array_equal(np.asarray(hidden_states(old, PROMPT[:5], dtype="float64")[0]),
+                                  np.asarray(hidden_states(new, PROMPT[:5], dtype="float64")[0]))
+
+
+# ---------------------------------------------------------------- bad input
+def edited_copy(tiny, variant, tmp_path, config=None, tensors=None):
+    from safetensors.numpy import load_file, save_file
+
+    dst = tmp_path / "ckpt"
+    shutil.copytree(tiny(variant)[0], dst)
+    if config is not None:
+        cfg = json.loads((dst / "config.json").read_text())
+        config(cfg)
+        (dst / "config.json").write_text(json.dumps(cfg))
+    if tensors is not None:
+        t = load_file(str(dst / "model.safetensors"))
+        tensors(t)
+        save_file(t, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    return dst
+
+
+@pytest.mark.parametrize("config,tensors,match", [
+    (lambda c: c["rope_parameters"].update(rope_type="su-scaled", factor=2.0), None,
+     "unsupported RoPE scaling type 'su-scaled'"),
+    (lambda c: c.update(num_key_value_heads=3), None, "4 attention heads cannot be grouped over 3 key/value heads"),
+    (None, lambda t: t.pop("layers.1.mlp.gate_proj.weight"), "missing tensor 'layers.1.mlp.gate_proj.weight'"),
+    (lambda c: c["rope_parameters"].update(rope_type="llama3", factor=8.0), None, "'llama3' lacks low_freq_factor"),
+])
+def test_bad_input_one_line_and_no_output(tiny, tmp_path, config, tensors, match, capsys):
+    folder = edited_copy(tiny, "llama-gqa2", tmp_path, config, tensors)
+    with pytest.raises(CheckpointError, match=match):
+        ck.convert_source(folder)
+    out = tmp_path / "out.safetensors"
+    assert main(["convert", str(folder), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxattn: error:") and match.split("'")[0] in err[0]
+    assert not out.exists() and not list(tmp_path.glob(".out.safetensors*"))
