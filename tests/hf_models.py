@@ -32,6 +32,19 @@ NEW_FAMILY_CONFIGS = {
     # layer 0 full, layer 1 sliding (window 3), q/k/v biases
     "qwen2": dict(cls="Qwen2Config", kw={**_LLAMA, "use_sliding_window": True, "sliding_window": 3,
                                          "max_window_layers": 1}),
+    "gemma": dict(cls="GemmaConfig", kw={**_LLAMA, "head_dim": 8}),
+    # rotary fraction 1/4 of 8 head dimensions: 2 rotated; parallel block
+    "gpt_neox": dict(cls="GPTNeoXConfig", kw=dict(vocab_size=97, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=4, intermediate_size=40,
+                                                  max_position_embeddings=64,
+                                                  rope_parameters=dict(rope_type="default", rope_theta=10000.0,
+                                                                       partial_rotary_factor=0.25))),
+    "opt": dict(cls="OPTConfig", kw=dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         ffn_dim=40, max_position_embeddings=64, word_embed_proj_dim=32,
+                                         bos_token_id=0, eos_token_id=0, pad_token_id=1)),
+    "phi": dict(cls="PhiConfig", kw=dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                         num_key_value_heads=2, intermediate_size=40, max_position_embeddings=64,
+                                         bos_token_id=0, eos_token_id=0)),
 }
 FAMILY_CONFIGS_ALL = {**FAMILY_CONFIGS, **NEW_FAMILY_CONFIGS}
 #: transformers modules whose own float32 casts (RMSNorm, RoPE tables, softmax) become float64 casts

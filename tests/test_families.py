@@ -39,6 +39,14 @@ VARIANTS = {
     "mistral-window": ("mistral", {}),
     "mistral-gqa4-nowindow": ("mistral", dict(num_key_value_heads=1, sliding_window=None)),
     "qwen2-window": ("qwen2", {}),
+    "gpt_neox-parallel-quarter": ("gpt_neox", {}),  # rotary fraction 1/4 (2 of 8 dimensions), parallel block
+    "gpt_neox-sequential-full": ("gpt_neox", dict(use_parallel_residual=False, rope_parameters=dict(
+        rope_type="linear", rope_theta=10000.0, partial_rotary_factor=1.0, factor=2.0))),
+    "gemma-gqa2": ("gemma", {}),
+    "gemma-gqa4-bias": ("gemma", dict(num_key_value_heads=1, attention_bias=True)),
+    "opt-pre": ("opt", {}),
+    "opt-post": ("opt", dict(do_layer_norm_before=False)),
+    "phi-gqa2": ("phi", {}),
 }
 
 
@@ -64,8 +72,9 @@ def hf_run(ref, ids, full: bool):
     """transformers' hidden states and attentions; ``full``: a 4-D all-zero additive mask (no causal mask)."""
     n = len(ids)
     kw = {"attention_mask": torch.zeros(1, 1, n, n, dtype=torch.float64)} if full else {}
-    with hf_models.exact_float64(), torch.no_grad():
-        o = ref(torch.tensor(ids)[None], output_hidden_states=True, output_attentions=True, **kw)
+    with hf_models.exact_float64(), torch.no_grad():  # positions given: OPT would derive them from a 2-D mask
+        o = ref(torch.tensor(ids)[None], position_ids=torch.arange(n)[None], output_hidden_states=True,
+                output_attentions=True, **kw)
     return [h[0].numpy() for h in o.hidden_states], [a[0].numpy() for a in o.attentions]
 
 
@@ -103,6 +112,16 @@ def test_configuration_facts(tiny):
     qwen = tiny("qwen2-window")[1]
     np.testing.assert_array_equal(np.asarray(qwen.layers.window), [0, 3])
     assert qwen.layers.bq is not None and qwen.layers.bk.shape == (2, 2, 8) and qwen.layers.bo is None
+    neox = tiny("gpt_neox-parallel-quarter")[1]
+    assert neox.parallel and neox.rope.dim == 2 and neox.norm_kind == "layernorm" and neox.layers.bq is not None
+    assert not tiny("gpt_neox-sequential-full")[1].parallel and tiny("gpt_neox-sequential-full")[1].rope.dim == 8
+    gemma = tiny("gemma-gqa2")[1]
+    assert gemma.embed_scale == 32 ** 0.5 and gemma.activation == "gelu_pytorch_tanh"
+    assert gemma.layers.ln1_w.dtype == np.float64  # the gain 1 + w, exact
+    phi = tiny("phi-gqa2")[1]
+    assert phi.parallel and phi.layers.ln2_w is None and phi.rope.dim == 4 and phi.layers.kv_group == 2
+    assert tiny("opt-post")[1].norm_style == "post" and tiny("opt-post")[1].final_ln_w is None
+    assert tiny("opt-pre")[1].embeddings.position.shape == (64, 32)  # the offset rows dropped
 
 
 def test_float32_forward_is_close(tiny):
@@ -112,7 +131,8 @@ def test_float32_forward_is_close(tiny):
     assert max(float(np.abs(np.asarray(hs[i], np.float64) - hs_ref[i]).max()) for i in range(len(hs_ref))) < 1e-4
 
 
-@pytest.mark.parametrize("variant", ["llama-gqa2", "llama-gqa4-llama3", "llama-gqa1-yarn"])
+@pytest.mark.parametrize("variant", ["llama-gqa2", "llama-gqa4-llama3", "llama-gqa1-yarn", "gemma-gqa4-bias",
+                                     "phi-gqa2"])
 def test_gqa_layer_matrix_is_a_sum_over_heads_with_repeated_value_heads(tiny, variant):
     """F = Σ_h O_h V_{g(h)} from the raw tensors: o_proj's columns of head h times the rows of value head
     h // (H / H_kv) (transformers' repeat_kv), by a NumPy loop over heads."""
@@ -121,10 +141,12 @@ def test_gqa_layer_matrix_is_a_sum_over_heads_with_repeated_value_heads(tiny, va
     folder, model, _ = tiny(variant)
     t = load_file(str(folder / "model.safetensors"))
     cfg = json.loads((folder / "config.json").read_text())
-    H, Hkv, dh = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    H, Hkv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    dh = cfg.get("head_dim") or cfg["hidden_size"] // H
+    out = "dense" if cfg["model_type"] == "phi" else "o_proj"
     F = ja.layer_matrices(model)
     for layer in range(cfg["num_hidden_layers"]):
-        Wo = t[f"layers.{layer}.self_attn.o_proj.weight"].astype(np.float64)
+        Wo = t[f"layers.{layer}.self_attn.{out}.weight"].astype(np.float64)
         Wv = t[f"layers.{layer}.self_attn.v_proj.weight"].astype(np.float64)
         g = [h // (H // Hkv) for h in range(H)]
         want = sum(Wo[:, h * dh:(h + 1) * dh] @ Wv[g[h] * dh:(g[h] + 1) * dh] for h in range(H))

@@ -13,13 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.errors import CheckpointError
-from jaxattn.io.checkpoints import albert, bert, gpt2, gpt_neo, llama
+from jaxattn.io.checkpoints import albert, bert, gemma, gpt2, gpt_neo, gpt_neox, llama, opt, phi
 from jaxattn.io.checkpoints._format import FORMAT_VERSION, load, read_meta, save
 from jaxattn.io.checkpoints._source import read
 from jaxattn.model.params import Model
 
 FAMILIES = {"bert": bert.convert, "albert": albert.convert, "gpt2": gpt2.convert, "gpt_neo": gpt_neo.convert,
-            "llama": llama.convert, "mistral": llama.convert, "qwen2": llama.convert}
+            "llama": llama.convert, "mistral": llama.convert, "qwen2": llama.convert, "gemma": gemma.convert,
+            "gpt_neox": gpt_neox.convert, "opt": opt.convert, "phi": phi.convert}
 DTYPES = ("source", "float32", "float64")
 
 
