@@ -45,7 +45,8 @@ def convert(config: dict, tensors: dict):
                          ln2_w=t.get(p + "post_attention_layernorm.weight", (d,)),
                          ln2_b=t.get(p + "post_attention_layernorm.bias", (d,)),
                          w1=t.get(p + "mlp.dense_h_to_4h.weight", (f, d)), b1=t.get(p + "mlp.dense_h_to_4h.bias", (f,)),
-                         w2=t.get(p + "mlp.dense_4h_to_h.weight", (d, f)), b2=t.get(p + "mlp.dense_4h_to_h.bias", (d,))))
+                         w2=t.get(p + "mlp.dense_4h_to_h.weight", (d, f)),
+                         b2=t.get(p + "mlp.dense_4h_to_h.bias", (d,))))
     V = cfg_int(config, "vocab_size")
     emb = dict(word=t.get("embed_in.weight", (V, d)))
     final = (t.get("final_layer_norm.weight", (d,)), t.get("final_layer_norm.bias", (d,)))
