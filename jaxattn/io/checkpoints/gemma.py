@@ -2,7 +2,8 @@
 conversion: RMSNorm multiplies by ``1 + w`` (the stored gain is ``1 + weight``, computed and kept in float64:
 exact for float32 and bfloat16 weights, as transformers' ``1.0 + weight.float()`` in a float64 model), token
 embeddings are multiplied by ``sqrt(hidden_size)`` (``embed_scale``), and the MLP's activation is
-``gelu_pytorch_tanh`` (GeGLU; a legacy ``"gelu"`` means the tanh form too). Embeddings are tied (the LM head is not used)."""
+``gelu_pytorch_tanh`` (GeGLU; a legacy ``"gelu"`` means the tanh form too).
+Embeddings are tied (the LM head is not used)."""
 
 from __future__ import annotations
 
