@@ -209,7 +209,91 @@ def test_bad_input_one_line_and_no_output(tiny, tmp_path, config, tensors, match
     with pytest.raises(CheckpointError, match=match):
         ck.convert_source(folder)
     out = tmp_path / "out.safetensors"
+    capsys.readouterr()  # building the fixture prints transformers' progress bars
     assert main(["convert", str(folder), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("jaxattn: error:") and match.split("'")[0] in err[0]
     assert not out.exists() and not list(tmp_path.glob(".out.safetensors*"))
+
+
+# ---------------------------------------------------------------- D1 with RoPE, analyze, consensus
+def numpy_rope_d1_step(X, q, k, v, o, scale, dim, theta, alpha=1.0, beta=1.0):
+    """One causal D1 step with RoPE by explicit loops: a^h_ij = softmax_j(β s <R_i Q_h x_i, R_j K_g(h) x_j>),
+    x_i <- N(x_i + α Σ_h O_h Σ_j a^h_ij V_g(h) x_j), R_i rotating coordinate pairs (k, k + dim/2) of a head
+    by the angle i θ^(-2k/dim); g(h) = h // (H / H_kv)."""
+    n, _ = X.shape
+    H, dh, Hkv = q.shape[0], q.shape[1], k.shape[0]
+
+    def R(i):
+        M = np.eye(dh)
+        for m in range(dim // 2):
+            a = i * theta ** (-2 * m / dim)
+            c, s = np.cos(a), np.sin(a)
+            M[m, m], M[m, m + dim // 2], M[m + dim // 2, m], M[m + dim // 2, m + dim // 2] = c, -s, s, c
+        return M
+
+    Y = X.copy()
+    for i in range(n):
+        upd = np.zeros(X.shape[1])
+        for h in range(H):
+            g = h // (H // Hkv)
+            e = np.array([beta * scale * (R(i) @ q[h] @ X[i]) @ (R(j) @ k[g] @ X[j]) for j in range(i + 1)])
+            a = np.exp(e - e.max())
+            a /= a.sum()
+            upd += o[h] @ sum(a[j] * (v[g] @ X[j]) for j in range(i + 1))
+        y = X[i] + alpha * upd
+        Y[i] = y / np.linalg.norm(y)
+    return Y
+
+
+@pytest.mark.parametrize("dim,rope", [(4, "model"), (6, "on")])
+def test_d1_with_rope_equals_numpy_reference(dim, rope):
+    """A one-layer model, 4 query heads over 2 key/value heads of 6 dimensions: RoPE on 4 of them (the model's
+    own, θ = 100) or, for a model without RoPE, the standard one on all 6 (θ = 10⁴)."""
+    rng = np.random.default_rng(3)
+    d, H, Hkv, dh = 12, 4, 2, 6
+    q, k, v = (rng.normal(size=(1, h, dh, d)) / np.sqrt(d) for h in (H, Hkv, Hkv))
+    o = rng.normal(size=(1, H, d, dh)) / np.sqrt(dh)
+    own = ja.Rope(dim=4, theta=100.0) if rope == "model" else None
+    model = ja.from_heads(q, k, v, o, masks="causal", rope=own)
+    X = rng.normal(size=(7, d))
+    X /= np.linalg.norm(X, axis=-1, keepdims=True)
+    got = ja.simulate(model, X[None], 1, dynamics=ja.Dynamics(rope=rope), trajectory=True, alpha=0.7,
+                      beta=1.3).final[0]
+    want = numpy_rope_d1_step(X, q[0], k[0], v[0], o[0], 1 / np.sqrt(dh), dim, 100.0 if own else 1e4, 0.7, 1.3)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12)
+    plain = ja.simulate(model, X[None], 1, trajectory=True, alpha=0.7, beta=1.3).final[0]  # default: position-free
+    assert np.abs(np.asarray(plain) - want).max() > 1e-3
+    np.testing.assert_allclose(np.asarray(plain), np.asarray(ja.simulate(
+        model.replace(rope=None), X[None], 1, alpha=0.7, beta=1.3).final[0]), rtol=0, atol=1e-14)
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa2", "gpt_neox-parallel-quarter"])
+def test_analyze_and_consensus_end_to_end(tiny, variant, tmp_path, capsys):
+    folder = tiny(variant)[0]
+    out = tmp_path / "a"
+    capsys.readouterr()
+    assert main(["analyze", str(folder), "--num-init", "16", "--n", "4", "--gammas", "10", "--steer-target", "0",
+                 "--out", str(out), "--no-progress", "--no-figures"]) == 0
+    assert "power-method analogy holds in" in capsys.readouterr().out
+    report = (out / "report.md").read_text()
+    assert "## Reading of the architecture" in report and "position-free (RoPE dropped" in report
+    assert ("RMSNorm" in report) == variant.startswith("llama")
+    assert ("Grouped-query attention: 4 query heads share 2" in report) == variant.startswith("llama")
+    assert ("in parallel" in report) == variant.startswith("gpt_neox")
+    assert "ffn_layernorm" in {r["run"] for r in __import__("csv").DictReader((out / "layers.csv").open())}
+    out2 = tmp_path / "a2"
+    assert main(["analyze", str(folder), "--num-init", "16", "--n", "4", "--gammas", "10", "--steer-target", "0",
+                 "--rope", "model", "--out", str(out2), "--no-progress", "--no-figures"]) == 0
+    assert "RoPE on queries and keys by token index" in (out2 / "report.md").read_text()
+    c = tmp_path / "c"
+    assert main(["consensus", str(folder), "--passes", "2", "--prompts", "3", "--tokens", "6", "--synthetic-num", "2",
+                 "--t1", "2", "--out", str(c), "--no-progress", "--no-figures"]) == 0
+    assert (c / "summary.csv").is_file() and (c / "report.md").is_file()
+
+
+def test_rope_model_refused_on_a_model_without_rope(tmp_path, capsys):
+    assert main(["simulate", "--rope", "model", "--num-init", "2", "--d", "8", "--heads", "2", "--depth", "1",
+                 "--out", str(tmp_path / "s"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "this model has no RoPE" in err[0] and not (tmp_path / "s").exists()
