@@ -297,3 +297,21 @@ def test_rope_model_refused_on_a_model_without_rope(tmp_path, capsys):
                  "--out", str(tmp_path / "s"), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "this model has no RoPE" in err[0] and not (tmp_path / "s").exists()
+
+
+def test_text_prompts_through_a_converted_llama(tiny, tmp_path):
+    """A tokenizer saved next to the checkpoint turns text into ids, the ids into initial conditions (the
+    embeddings: no position table, RoPE acts in attention), and the faithful pass matches transformers."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder, model, ref = tiny("llama-gqa2")
+    tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(97)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(tmp_path / "tok")
+    ids = ja.dynamics.prompts.text_prompts(tmp_path / "tok", ["w3 w17 w5 w88 w42 w7"])[0]
+    np.testing.assert_array_equal(ids, [3, 17, 5, 88, 42, 7])
+    X0 = ja.dynamics.prompts.embed_prompts(model, ids, dtype="float64")
+    np.testing.assert_array_equal(np.asarray(X0[0]), np.asarray(model.embeddings.word)[ids].astype(np.float64))
+    hs_ref, _ = hf_run(ref, ids, False)
+    final = ja.forward(model, X0[0], dtype="float64")[0][-1]
+    np.testing.assert_allclose(np.asarray(final), hs_ref[-1], rtol=0, atol=1e-10)
