@@ -8,7 +8,8 @@ D2         D1 on a single-head model with ``O = I`` (``random_model(..., unit_ou
 D3         ``Dynamics(attention="uniform")``: ``a_ij = 1/n`` (multi-agent Oja)
 D4         ``Dynamics(norm="none")`` on a model with score scale 1 (no normalisation)
 D5         ``Dynamics(norm="ellipsoid")`` with ``S``: ``N_S`` in place of ``N``
-D6         ``FAITHFUL``: affine LayerNorm, FFN, biases, the model's own pre/post-norm layout
+D6         ``FAITHFUL``: the model's affine norm (LayerNorm or RMSNorm), FFN, biases, RoPE, its own
+           pre/post-norm or parallel layout
 =========  ==========================================================================
 
 Intermediate settings between D1 and D6 (the power-method paper's simplification drops the FFN
@@ -18,7 +19,9 @@ The block of a model with ``norm_style='post'`` (BERT, ALBERT, synthetic) is
 ``y = Norm1(x + α Attn(x))``, then with the FFN ``x' = Norm2(y + FFN(y))``.
 With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``, then
 ``x' = y + FFN(Norm2(y))`` with the FFN and ``x' = Norm2(y)`` without it.
-``Norm`` is L2, ``N_S``, the identity or the model's affine LayerNorm (``norm`` option).
+A parallel model (GPT-NeoX, Phi) with the FFN: ``x' = x + α Attn(Norm1 x) + FFN(Norm2 x)``.
+``Norm`` is L2, ``N_S``, the identity or the model's affine norm (``norm`` option: LayerNorm or RMSNorm).
+``rope`` (``'none'`` by default, ``'model'`` for FAITHFUL) rotates queries and keys by token index.
 """
 
 from __future__ import annotations
