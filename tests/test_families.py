@@ -304,7 +304,7 @@ def test_text_prompts_through_a_converted_llama(tiny, tmp_path):
     embeddings: no position table, RoPE acts in attention), and the faithful pass matches transformers."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
-    folder, model, ref = tiny("llama-gqa2")
+    _, model, ref = tiny("llama-gqa2")
     tok = Tokenizer(models.WordLevel({f"w{i}": i for i in range(97)}, unk_token="w0"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     transformers.PreTrainedTokenizerFast(tokenizer_object=tok).save_pretrained(tmp_path / "tok")
