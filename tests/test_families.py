@@ -266,26 +266,40 @@ def test_d1_with_rope_equals_numpy_reference(dim, rope):
     assert np.abs(np.asarray(plain) - want).max() > 1e-3
     np.testing.assert_allclose(np.asarray(plain), np.asarray(ja.simulate(
         model.replace(rope=None), X[None], 1, alpha=0.7, beta=1.3).final[0]), rtol=0, atol=1e-14)
+    with pytest.raises(ja.ConfigError, match="no RoPE, no grouped-query attention"):  # the fused kernel cannot
+        ja.simulate(model, X[None], 1, kernel="fused")
 
 
-@pytest.mark.parametrize("variant", ["llama-gqa2", "gpt_neox-parallel-quarter"])
-def test_analyze_and_consensus_end_to_end(tiny, variant, tmp_path, capsys):
+def test_rmsnorm_is_a_scaled_l2_normalisation_with_gains():
+    """RMSNorm(y) = g ⊙ √d · y/‖y‖ (ε = 0): the sphere of radius √d, then the diagonal gain."""
+    rng = np.random.default_rng(5)
+    y, g = rng.normal(size=(3, 16)), rng.normal(size=16)
+    want = g * np.sqrt(16) * y / np.linalg.norm(y, axis=-1, keepdims=True)
+    np.testing.assert_allclose(np.asarray(ja.nn.rms_norm(y, g, 0.0)), want, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(np.asarray(ja.nn.rms_norm(y, None, 0.0)) / 4.0, np.asarray(ja.nn.l2(y)), atol=1e-15)
+
+
+@pytest.mark.parametrize("variant,rope", [("llama-gqa2", "none"), ("gpt_neox-parallel-quarter", "model")])
+def test_analyze_and_consensus_end_to_end(tiny, variant, rope, tmp_path, capsys):
+    """analyze (position-free D1 on Llama, D1 with the model's RoPE on GPT-NeoX) and consensus, on the command
+    line; the report states the reading of the architecture it used."""
+    import csv
+
     folder = tiny(variant)[0]
     out = tmp_path / "a"
     capsys.readouterr()
     assert main(["analyze", str(folder), "--num-init", "16", "--n", "4", "--gammas", "10", "--steer-target", "0",
-                 "--out", str(out), "--no-progress", "--no-figures"]) == 0
+                 "--rope", rope, "--out", str(out), "--no-progress", "--no-figures"]) == 0
     assert "power-method analogy holds in" in capsys.readouterr().out
     report = (out / "report.md").read_text()
-    assert "## Reading of the architecture" in report and "position-free (RoPE dropped" in report
+    assert "## Reading of the architecture" in report
+    assert ("position-free (RoPE dropped" in report) == (rope == "none")
+    assert ("RoPE on queries and keys by token index 0..n-1 (2 of 8" in report) == (rope == "model")
     assert ("RMSNorm" in report) == variant.startswith("llama")
     assert ("Grouped-query attention: 4 query heads share 2" in report) == variant.startswith("llama")
     assert ("in parallel" in report) == variant.startswith("gpt_neox")
-    assert "ffn_layernorm" in {r["run"] for r in __import__("csv").DictReader((out / "layers.csv").open())}
-    out2 = tmp_path / "a2"
-    assert main(["analyze", str(folder), "--num-init", "16", "--n", "4", "--gammas", "10", "--steer-target", "0",
-                 "--rope", "model", "--out", str(out2), "--no-progress", "--no-figures"]) == 0
-    assert "RoPE on queries and keys by token index" in (out2 / "report.md").read_text()
+    with (out / "layers.csv").open() as f:
+        assert "ffn_layernorm" in {r["run"] for r in csv.DictReader(f)}
     c = tmp_path / "c"
     assert main(["consensus", str(folder), "--passes", "2", "--prompts", "3", "--tokens", "6", "--synthetic-num", "2",
                  "--t1", "2", "--out", str(c), "--no-progress", "--no-figures"]) == 0
@@ -315,3 +329,17 @@ def test_text_prompts_through_a_converted_llama(tiny, tmp_path):
     hs_ref, _ = hf_run(ref, ids, False)
     final = ja.forward(model, X0[0], dtype="float64")[0][-1]
     np.testing.assert_allclose(np.asarray(final), hs_ref[-1], rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("variant", ["qwen2-window", "gemma-gqa2", "gpt_neox-sequential-full", "opt-post", "phi-gqa2"])
+def test_repeated_passes_run_on_every_new_family(tiny, variant):
+    """One FAITHFUL pass is the faithful forward pass (final norm included); NO_FFN passes run."""
+    _, model, _ = tiny(variant)
+    X0 = ja.dynamics.prompts.embed_prompts(model, PROMPT[:6], dtype="float64")
+    res = ja.repeated_passes(model, X0, passes=1, dtype="float64")
+    want = hidden_states(model, PROMPT[:6], dtype="float64")[0][-1]
+    np.testing.assert_allclose(np.asarray(res.final[0]), np.asarray(want), rtol=0, atol=1e-12)
+    if model.norm_style == "pre":
+        two = ja.repeated_passes(model, X0, passes=2, dynamics=ja.NO_FFN, dtype="float64")
+        assert two.observables["diameter"].shape == (1, 2 * model.depth + 1)
+        assert np.all(np.isfinite(np.asarray(two.final)))
