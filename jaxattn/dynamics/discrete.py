@@ -68,7 +68,10 @@ class Dynamics:
     ``attention='uniform'``. ``drop_ln2`` removes the FFN of a pre-norm model the way the
     GPT-Consensus code does (the block becomes ``x + Attn(LN1 x)``, ``ln_2`` unused); without it a
     pre-norm block with the FFN off still normalises after the update (the power-method paper's
-    simplification). See :data:`NO_FFN`.
+    simplification). See :data:`NO_FFN`. ``rope`` says how attention reads positions (:data:`ROPES`):
+    ``'none'`` position-free (the default: tokens are exchangeable), ``'model'`` the model's own RoPE where
+    it has one (:data:`FAITHFUL`), ``'on'`` the model's or, for a model without one, the standard RoPE
+    (θ = 10⁴ over every head coordinate) — queries and keys rotated by token index ``0..n-1``.
     """
 
     norm: str = "l2"
