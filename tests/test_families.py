@@ -343,3 +343,14 @@ def test_repeated_passes_run_on_every_new_family(tiny, variant):
         two = ja.repeated_passes(model, X0, passes=2, dynamics=ja.NO_FFN, dtype="float64")
         assert two.observables["diameter"].shape == (1, 2 * model.depth + 1)
         assert np.all(np.isfinite(np.asarray(two.final)))
+
+
+def test_against_unpatched_transformers(tmp_path):
+    """Without exact_float64, transformers computes RMSNorm, RoPE and the softmax in float32 inside a float64
+    Llama: agreement is then at float32's level, which is what the patch removes (and nothing more)."""
+    tm = hf_models.build("llama", tmp_path / "m")  # float64 weights, float32 internals
+    with torch.no_grad():
+        o = tm(torch.tensor(PROMPT)[None], output_hidden_states=True)
+    hs, _ = hidden_states(ck.load_any(str(tmp_path / "m")), PROMPT, dtype="float64")
+    err = max(float(np.abs(np.asarray(hs[i]) - o.hidden_states[i][0].numpy()).max()) for i in range(len(hs)))
+    assert 1e-10 < err < 1e-5, err
