@@ -43,7 +43,8 @@ from jaxattn.io.checkpoints import builtin_path, convert, load, load_any, save
 from jaxattn.io.store import open_sweep
 from jaxattn.model import nn
 from jaxattn.model.attention import KERNELS, allowed, attend, probabilities
-from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, validate
+from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, repeat_kv, validate
+from jaxattn.model.rope import Rope
 from jaxattn.model.sampling import init_tokens, random_model, symmetric_with_spectrum
 from jaxattn.studies.clusters import ClustersConfig
 from jaxattn.studies.consensus import ConsensusConfig
@@ -81,6 +82,7 @@ __all__ = [
     "JaxattnError",
     "Layers",
     "Model",
+    "Rope",
     "Simulation",
     "Solution",
     "Spectrum",
@@ -118,6 +120,7 @@ __all__ = [
     "probabilities",
     "prompts",
     "random_model",
+    "repeat_kv",
     "repeated_passes",
     "run_study",
     "save",

@@ -245,7 +245,8 @@ def test_unsupported_model_type_lists_supported(tiny, tmp_path):
     cfg = json.loads((folder / "config.json").read_text())
     cfg["model_type"] = "t5"
     (folder / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(CheckpointError, match="unsupported model_type 't5'; supported: albert, bert, gpt2, gpt_neo"):
+    with pytest.raises(CheckpointError, match="unsupported model_type 't5'; supported: albert, bert, gemma, gpt2, "
+                                              "gpt_neo, gpt_neox, llama, mistral, opt, phi, qwen2"):
         ck.convert_source(folder)
 
 

@@ -12,13 +12,14 @@ import dataclasses
 import numpy as np
 
 from jaxattn.errors import ConfigError
-from jaxattn.model.params import Model
+from jaxattn.model.params import Model, repeat_kv
 
 ORDERS = ("real", "modulus", "step")
 
 
 def layer_matrices(model: Model) -> np.ndarray:
-    """``F[g] = Σ_h O_h V_h`` of every weight set, ``[G, d, d]`` float64 (shared models: once).
+    """``F[g] = Σ_h O_h V_{g(h)}`` of every weight set, ``[G, d, d]`` float64 (shared models: once);
+    with grouped-query attention ``V_{g(h)}`` is the value head query head ``h`` shares.
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -31,7 +32,7 @@ def layer_matrices(model: Model) -> np.ndarray:
         True
     """
     o = np.asarray(model.layers.o, np.float64)
-    v = np.asarray(model.layers.v, np.float64)
+    v = np.asarray(repeat_kv(model.layers.replace(v=np.asarray(model.layers.v, np.float64))).v)  # GQA: V_{g(h)}
     return np.einsum("ghdk,ghke->gde", o, v)
 
 

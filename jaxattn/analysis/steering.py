@@ -53,10 +53,11 @@ def _plan(model: Model, g: int, w, host: bool):
     H, dh, d = lay.n_heads, lay.d_head, lay.d_model
     if host:
         lam, _ = eig_sorted(layer_matrices(model)[g])
-        Vstack = np.asarray(lay.v[g], np.float64).reshape(H * dh, d)  # [d, d] rows of every head
+        # rows of every query head (a GQA value head repeated for each query head that reads it)
+        Vstack = np.repeat(np.asarray(lay.v[g], np.float64), lay.kv_group, axis=0).reshape(H * dh, d)
         z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
         return float(np.abs(lam[0])), z, float(np.linalg.norm(Vstack.T @ z - w))
-    v, o = jnp.asarray(lay.v[g]), jnp.asarray(lay.o[g])
+    v, o = jnp.repeat(jnp.asarray(lay.v[g]), lay.kv_group, axis=0), jnp.asarray(lay.o[g])
     ev = jnp.linalg.eigvals(jnp.einsum("hdk,hke->de", o, v))
     Vs = v.reshape(H * dh, d)
     zt = jnp.linalg.pinv(Vs.T) @ w

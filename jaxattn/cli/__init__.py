@@ -93,7 +93,7 @@ def _check_number(name: str, v) -> None:
 SIM_DEFAULTS = dict(
     model="random", n=10, d=64, heads=4, depth=12, shared=True, weights="gaussian", value="random", mask="full",
     steps=None, num_init=1000, seed=0, alpha=1.0, beta=1.0, init="sphere", norm="l2", ffn=False, pre_ln=False,
-    biases=False, uniform_attention=False, dtype="float32", matmul_precision="highest", chunk=None,
+    biases=False, uniform_attention=False, rope="none", dtype="float32", matmul_precision="highest", chunk=None,
     out="runs/simulate", progress=True, keep_final=False, overwrite=False,
 )
 #: Options that only describe a random model (refused with a converted one: it brings its own).
@@ -133,6 +133,9 @@ def _add_simulate(sub):
                    help=f"include biases (converted models) [{d['biases']}]")
     g.add_argument("--uniform-attention", action=argparse.BooleanOptionalAction, default=None,
                    help=f"uniform attention a_ij = 1/n (the Oja model D3) [{d['uniform_attention']}]")
+    g.add_argument("--rope", choices=["none", "model", "on"],
+                   help=f"positions in attention: 'none' position-free (tokens exchangeable), 'model' the model's own "
+                        f"RoPE (Llama, GPT-NeoX...), 'on' the model's or the standard RoPE (θ = 10⁴) [{d['rope']}]")
     g = p.add_argument_group("initial conditions and run")
     g.add_argument("--n", type=int, help=f"tokens per initial condition [{d['n']}]")
     g.add_argument("--num-init", type=int, help=f"number of random initial conditions [{d['num_init']}]")
@@ -194,6 +197,12 @@ def load_model_arg(spec: str, cfg: dict):
     return load_any(spec)
 
 
+def _check_rope(model, rope: str) -> None:
+    if rope == "model" and model.rope is None:
+        raise JaxattnError("--rope model: this model has no RoPE (its positions, if any, are embeddings); "
+                           "--rope on applies the standard one")
+
+
 def cmd_simulate(args, cfg) -> int:
     import numpy as np
 
@@ -218,7 +227,7 @@ def cmd_simulate(args, cfg) -> int:
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise JaxattnError(f"--steps must be a non-negative integer, got {steps!r}")
     dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
-                   uniform=cfg["uniform_attention"])
+                   uniform=cfg["uniform_attention"], rope=cfg["rope"])
     # options that would be recorded but change nothing are refused, before anything is written
     check_dynamics(model, dyn)
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
@@ -227,6 +236,7 @@ def cmd_simulate(args, cfg) -> int:
         raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
     if cfg["norm"] == "layernorm" and model.layers.ln1_w is None:
         raise JaxattnError("--norm layernorm: this model has no LayerNorm weights (random models are attention-only)")
+    _check_rope(model, cfg["rope"])
     run = _start_run(cfg, "simulate", own=(STORE,))
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
     resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
@@ -351,6 +361,9 @@ def _add_analyze(sub):
                                                       f"0: no search [{d['steer_target']}]")
     p.add_argument("--ffn-study", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also run with FFN and affine LayerNorm (models that have them) [{d['ffn_study']}]")
+    p.add_argument("--rope", choices=["none", "model", "on"],
+                   help=f"D1's positions: 'none' position-free (the plain reading), 'model' the model's own RoPE, "
+                        f"'on' the model's or the standard RoPE (θ = 10⁴) [{d['rope']}]")
     p.add_argument("--dtype", choices=["float32", "float64"],
                    help=f"simulation precision (spectra are float64) [{d['dtype']}]")
     p.add_argument("--matmul-precision", choices=["highest", "tf32", "bf16"],
@@ -388,11 +401,12 @@ def cmd_analyze(args, cfg) -> int:
                         steer_target=cfg["steer_target"],
                         ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], matmul_precision=cfg["matmul_precision"],
                         chunk=cfg["chunk"], progress=cfg["progress"],
-                        figures=cfg["figures"])
+                        figures=cfg["figures"], rope=cfg["rope"])
     study.check()
     for k in ("alpha", "beta"):
         _check_number(k, cfg[k])
     model = load_model_arg(cfg["model"], cfg)
+    _check_rope(model, cfg["rope"])
     out = Path(cfg["out"])
     run = _start_run(cfg, "analyze", own=(STORE,))
     with rundir.undone_if_refused(run):

@@ -8,7 +8,8 @@ D2         D1 on a single-head model with ``O = I`` (``random_model(..., unit_ou
 D3         ``Dynamics(attention="uniform")``: ``a_ij = 1/n`` (multi-agent Oja)
 D4         ``Dynamics(norm="none")`` on a model with score scale 1 (no normalisation)
 D5         ``Dynamics(norm="ellipsoid")`` with ``S``: ``N_S`` in place of ``N``
-D6         ``FAITHFUL``: affine LayerNorm, FFN, biases, the model's own pre/post-norm layout
+D6         ``FAITHFUL``: the model's affine norm (LayerNorm or RMSNorm), FFN, biases, RoPE, its own
+           pre/post-norm or parallel layout
 =========  ==========================================================================
 
 Intermediate settings between D1 and D6 (the power-method paper's simplification drops the FFN
@@ -18,7 +19,9 @@ The block of a model with ``norm_style='post'`` (BERT, ALBERT, synthetic) is
 ``y = Norm1(x + α Attn(x))``, then with the FFN ``x' = Norm2(y + FFN(y))``.
 With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``, then
 ``x' = y + FFN(Norm2(y))`` with the FFN and ``x' = Norm2(y)`` without it.
-``Norm`` is L2, ``N_S``, the identity or the model's affine LayerNorm (``norm`` option).
+A parallel model (GPT-NeoX, Phi) with the FFN: ``x' = x + α Attn(Norm1 x) + FFN(Norm2 x)``.
+``Norm`` is L2, ``N_S``, the identity or the model's affine norm (``norm`` option: LayerNorm or RMSNorm).
+``rope`` (``'none'`` by default, ``'model'`` for FAITHFUL) rotates queries and keys by token index.
 """
 
 from __future__ import annotations
@@ -51,8 +54,13 @@ from jaxattn.errors import ConfigError
 from jaxattn.model import nn
 from jaxattn.model.attention import KERNELS, apply, probabilities
 from jaxattn.model.params import Layers, Model, validate
+from jaxattn.model.rope import Rope, cos_sin
 
 NORMS = ("l2", "ellipsoid", "none", "layernorm")
+#: Position readings of attention: ``'none'`` position-free (tokens exchangeable; D1's default),
+#: ``'model'`` the model's own RoPE where it has one (FAITHFUL), ``'on'`` the model's RoPE or, for a
+#: model without one, the standard RoPE (θ = 10⁴ over every head coordinate).
+ROPES = ("none", "model", "on")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +72,10 @@ class Dynamics:
     ``attention='uniform'``. ``drop_ln2`` removes the FFN of a pre-norm model the way the
     GPT-Consensus code does (the block becomes ``x + Attn(LN1 x)``, ``ln_2`` unused); without it a
     pre-norm block with the FFN off still normalises after the update (the power-method paper's
-    simplification). See :data:`NO_FFN`.
+    simplification). See :data:`NO_FFN`. ``rope`` says how attention reads positions (:data:`ROPES`):
+    ``'none'`` position-free (the default: tokens are exchangeable), ``'model'`` the model's own RoPE where
+    it has one (:data:`FAITHFUL`), ``'on'`` the model's or, for a model without one, the standard RoPE
+    (θ = 10⁴ over every head coordinate) — queries and keys rotated by token index ``0..n-1``.
     """
 
     norm: str = "l2"
@@ -74,8 +85,11 @@ class Dynamics:
     uniform: bool = False
     attention: str = "softmax"
     drop_ln2: bool = False  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
+    rope: str = "none"  # see ROPES: RoPE on queries and keys by token index 0..n-1
 
     def __post_init__(self):
+        if self.rope not in ROPES:
+            raise ConfigError(f"rope must be one of {ROPES}, got {self.rope!r}")
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.attention not in KERNELS:
@@ -90,9 +104,10 @@ D1 = Dynamics()
 D3 = Dynamics(attention="uniform")
 D4 = Dynamics(norm="none")
 D5 = Dynamics(norm="ellipsoid")
-FAITHFUL = Dynamics(norm="layernorm", ffn=True, pre_ln=True, biases=True)
-#: A real pre-norm model with its FFN removed as in the GPT-Consensus code: ``x + Attn(LN1 x)``.
-NO_FFN = Dynamics(norm="layernorm", ffn=False, pre_ln=True, biases=True, drop_ln2=True)
+FAITHFUL = Dynamics(norm="layernorm", ffn=True, pre_ln=True, biases=True, rope="model")
+#: A real pre-norm model with its FFN removed as in the GPT-Consensus code: ``x + Attn(LN1 x)`` (with the
+#: model's own RoPE where it has one).
+NO_FFN = Dynamics(norm="layernorm", ffn=False, pre_ln=True, biases=True, drop_ln2=True, rope="model")
 
 
 def check_dynamics(model: Model, dyn: Dynamics, S=None):
@@ -104,8 +119,25 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None):
         raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
                           "ffn=False on a pre-norm model")
     if dyn.norm == "ellipsoid":
-        return check_spd(S, model.d_model)
+        S = check_spd(S, model.d_model)
+    if dyn.rope == "on" and model.rope is None and model.layers.d_head < 2:
+        raise ConfigError("rope='on' needs heads of at least 2 dimensions")
     return S
+
+
+def rope_of(model: Model, dyn: Dynamics):
+    """The :class:`~jaxattn.model.rope.Rope` a dynamics applies to this model, or ``None``."""
+    if dyn.rope == "none":
+        return None
+    if model.rope is not None or dyn.rope == "model":
+        return model.rope
+    dh = model.layers.d_head
+    return Rope(dim=dh - dh % 2)
+
+
+def _rope_tables(model: Model, dyn: Dynamics, n: int):
+    r = rope_of(model, dyn)
+    return None if r is None else cos_sin(r, n)
 
 
 def geometry_of(dyn: Dynamics, S=None) -> Geometry | None:
@@ -122,12 +154,13 @@ def attention_input(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics) -> ja
 
 def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, beta) -> jax.Array:
     """The attention weights ``[H, n, n]`` the block applies at state ``X``."""
-    return probabilities(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases, kernel=dyn.attention)
+    return probabilities(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases, kernel=dyn.attention,
+                         rope=_rope_tables(model, dyn, X.shape[0]))
 
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
-    if dyn.norm == "layernorm":
-        return nn.layer_norm(y, w, b, model.ln_eps)
+    if dyn.norm == "layernorm":  # the model's own affine norm: LayerNorm or RMSNorm
+        return nn.affine_norm(y, w, b, model.ln_eps, model.norm_kind)
     geom = geometry_of(dyn, S)
     assert geom is not None  # every norm but layernorm has a geometry
     return geom.retract(y)
@@ -145,18 +178,22 @@ def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=
 
     norm = lambda y, w, b: _norm(y, w, b, model, dyn, S)
     h = attention_input(X, lw, model, dyn)
-    A = probabilities(h, lw, beta, biases=dyn.biases, kernel=dyn.attention) if probs is None else probs
+    A = attention_weights(X, lw, model, dyn, beta) if probs is None else probs
     upd = apply(h, A, lw, biases=dyn.biases)
+    # Phi has one norm feeding both branches: its second norm is the first
+    ln2_w, ln2_b = (lw.ln2_w, lw.ln2_b) if lw.ln2_w is not None else (lw.ln1_w, lw.ln1_b)
     if model.norm_style == "post":
         y = norm(X + alpha * upd, lw.ln1_w, lw.ln1_b)
         if dyn.ffn:
-            y = norm(y + ffn(y), lw.ln2_w, lw.ln2_b)
+            y = norm(y + ffn(y), ln2_w, ln2_b)
     else:
         y = X + alpha * upd
-        if dyn.ffn:
-            y = y + ffn(norm(y, lw.ln2_w, lw.ln2_b))
+        if dyn.ffn and model.parallel:  # GPT-NeoX, Phi: both branches read the block input
+            y = y + ffn(norm(X, ln2_w, ln2_b) if dyn.pre_ln else X)
+        elif dyn.ffn:
+            y = y + ffn(norm(y, ln2_w, ln2_b))
         elif not dyn.drop_ln2:
-            y = norm(y, lw.ln2_w, lw.ln2_b)
+            y = norm(y, ln2_w, ln2_b)
     return (y, A) if return_probs else y
 
 
@@ -252,7 +289,7 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
     def advance(X, k, probs=None):
         Y = block(X, lw_at(k), model, dyn, alpha, beta, S, probs=probs)
         if pass_norm and model.final_ln_w is not None:
-            ln_f = nn.layer_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps)
+            ln_f = nn.affine_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps, model.norm_kind)
             Y = jnp.where((k + 1) % depth == 0, ln_f, Y)
         return Y
 

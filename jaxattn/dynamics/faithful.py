@@ -23,7 +23,9 @@ from jaxattn.model.params import Model
 
 def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
     """Token ids ``[n]`` -> hidden states ``[n, d]`` (token + position (+ type) embeddings,
-    the embedding LayerNorm where the family has one, ALBERT's projection to d)."""
+    the embedding LayerNorm where the family has one, ALBERT's projection to d). Models with rotary
+    positions (Llama, GPT-NeoX...) add no position embedding here: RoPE acts inside attention, by token
+    index ``0..n-1``; Gemma's token embeddings are multiplied by ``sqrt(d)`` (``embed_scale``)."""
     e = model.embeddings
     if e is None:
         raise ConfigError("this model has no embeddings (synthetic models take tokens, not ids)")
@@ -40,9 +42,13 @@ def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
             raise ConfigError(f"token ids must be in [0, {vocab}), got values in [{host.min()}, {host.max()}]")
         n = host.shape[0]
     ids = jnp.asarray(ids)
-    if n > e.position.shape[0]:
+    if e.position is not None and n > e.position.shape[0]:
         raise ConfigError(f"{n} tokens exceed the model's {e.position.shape[0]} positions")
-    x = jnp.asarray(e.word)[ids] + jnp.asarray(e.position)[:n]
+    x = jnp.asarray(e.word)[ids]
+    if model.embed_scale != 1.0:  # Gemma multiplies by sqrt(d) in the activations' dtype
+        x = x * jnp.asarray(model.embed_scale, x.dtype)
+    if e.position is not None:
+        x = x + jnp.asarray(e.position)[:n]
     if e.token_type is not None:
         tt = jnp.zeros_like(ids) if token_type_ids is None else jnp.asarray(token_type_ids)
         x = x + jnp.asarray(e.token_type)[tt]
@@ -64,7 +70,8 @@ def _forward(X, model, alpha, beta, *, dyn, steps, final_norm):
     As, last, states = _evolve(X, model, alpha, beta, None, None, 0, dyn=dyn, steps=steps, every=1,
                                observe=_attention, trajectory=True, pass_norm=False)
     if final_norm and model.final_ln_w is not None:
-        states = states.at[-1].set(nn.layer_norm(last, model.final_ln_w, model.final_ln_b, model.ln_eps))
+        states = states.at[-1].set(nn.affine_norm(last, model.final_ln_w, model.final_ln_b, model.ln_eps,
+                                                  model.norm_kind))
     return states, As[:steps]
 
 

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from jaxattn.dynamics.geometry import SPACES, Geometry
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import KERNELS, attend, probabilities
-from jaxattn.model.params import Layers, Model
+from jaxattn.model.params import Layers, Model, repeat_kv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +91,8 @@ def weights_at(model: Model, t, layer_time=1.0, weights_fn: Callable | None = No
 
 
 def layer_matrix(lw: Layers) -> jax.Array:
-    """``F = Σ_h O_h V_h`` of one weight set, ``[d, d]``."""
-    return jnp.einsum("hdk,hke->de", lw.o, lw.v)
+    """``F = Σ_h O_h V_{g(h)}`` of one weight set, ``[d, d]`` (``g``: the GQA grouping, identity without)."""
+    return jnp.einsum("hdk,hke->de", lw.o, repeat_kv(lw).v)
 
 
 #: Taylor degree of :func:`expm`, the size ``θ`` up to which it gives ``e^B`` to double precision

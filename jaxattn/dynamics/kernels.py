@@ -43,6 +43,8 @@ def applies(model, dyn, observe, trajectory: bool, save) -> str | None:
 
     if dyn.ffn or dyn.biases or dyn.pre_ln or dyn.drop_ln2 or dyn.norm == "layernorm":
         return "the fused kernel runs attention-only dynamics (no FFN, biases, pre-norm or LayerNorm)"
+    if getattr(dyn, "rope", "none") != "none" or model.layers.k.shape[1] != model.layers.q.shape[1]:
+        return "the fused kernel runs position-free multi-head attention (no RoPE, no grouped-query attention)"
     if observe not in (None, consensus_observables):
         return "the fused kernel computes the default observables (diameter, cos_consensus) only"
     if trajectory:

@@ -60,7 +60,9 @@ def redraw_weights(model: Model, key, std: float = 0.02) -> Model:
                       o=normal(keys[3], lay.o, scaled), w1=normal(keys[4], lay.w1, std),
                       w2=normal(keys[5], lay.w2, scaled), bq=zeros(lay.bq), bk=zeros(lay.bk), bv=zeros(lay.bv),
                       bo=zeros(lay.bo), b1=zeros(lay.b1), b2=zeros(lay.b2), ln1_w=ones(lay.ln1_w),
-                      ln1_b=zeros(lay.ln1_b), ln2_w=ones(lay.ln2_w), ln2_b=zeros(lay.ln2_b))
+                      ln1_b=zeros(lay.ln1_b), ln2_w=ones(lay.ln2_w), ln2_b=zeros(lay.ln2_b),
+                      # a gated MLP's gate (Llama-style families), from its own key so the others are unchanged
+                      wg=normal(jax.random.fold_in(key, 6), lay.wg, std), bg=zeros(lay.bg))
     return model.replace(layers=new)
 
 

@@ -30,13 +30,21 @@ def _vocab(model: Model) -> int:
     return int(_embeddings(model).word.shape[0])
 
 
+def _too_long(model: Model, n: int) -> str | None:
+    """Why ``n`` tokens do not fit the model's position table (``None``: they do; rotary models have none)."""
+    pos = _embeddings(model).position
+    if pos is not None and n > pos.shape[0]:
+        return f"prompts of {n} tokens exceed the model's {pos.shape[0]} positions"
+    return None
+
+
 def random_prompts(key, model: Model, num: int, n: int, start: int = 0) -> np.ndarray:
     """``[num, n]`` token ids uniform over ``model``'s vocabulary; prompt i from ``fold_in(key, start + i)``."""
     vocab = _vocab(model)
     positive_int("num", num), positive_int("n", n)
-    positions = _embeddings(model).position.shape[0]
-    if n > positions:
-        raise ConfigError(f"prompts of {n} tokens exceed the model's {positions} positions")
+    why = _too_long(model, n)
+    if why:
+        raise ConfigError(why)
     draw = jax.vmap(lambda i: jax.random.randint(jax.random.fold_in(key, i), (n,), 0, vocab, dtype=jnp.int32))
     return np.asarray(draw(jnp.arange(start, start + num)))
 
@@ -56,9 +64,9 @@ def check_ids(model: Model, ids) -> np.ndarray:
         raise ConfigError(f"token ids must be integers, got dtype {ids.dtype}")
     if ids.min() < 0 or ids.max() >= vocab:
         raise ConfigError(f"token ids must be in [0, {vocab}), got values in [{ids.min()}, {ids.max()}]")
-    positions = _embeddings(model).position.shape[0]
-    if ids.shape[1] > positions:
-        raise ConfigError(f"prompts of {ids.shape[1]} tokens exceed the model's {positions} positions")
+    why = _too_long(model, ids.shape[1])
+    if why:
+        raise ConfigError(why)
     return ids
 
 

@@ -74,6 +74,9 @@ def weights_sha256(model) -> str:
         h.update(f"{jax.tree_util.keystr(path)}|{a.dtype.str}|{a.shape}|".encode())
         h.update(a.tobytes())
     h.update(repr((model.schedule, model.norm_style, model.activation, model.ln_eps, model.family)).encode())
+    newer = (model.norm_kind, model.parallel, model.rope, model.embed_scale)
+    if newer != ("layernorm", False, None, 1.0):  # the fingerprints of older models stay as they were
+        h.update(repr(newer).encode())
     return h.hexdigest()
 
 

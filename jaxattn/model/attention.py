@@ -1,7 +1,10 @@
 """Scores, masks and multi-head self-attention for one configuration ``X: [n, d]``.
 
 All functions act on a single configuration; batches come from ``vmap``. ``lw`` is one weight set
-(:meth:`jaxattn.model.params.Layers.take`), so ``lw.q: [H, d_h, d]``, ``lw.o: [H, d, d_h]``.
+(:meth:`jaxattn.model.params.Layers.take`), so ``lw.q: [H, d_h, d]``, ``lw.k, lw.v: [H_kv, d_h, d]``
+(grouped-query attention when ``H_kv < H``: query head ``h`` reads key/value head ``h // (H / H_kv)``),
+``lw.o: [H, d, d_h]``. ``rope``: the ``(cos, sin)`` tables ``[n, r]`` of :func:`jaxattn.model.rope.cos_sin`,
+applied to queries and keys by token index (``None``: position-free attention).
 """
 
 from __future__ import annotations
@@ -10,6 +13,12 @@ import jax
 import jax.numpy as jnp
 
 from jaxattn.model.params import Layers
+from jaxattn.model.rope import rotate
+
+
+def _per_query_head(a: jax.Array, H: int) -> jax.Array:
+    """Key/value heads ``[H_kv, ...]`` repeated to the ``H`` query heads (GQA; no-op when equal)."""
+    return a if a.shape[0] == H else jnp.repeat(a, H // a.shape[0], axis=0)
 
 
 def allowed(n: int, causal, window) -> jax.Array:
@@ -35,10 +44,11 @@ KERNELS = ("softmax", "uniform", "unnormalised")
 
 
 def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
-                  kernel: str = "softmax") -> jax.Array:
+                  kernel: str = "softmax", rope=None) -> jax.Array:
     """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
 
-    Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs. Kernels:
+    Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs (with
+    ``rope``: ``<R_i (Q_h x_i + b^q_h), R_j (K_h x_j + b^k_h)>``, ``R_i`` the rotation of position ``i``). Kernels:
 
     * ``'softmax'``: ``a^h_ij = softmax_j(e^h_ij)`` (rows sum to 1);
     * ``'uniform'``: every allowed ``j`` gets the same weight (the multi-agent Oja model);
@@ -72,6 +82,9 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, u
         q = q + lw.bq[:, None, :]
     if biases and lw.bk is not None:
         k = k + lw.bk[:, None, :]
+    if rope is not None:
+        q, k = rotate(q, *rope), rotate(k, *rope)
+    k = _per_query_head(k, H)
     scores = jnp.einsum("hik,hjk->hij", q, k) * (beta * lw.scale)
     if kernel == "unnormalised":
         return jnp.where(ok[None], jnp.exp(scores), 0.0) / n
@@ -80,10 +93,12 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, u
 
 
 def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False) -> jax.Array:
-    """``Σ_h O_h Σ_j A[h, i, j] (V_h x_j + b^v_h) (+ b^o)`` for given weights ``A: [H, n, n]``."""
+    """``Σ_h O_h Σ_j A[h, i, j] (V_{g(h)} x_j + b^v_{g(h)}) (+ b^o)`` for given weights ``A: [H, n, n]``
+    (``g(h) = h`` without GQA)."""
     v = jnp.einsum("nd,hkd->hnk", X, lw.v)
     if biases and lw.bv is not None:
         v = v + lw.bv[:, None, :]
+    v = _per_query_head(v, lw.o.shape[0])
     heads = jnp.einsum("hij,hjk->hik", A, v)  # [H, n, d_h]
     out = jnp.einsum("hik,hdk->id", heads, lw.o)
     if biases and lw.bo is not None:
@@ -92,8 +107,8 @@ def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False) -> ja
 
 
 def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
-           kernel: str = "softmax", return_probs: bool = False):
+           kernel: str = "softmax", return_probs: bool = False, rope=None):
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``."""
-    A = probabilities(X, lw, beta, biases=biases, uniform=uniform, kernel=kernel)
+    A = probabilities(X, lw, beta, biases=biases, uniform=uniform, kernel=kernel, rope=rope)
     out = apply(X, A, lw, biases=biases)
     return (out, A) if return_probs else out

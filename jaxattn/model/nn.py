@@ -37,6 +37,24 @@ def layer_norm(y: jax.Array, w, b, eps: float) -> jax.Array:
     return out
 
 
+def rms_norm(y: jax.Array, w, eps: float) -> jax.Array:
+    """RMSNorm over the last axis, as Llama's: ``w ⊙ y / sqrt(mean(y²) + eps)``.
+
+    Up to ``eps`` this is ``w ⊙ sqrt(d) · y / ||y||``: the L2 normalisation onto the sphere of
+    radius ``sqrt(d)`` followed by a diagonal gain (no centring, unlike LayerNorm).
+    """
+    var = (y * y).mean(-1, keepdims=True)
+    out = y * jax.lax.rsqrt(var + eps)
+    if w is not None:
+        out = out * w.reshape((1,) * (y.ndim - 1) + w.shape)
+    return out
+
+
+def affine_norm(y: jax.Array, w, b, eps: float, kind: str = "layernorm") -> jax.Array:
+    """The model's own norm: LayerNorm (``kind='layernorm'``) or RMSNorm (``'rmsnorm'``, ``b`` unused)."""
+    return rms_norm(y, w, eps) if kind == "rmsnorm" else layer_norm(y, w, b, eps)
+
+
 def _gelu_tanh(x):
     return 0.5 * x * (1.0 + jnp.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
@@ -64,16 +82,24 @@ def activation(name: str):
 
 
 def ffn(y: jax.Array, lw: Layers, act: str, *, biases: bool = True) -> jax.Array:
-    """The feed-forward sublayer ``W2 act(W1 y + b1) + b2`` of one weight set, ``[..., d] -> [..., d]``.
+    """The feed-forward sublayer ``W2 act(W1 y + b1) + b2`` of one weight set, ``[..., d] -> [..., d]``;
+    with a gate (Llama's SwiGLU, Gemma's GeGLU) ``W2 (act(Wg y + bg) ⊙ (W1 y + b1)) + b2``.
 
-    ``biases=False`` drops ``b1, b2`` (the attention-only simplifications keep the FFN's matrices only).
+    ``biases=False`` drops ``b1, b2, bg`` (the attention-only simplifications keep the FFN's matrices only).
     """
     assert lw.w1 is not None and lw.w2 is not None  # callers refuse ffn=True on models without FFN weights
     lead = (1,) * (y.ndim - 1)  # explicit broadcast: rank promotion is "raise" in the tests
     h = y @ lw.w1.T
     if biases and lw.b1 is not None:
         h = h + lw.b1.reshape(lead + lw.b1.shape)
-    out = activation(act)(h) @ lw.w2.T
+    if lw.wg is not None:
+        g = y @ lw.wg.T
+        if biases and lw.bg is not None:
+            g = g + lw.bg.reshape(lead + lw.bg.shape)
+        h = activation(act)(g) * h
+    else:
+        h = activation(act)(h)
+    out = h @ lw.w2.T
     if biases and lw.b2 is not None:
         out = out + lw.b2.reshape(lead + lw.b2.shape)
     return out

@@ -3,8 +3,11 @@
 Weight convention (the ``nn.Linear.weight`` orientation, see docs/models.md): tokens are columns, arrays
 are row-major, so a configuration is ``X: [n, d]`` and per head
 
-* ``q: [G, H, d_h, d]``, ``k``, ``v`` likewise, so that ``queries_h = X @ q[g, h].T``;
-* ``o: [G, H, d, d_h]``, so that the layer matrix is ``F = sum_h o[g, h] @ v[g, h]``.
+* ``q: [G, H, d_h, d]``, so that ``queries_h = X @ q[g, h].T``;
+* ``k, v: [G, H_kv, d_h, d]`` with ``H_kv`` dividing ``H``: grouped-query attention (GQA) when
+  ``H_kv < H``; query head ``h`` reads key/value head ``g(h) = h // (H / H_kv)`` (transformers'
+  ``repeat_kv`` order); ``H_kv = H`` is ordinary multi-head attention;
+* ``o: [G, H, d, d_h]``, so that the layer matrix is ``F = sum_h o[g, h] @ v[g, g(h)]``.
 
 ``G`` is the number of distinct weight sets. The model's depth is its ``schedule``: block ``k``
 uses weight set ``schedule[k]``. A shared-weight (ALBERT-like) model therefore holds ``G = 1``
@@ -28,6 +31,7 @@ import numpy as np
 from flax import struct
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.rope import Rope
 
 # a loaded checkpoint keeps numpy arrays (no float64 truncation while x64 is off); JAX converts them on use
 Array = jax.Array | np.ndarray
@@ -40,6 +44,8 @@ NORM_STYLES = ("post", "pre")
 #: so that every leaf of a :class:`Model` is inexact and ``jax.grad`` takes a whole model (their
 #: gradient is zero). Converted files store them as uint8 and int32.
 MASK_DTYPE = np.float32
+#: The affine norm of a real model: LayerNorm (``ln*_b`` biases) or RMSNorm (gains only, no centring).
+NORM_KINDS = ("layernorm", "rmsnorm")
 
 
 @struct.dataclass
@@ -51,24 +57,26 @@ class Layers:
     """
 
     q: Array  # [G, H, d_h, d]
-    k: Array  # [G, H, d_h, d]
-    v: Array  # [G, H, d_h, d]
+    k: Array  # [G, H_kv, d_h, d]   (H_kv divides H: grouped-query attention when smaller)
+    v: Array  # [G, H_kv, d_h, d]
     o: Array  # [G, H, d, d_h]
     causal: Array  # [G] 1.0 causal, 0.0 not (a float, see MASK_DTYPE)
     window: Array  # [G] local window width as a float; 0 means no window
     scale: Array  # [G] float: score scale s (1/sqrt(d_h) for BERT, 1 for GPT-Neo)
     bq: Array | None = None  # [G, H, d_h]
-    bk: Array | None = None  # [G, H, d_h]
-    bv: Array | None = None  # [G, H, d_h]
+    bk: Array | None = None  # [G, H_kv, d_h]
+    bv: Array | None = None  # [G, H_kv, d_h]
     bo: Array | None = None  # [G, d]
-    ln1_w: Array | None = None  # [G, d] norm of the attention sublayer (after it: post, before: pre)
-    ln1_b: Array | None = None
-    ln2_w: Array | None = None  # [G, d] norm of the FFN sublayer
+    ln1_w: Array | None = None  # [G, d] norm of the attention sublayer (after it: post, before: pre); RMSNorm gains
+    ln1_b: Array | None = None  # (None for RMSNorm)
+    ln2_w: Array | None = None  # [G, d] norm of the FFN sublayer (None for Phi: one norm feeds both branches)
     ln2_b: Array | None = None
-    w1: Array | None = None  # [G, f, d]
+    w1: Array | None = None  # [G, f, d]  (the "up" projection of a gated MLP)
     b1: Array | None = None  # [G, f]
-    w2: Array | None = None  # [G, d, f]
+    w2: Array | None = None  # [G, d, f]  ("down")
     b2: Array | None = None  # [G, d]
+    wg: Array | None = None  # [G, f, d]  gate of a gated MLP: W2 (act(Wg y + bg) * (W1 y + b1)) + b2
+    bg: Array | None = None  # [G, f]
 
     @property
     def n_sets(self) -> int:
@@ -81,6 +89,15 @@ class Layers:
     @property
     def d_head(self) -> int:
         return self.q.shape[2]
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def kv_group(self) -> int:
+        """Query heads per key/value head (1 without GQA)."""
+        return self.q.shape[1] // self.k.shape[1]
 
     @property
     def d_model(self) -> int:
@@ -100,7 +117,7 @@ class Embeddings:
     """Token, position and token-type embeddings (only needed to feed real prompts)."""
 
     word: Array  # [V, E]
-    position: Array  # [P, E]
+    position: Array | None = None  # [P, E]; None for models whose positions are rotary (RoPE)
     token_type: Array | None = None  # [T, E]
     ln_w: Array | None = None  # [E]
     ln_b: Array | None = None
@@ -119,12 +136,16 @@ class Model:
     layers: Layers
     schedule: tuple = struct.field(pytree_node=False)  # weight set used by each block
     embeddings: Embeddings | None = None
-    final_ln_w: Array | None = None  # [d] GPT-2 / GPT-Neo ln_f
+    final_ln_w: Array | None = None  # [d] GPT-2 / GPT-Neo ln_f, Llama's final RMSNorm
     final_ln_b: Array | None = None
     norm_style: str = struct.field(pytree_node=False, default="post")
     activation: str = struct.field(pytree_node=False, default="gelu")
     ln_eps: float = struct.field(pytree_node=False, default=1e-12)
     family: str = struct.field(pytree_node=False, default="synthetic")
+    norm_kind: str = struct.field(pytree_node=False, default="layernorm")  # the model's own affine norm
+    parallel: bool = struct.field(pytree_node=False, default=False)  # x + Attn(N1 x) + FFN(N2 x) (GPT-NeoX, Phi)
+    rope: Rope | None = struct.field(pytree_node=False, default=None)  # rotary embedding of q and k
+    embed_scale: float = struct.field(pytree_node=False, default=1.0)  # Gemma: token embeddings times sqrt(d)
 
     if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
         def replace(self, **updates: Any) -> Model:
@@ -162,23 +183,31 @@ class Model:
             w = int(lay.window[g])
             kind = "causal" if bool(lay.causal[g]) else "full"
             kinds.append(f"{kind}" + (f"/local{w}" if w else ""))
-        has = [name for name in ("bq", "bk", "bv", "bo", "ln1_w", "ln2_w", "w1") if getattr(lay, name) is not None]
+        has = [name for name in ("bq", "bk", "bv", "bo", "ln1_w", "ln2_w", "w1", "wg")
+               if getattr(lay, name) is not None]
+        kv = f"   kv heads {lay.n_kv_heads} (GQA, {lay.kv_group} per group)" if lay.kv_group > 1 else ""
         lines = [
             f"family       {self.family}",
-            f"d_model      {lay.d_model}   heads {lay.n_heads}   d_head {lay.d_head}",
+            f"d_model      {lay.d_model}   heads {lay.n_heads}   d_head {lay.d_head}" + kv,
             f"depth        {self.depth} blocks, {lay.n_sets} weight set(s)"
             + ("  (shared weights)" if self.shared else ""),
-            f"norm style   {self.norm_style}-norm   activation {self.activation}   ln_eps {self.ln_eps:g}",
+            f"norm style   {self.norm_style}-norm{' (parallel attention and MLP)' if self.parallel else ''}   "
+            f"{self.norm_kind}   activation {self.activation}   ln_eps {self.ln_eps:g}",
             "attention    " + ", ".join(sorted(set(kinds)))
             + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
             "has          " + (", ".join(has) if has else "attention weights only"),
         ]
         if lay.w1 is not None:
-            lines.append(f"ffn          {lay.w1.shape[1]} hidden units")
+            lines.append(f"ffn          {lay.w1.shape[1]} hidden units" + (" (gated)" if lay.wg is not None else ""))
+        if self.rope is not None:
+            r = self.rope
+            lines.append(f"rope         {r.dim} of {lay.d_head} dims rotated   theta {r.theta:g}   scaling {r.kind}"
+                         + (f" x{r.factor:g}" if r.kind != "default" else ""))
         if self.embeddings is not None:
             e = self.embeddings
-            lines.append(f"embeddings   vocab {e.word.shape[0]}  positions {e.position.shape[0]}  "
-                         f"size {e.word.shape[1]}")
+            pos = "rotary" if e.position is None else str(e.position.shape[0])
+            lines.append(f"embeddings   vocab {e.word.shape[0]}  positions {pos}  size {e.word.shape[1]}"
+                         + (f"  scaled by {self.embed_scale:g}" if self.embed_scale != 1.0 else ""))
         return "\n".join(lines)
 
 
@@ -202,19 +231,35 @@ def validate(model: Model) -> Model:
     if lay.q.ndim != 4:
         raise ConfigError(f"q must be [G, H, d_h, d], got shape {tuple(lay.q.shape)}")
     G, H, dh, d = lay.q.shape
-    want = {"q": (G, H, dh, d), "k": (G, H, dh, d), "v": (G, H, dh, d), "o": (G, H, d, dh),
+    if lay.k.ndim != 4:
+        raise ConfigError(f"k must be [G, H_kv, d_h, d], got shape {tuple(lay.k.shape)}")
+    Hkv = lay.k.shape[1]
+    if Hkv < 1 or H % Hkv:
+        raise ConfigError(f"{H} query heads cannot be grouped over {Hkv} key/value heads "
+                          "(the number of key/value heads must divide the number of heads)")
+    want = {"q": (G, H, dh, d), "k": (G, Hkv, dh, d), "v": (G, Hkv, dh, d), "o": (G, H, d, dh),
             "causal": (G,), "window": (G,), "scale": (G,),
-            "bq": (G, H, dh), "bk": (G, H, dh), "bv": (G, H, dh), "bo": (G, d),
+            "bq": (G, H, dh), "bk": (G, Hkv, dh), "bv": (G, Hkv, dh), "bo": (G, d),
             "ln1_w": (G, d), "ln1_b": (G, d), "ln2_w": (G, d), "ln2_b": (G, d)}
     if lay.w1 is not None:
         f = lay.w1.shape[1]
-        want.update({"w1": (G, f, d), "b1": (G, f), "w2": (G, d, f), "b2": (G, d)})
+        want.update({"w1": (G, f, d), "b1": (G, f), "w2": (G, d, f), "b2": (G, d), "wg": (G, f, d), "bg": (G, f)})
     for name, shape in want.items():
         a = getattr(lay, name)
         if a is not None and tuple(a.shape) != shape:
             raise ConfigError(f"tensor '{name}' has shape {tuple(a.shape)}, expected {shape}")
     if (lay.w1 is None) != (lay.w2 is None):
         raise ConfigError("FFN needs both w1 and w2")
+    if lay.w1 is None and (lay.wg is not None or lay.bg is not None):
+        raise ConfigError("a gate weight (wg) needs the FFN weights w1 and w2")
+    if lay.bg is not None and lay.wg is None:
+        raise ConfigError("a gate bias (bg) needs the gate weight wg")
+    if model.norm_kind not in NORM_KINDS:
+        raise ConfigError(f"norm_kind must be one of {NORM_KINDS}, got {model.norm_kind!r}")
+    if model.rope is not None and model.rope.dim > dh:
+        raise ConfigError(f"RoPE rotates {model.rope.dim} dimensions but the heads have {dh}")
+    if not (np.isfinite(model.embed_scale) and model.embed_scale > 0):
+        raise ConfigError(f"embed_scale must be positive and finite, got {model.embed_scale!r}")
     if not model.schedule:
         raise ConfigError("schedule is empty: a model needs at least one block")
     if any((not isinstance(g, (int, np.integer))) or g < 0 or g >= G for g in model.schedule):
@@ -283,6 +328,7 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
     q, k, v, o = (jnp.asarray(a) for a in (q, k, v, o))
     if q.ndim != 4 or o.ndim != 4:
         raise ConfigError(f"q/k/v must be [G, H, d_h, d] and o [G, H, d, d_h]; got q {q.shape}, o {o.shape}")
+    model_extra = {key: extra.pop(key) for key in ("rope", "norm_kind", "parallel", "embed_scale") if key in extra}
     G, _, dh, _ = q.shape
     masks = [masks] * G if isinstance(masks, str) else list(masks)
     if len(masks) != G:
@@ -295,4 +341,19 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
                     scale=jnp.broadcast_to(jnp.asarray(scale, dtype=q.dtype), (G,)),
                     bq=bq, bk=bk, bv=bv, bo=bo, **extra)
     schedule = tuple(range(G)) if schedule is None else tuple(int(s) for s in schedule)
-    return validate(Model(layers=layers, schedule=schedule, family=family))
+    return validate(Model(layers=layers, schedule=schedule, family=family, **model_extra))
+
+
+def repeat_kv(lw: Layers) -> Layers:
+    """``lw`` with its key/value heads repeated to one per query head (``k, v: [..., H, d_h, d]``):
+    the explicit form of grouped-query attention, ``F = Σ_h O_h V_{g(h)}``. Works on stacked
+    weights ``[G, ...]`` and on one set."""
+    group = lw.q.shape[-3] // lw.k.shape[-3]
+    if group == 1:
+        return lw
+    def rep(a, axis):  # numpy stays numpy (float64 on the host even with x64 off)
+        if a is None:
+            return None
+        return np.repeat(a, group, axis=axis) if isinstance(a, np.ndarray) else jnp.repeat(a, group, axis=axis)
+
+    return lw.replace(k=rep(lw.k, -3), v=rep(lw.v, -3), bk=rep(lw.bk, -2), bv=rep(lw.bv, -2))

@@ -34,7 +34,7 @@ from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_pr
 from jaxattn.dynamics.runner import DTYPES, PRECISIONS
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
-from jaxattn.model.params import Model
+from jaxattn.model.params import Model, repeat_kv
 from jaxattn.studies.skeleton import csv_text, write_report
 
 
@@ -96,7 +96,7 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
                      dtype=jnp.float32)
     X0 = init_tokens(jax.random.fold_in(key, 6), B, n, d)
     sol = solve(m, X0, cfg.t1, observe=consensus, ts=ts)
-    _, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], m.layers.v[0]), np.float64))
+    _, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], repeat_kv(m.layers).v[0]), np.float64))
     out["causal_symmetric_V"] = (sol, np.abs(np.asarray(sol.final, np.float64) @ vec[:, -1]))
     return out
 

@@ -22,7 +22,7 @@ import numpy as np
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
-from jaxattn.dynamics.discrete import D1, FAITHFUL, Dynamics, simulate
+from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
 from jaxattn.dynamics.runner import PRECISIONS
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
@@ -44,6 +44,7 @@ class StudyConfig:
     gammas: tuple = (1.0, 10.0, 100.0, 1000.0)
     steer_target: float = 0.99  # also find the smallest gain reaching this mean alignment (bisection); 0: off
     ffn_study: bool = True  # also run with FFN and affine LayerNorm when the model has them
+    rope: str = "none"  # D1's reading of positions: 'none' (tokens exchangeable), 'model' or 'on' (see ROPES)
     dtype: str = "float32"
     matmul_precision: str = "highest"  # float32 matrix products: 'highest', 'tf32' or 'bf16' (docs/gpu.md)
     chunk: int = 1024
@@ -56,6 +57,8 @@ class StudyConfig:
                 raise ConfigError(f"{k} must be a positive integer, got {getattr(self, k)!r}")
         if not isinstance(self.prolong, int) or self.prolong < 1:
             raise ConfigError(f"prolong must be a positive integer, got {self.prolong!r}")
+        if self.rope not in ROPES:
+            raise ConfigError(f"rope must be one of {ROPES}, got {self.rope!r}")
         if any((not np.isfinite(g)) or g < 0 for g in self.gammas):
             raise ConfigError(f"gammas must be finite and >= 0, got {self.gammas}")
         if isinstance(self.steer_target, bool) or not isinstance(self.steer_target, (int, float)) \
@@ -162,6 +165,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     ``StudyConfig()``."""
     cfg = StudyConfig() if cfg is None else cfg
     cfg.check()
+    d1 = Dynamics(rope=cfg.rope)  # D1: position-free by default, RoPE by token index on request
     out = Path(out_dir)
     dtype = _dtype(cfg.dtype)
     spec = spectrum(model, order=cfg.order, alpha=cfg.alpha)
@@ -194,9 +198,9 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
         finals[f"{run}.rho1_final"] = arrays["observables.rho1_after"][:, -1].reshape(-1)
         finals[f"{run}.rho2_final"] = arrays["observables.rho2_after"][:, -1].reshape(-1)
 
-    study("main", depth, D1)
+    study("main", depth, d1)
     if model.shared and cfg.prolong > 1:
-        study("prolonged", cfg.prolong * depth, D1, phi=None)
+        study("prolonged", cfg.prolong * depth, d1, phi=None)
     has_ffn = model.layers.w1 is not None and model.layers.ln1_w is not None
     if cfg.ffn_study and has_ffn:
         study("ffn_layernorm", depth, FAITHFUL)
@@ -221,19 +225,19 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                 "frac_above_0.99": float((a > 0.99).mean()), "lambda1_re_after": float(sp.eigvals[0, 0].real),
                 "gap_after": float(sp.gap[0]), "residual": float(residual), "found_by": found_by}
 
-    entering = entering_states(model, X0, dynamics=D1, **sim)  # the unsteered blocks run once for every gain
-    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=D1, entering=entering, **sim)
+    entering = entering_states(model, X0, dynamics=d1, **sim)  # the unsteered blocks run once for every gain
+    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=d1, entering=entering, **sim)
     steer_rows.append(srow("D1", 0.0, 0.0, base, model, 0.0))
     for gamma in cfg.gammas:
-        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=D1, entering=entering, **sim)
+        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=d1, entering=entering, **sim)
         steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
     if cfg.steer_target > 0:
         say(f"bisection in log γ for the smallest gain with mean alignment >= {cfg.steer_target:g}")
         with Timer() as t:
-            tgt = steer_to_target(model, u, cfg.steer_target, X0, dynamics=D1, **sim)
+            tgt = steer_to_target(model, u, cfg.steer_target, X0, dynamics=d1, **sim)
             ms, _ = steer(model, u, tgt.gamma)
             # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer of the model whose last layer is steered
-            tables["steered"] = alignment(ms, X0, dynamics=D1, alpha=cfg.alpha, beta=cfg.beta, order=cfg.order,
+            tables["steered"] = alignment(ms, X0, dynamics=d1, alpha=cfg.alpha, beta=cfg.beta, order=cfg.order,
                                           dtype=dtype, run="steered", precision=cfg.matmul_precision)
         timings["steer_target"] = round(t.seconds, 3)
         steer_rows.append(srow("D1", tgt.gamma, tgt.beta, tgt.alignment, ms, tgt.residual,
@@ -293,6 +297,49 @@ def _fmt_lam(re, im):
     return f"{re:.4g}" if abs(im) < 1e-12 else f"{re:.4g}{'+' if im >= 0 else '-'}{abs(im):.4g}i"
 
 
+def architecture_reading(model: Model, rope: str = "none") -> list[str]:
+    """What D1 keeps of this model and what it drops, one bullet per choice (the report states it)."""
+    lay = model.layers
+    H, Hkv = lay.n_heads, lay.n_kv_heads
+    out = []
+    if Hkv < H:
+        out.append(f"* Grouped-query attention: {H} query heads share {Hkv} key/value heads ({lay.kv_group} each); "
+                   "the layer matrix is F = Σ_h O_h V_g(h) with the shared value head of each query head, and D1 "
+                   "uses the shared keys and values as the model does.")
+    else:
+        out.append(f"* {H} attention heads, one key/value head each: F = Σ_h O_h V_h.")
+    r = rope_of(model, Dynamics(rope=rope))
+    if model.rope is not None and r is None:
+        out.append(f"* Positions: the model rotates queries and keys (RoPE, {model.rope.dim} of {lay.d_head} head "
+                   "dimensions); D1 here is position-free (RoPE dropped, tokens exchangeable), the plain reading. "
+                   "`--rope model` keeps RoPE by token index.")
+    elif r is not None:
+        out.append(f"* Positions: RoPE on queries and keys by token index 0..n-1 ({r.dim} of {lay.d_head} head "
+                   f"dimensions, θ = {r.theta:g}, scaling {r.kind}" + (", the model's own" if model.rope is not None
+                                                                        else ", the standard one: the model has none")
+                   + "): tokens are not exchangeable, a dynamics of its own.")
+    elif model.embeddings is not None and model.embeddings.position is not None:
+        out.append("* Positions: the model's are absolute embeddings added to the input; the dynamics starts from "
+                   "random tokens, so it has none.")
+    if model.norm_kind == "rmsnorm":
+        out.append("* Normalisation: the model's RMSNorm is g ⊙ √d · x/‖x‖ (up to its ε): the L2 normalisation "
+                   "onto the sphere of radius √d times a diagonal gain. D1's L2 is RMSNorm with unit gains and "
+                   "radius 1; the FFN run below uses the model's RMSNorm with its gains.")
+    elif lay.ln1_w is not None:
+        out.append("* Normalisation: the model's LayerNorm centres, then scales to radius √d, then applies a gain and "
+                   "a bias; D1 replaces it by L2 (no centring, no gain, radius 1).")
+    if model.parallel:
+        out.append("* Block: the model runs attention and MLP in parallel on the same input (x + Attn + MLP); "
+                   "without the MLP D1 is the sequential attention block.")
+    if lay.wg is not None:
+        out.append("* MLP: gated (act(W_g y) ⊙ W_1 y); dropped by D1, kept in the FFN run.")
+    windows = sorted({int(w) for w in np.asarray(lay.window) if int(w)})
+    if windows:
+        out.append(f"* Sliding windows ({', '.join(map(str, windows))}) on some layers: kept (a token attends to the "
+                   "previous w - 1 tokens and itself).")
+    return out
+
+
 def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
     """A short markdown report; every number is read from ``tables`` (the CSV files' rows)."""
     main = tables["main"]
@@ -306,6 +353,7 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
              f"Simplified dynamics D1 (α = {cfg.alpha:g}, β = {cfg.beta:g}, L2 normalisation, no FFN, no biases) "
              f"from {cfg.num_init} random {cfg.init} initial conditions of {cfg.n} tokens "
              f"(seed {cfg.seed}, {cfg.dtype}).", "",
+             "## Reading of the architecture", "", *architecture_reading(model, cfg.rope), "",
              "## Spectra of the layer matrices F = Σ_h O_h V_h", "",
              "| set | case | λ1 | λ2 | gap | \\|<v1,v2>\\| | spectral radius |", "|---|---|---|---|---|---|---|"]
     for r in tables["spectrum"]:

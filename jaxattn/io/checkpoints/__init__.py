@@ -1,7 +1,8 @@
 """Hugging Face checkpoints -> the canonical safetensors layout -> :class:`~jaxattn.model.params.Model`.
 
-One adapter per family (``bert``, ``albert``, ``gpt2``, ``gpt_neo``); the mapping of every
-family to the canonical layout is documented in :mod:`jaxattn.io.checkpoints._common`.
+One adapter per family (``bert``, ``albert``, ``gpt2``, ``gpt_neo``, ``llama`` with ``mistral`` and
+``qwen2``, ``gemma``, ``gpt_neox``, ``opt``, ``phi``); the mapping of every family to the canonical
+layout is documented in docs/weights.md and :mod:`jaxattn.io.checkpoints._common`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.errors import CheckpointError
-from jaxattn.io.checkpoints import albert, bert, gpt2, gpt_neo
+from jaxattn.io.checkpoints import albert, bert, gemma, gpt2, gpt_neo, gpt_neox, llama, opt, phi
 from jaxattn.io.checkpoints._format import FORMAT_VERSION, load, read_meta, save
 from jaxattn.io.checkpoints._source import read
 from jaxattn.model.params import Model
 
-FAMILIES = {"bert": bert.convert, "albert": albert.convert, "gpt2": gpt2.convert, "gpt_neo": gpt_neo.convert}
+FAMILIES = {"bert": bert.convert, "albert": albert.convert, "gpt2": gpt2.convert, "gpt_neo": gpt_neo.convert,
+            "llama": llama.convert, "mistral": llama.convert, "qwen2": llama.convert, "gemma": gemma.convert,
+            "gpt_neox": gpt_neox.convert, "opt": opt.convert, "phi": phi.convert}
 DTYPES = ("source", "float32", "float64")
 
 

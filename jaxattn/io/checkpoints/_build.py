@@ -11,7 +11,8 @@ from jaxattn.model.params import MASK_DTYPE, Embeddings, Layers, Model, validate
 
 
 def build(sets: list[dict], *, schedule, causal, window, scale, embeddings: dict | None, final_ln=(None, None),
-          norm_style: str, activation: str, ln_eps: float, family: str) -> Model:
+          norm_style: str, activation: str, ln_eps: float, family: str, norm_kind: str = "layernorm",
+          parallel: bool = False, rope=None, embed_scale: float = 1.0) -> Model:
     """``sets``: one dict per weight set with the :class:`Layers` field names (numpy arrays).
 
     The model keeps numpy arrays (no JAX dtype truncation when float64 is off); JAX converts
@@ -29,4 +30,5 @@ def build(sets: list[dict], *, schedule, causal, window, scale, embeddings: dict
         emb = Embeddings(**emb_members)
     return validate(Model(layers=layers, schedule=tuple(int(s) for s in schedule), embeddings=emb,
                           final_ln_w=arr(final_ln[0]), final_ln_b=arr(final_ln[1]), norm_style=norm_style,
-                          activation=activation, ln_eps=float(ln_eps), family=family))
+                          activation=activation, ln_eps=float(ln_eps), family=family, norm_kind=norm_kind,
+                          parallel=parallel, rope=rope, embed_scale=float(embed_scale)))

@@ -13,7 +13,15 @@ ALBERT      attention.query/key/value/dense    as BERT; ffn / ffn_output -> w1 /
 GPT-2       attn.c_attn.weight [d, 3d]         Conv1D [in,out]: W = weight.T; q|k|v = rows 0:d|d:2d|2d:3d
             attn.c_proj.weight [d, d]          o from weight.T;  mlp.c_fc/c_proj: w1 = weight.T, w2 = weight.T
 GPT-Neo     attn.attention.{q,k,v}_proj        as BERT (nn.Linear, no q/k/v biases); out_proj -> o
+Llama       self_attn.{q,k,v,o}_proj           as BERT; k, v keep their H_kv <= H heads (GQA);
+(Mistral,   mlp.{up,gate,down}_proj            w1, wg, w2 (gated MLP); RMSNorm gains, RoPE
+Qwen2,
+Gemma)
+GPT-NeoX    attention.query_key_value [3d, d]  W.reshape(H, 3, d_h, d): q | k | v per head
+OPT, Phi    self_attn.{q,k,v}_proj ...         as BERT (OPT: positions offset by 2)
 ==========  =================================  ===========================================
+
+docs/weights.md has every tensor of every family.
 
 So ``F = Σ_h O_h V_h`` is ``output.dense.weight @ value.weight`` (BERT/ALBERT/GPT-Neo) and
 ``(W_v_conv @ c_proj.weight).T`` (GPT-2).

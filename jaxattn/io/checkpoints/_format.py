@@ -3,9 +3,16 @@
 Tensor names are the pytree paths of the model (``layers.q``, ``embeddings.word``,
 ``final_ln_w``...), in the column convention (docs/models.md). One metadata entry, ``jaxattn``,
 holds a JSON object with the format version, the static fields of the model (schedule, norm
-style, activation, LayerNorm eps, family) and the provenance of the conversion (source, sha256
+style, activation, LayerNorm eps, family; since version 2 also the norm kind, the parallel block,
+the rotary embedding and the embedding scale) and the provenance of the conversion (source, sha256
 of the source files, options). Shared weights are stored once: a shared ALBERT holds one set
 and a schedule that repeats it.
+
+Version 2 (grouped-query attention, RoPE, RMSNorm, gated MLPs) adds the tensors ``layers.wg`` and
+``layers.bg`` (gate), lets ``layers.k``/``layers.v`` hold fewer heads than ``layers.q`` (the key/value
+head grouping is their ratio) and ``embeddings.position`` be absent. Version 1 files read unchanged:
+every new static field then takes the value that reproduces version 1 (LayerNorm, sequential block,
+no RoPE, unscaled embeddings).
 """
 
 from __future__ import annotations
@@ -17,14 +24,18 @@ from typing import Any
 
 import numpy as np
 
-from jaxattn.errors import CheckpointError
+from jaxattn.errors import CheckpointError, ConfigError
 from jaxattn.io.results import atomic_write_bytes
 from jaxattn.model.params import EMBEDDING_FIELDS, LAYER_FIELDS, MASK_DTYPE, Embeddings, Layers, Model, validate
+from jaxattn.model.rope import Rope
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 _LAYER_FIELDS = LAYER_FIELDS
 _EMB_FIELDS = EMBEDDING_FIELDS
 _REQUIRED = ("layers.q", "layers.k", "layers.v", "layers.o", "layers.causal", "layers.window", "layers.scale")
+#: static fields new in version 2, with the values that reproduce a version-1 file
+_V2_DEFAULTS = {"norm_kind": "layernorm", "parallel": False, "rope": None, "embed_scale": 1.0}
 
 
 def to_arrays(model: Model) -> dict[str, np.ndarray]:
@@ -66,7 +77,9 @@ def content_sha256(arrays: Mapping[str, np.ndarray]) -> str:
 
 def static_meta(model: Model) -> dict:
     return {"schedule": list(model.schedule), "norm_style": model.norm_style, "activation": model.activation,
-            "ln_eps": model.ln_eps, "family": model.family}
+            "ln_eps": model.ln_eps, "family": model.family, "norm_kind": model.norm_kind,
+            "parallel": model.parallel, "rope": None if model.rope is None else model.rope.to_json(),
+            "embed_scale": model.embed_scale}
 
 
 def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Model:
@@ -87,10 +100,17 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Mo
     if "embeddings.word" in arrays:
         emb_members: dict[str, Any] = {f: get(f"embeddings.{f}") for f in _EMB_FIELDS}
         emb = Embeddings(**emb_members)
+    v2 = {k: meta.get(k, default) for k, default in _V2_DEFAULTS.items()}
+    try:
+        rope = None if v2["rope"] is None else Rope.from_json(dict(v2["rope"]))
+    except (ConfigError, TypeError, ValueError) as e:
+        raise CheckpointError(f"converted file has invalid RoPE metadata ({e})") from None
     try:
         model = Model(layers=Layers(**lay), schedule=tuple(int(s) for s in meta["schedule"]), embeddings=emb,
                       final_ln_w=get("final_ln_w"), final_ln_b=get("final_ln_b"), norm_style=meta["norm_style"],
-                      activation=meta["activation"], ln_eps=float(meta["ln_eps"]), family=meta["family"])
+                      activation=meta["activation"], ln_eps=float(meta["ln_eps"]), family=meta["family"],
+                      norm_kind=v2["norm_kind"], parallel=bool(v2["parallel"]), rope=rope,
+                      embed_scale=float(v2["embed_scale"]))
     except KeyError as e:
         raise CheckpointError(f"converted file metadata lacks {e.args[0]!r}") from None
     return validate(model)
@@ -126,9 +146,9 @@ def read_meta(path) -> dict:
         meta = json.loads(raw)
     except json.JSONDecodeError:
         raise CheckpointError(f"{path} has corrupt jaxattn metadata") from None
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_VERSIONS:
         raise CheckpointError(f"{path} has format version {meta.get('format_version')}, "
-                              f"this jaxattn reads version {FORMAT_VERSION}")
+                              f"this jaxattn reads versions {', '.join(map(str, READABLE_VERSIONS))}")
     return meta
 
 
