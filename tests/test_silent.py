@@ -1,0 +1,125 @@
+"""Results that used to be silently wrong: options accepted that changed nothing or picked something
+else, precisions that drew other numbers, corrupt stores read as data, non-finite runs reported as
+finished."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELDS = ("q", "k", "v", "o", "bq", "bk", "bv", "bo")
+
+
+def _layers(model) -> dict:
+    return {f: np.asarray(getattr(model.layers, f)) for f in FIELDS}
+
+
+# ---------------------------------------------------------------- one seed, one model, in every precision
+def test_float64_model_and_tokens_are_the_float32_ones():
+    key = jax.random.key(0)
+    for weights in ("gaussian", "uniform"):
+        m32 = _layers(ja.random_model(key, 8, 2, 3, shared=False, weights=weights, biases=True, dtype=jnp.float32))
+        m64 = _layers(ja.random_model(key, 8, 2, 3, shared=False, weights=weights, biases=True, dtype=jnp.float64))
+        for f in FIELDS:
+            assert m32[f].dtype == np.float32 and m64[f].dtype == np.float64, f
+            np.testing.assert_array_equal(m64[f], m32[f].astype(np.float64), err_msg=f"{weights} {f}")
+    g32 = ja.init_tokens(key, 70, 5, 8, kind="gaussian", dtype=jnp.float32)
+    g64 = ja.init_tokens(key, 70, 5, 8, kind="gaussian", dtype=jnp.float64)
+    assert g64.dtype == jnp.float64
+    np.testing.assert_array_equal(np.asarray(g64), np.asarray(g32, np.float64))
+    s32 = np.asarray(ja.init_tokens(key, 70, 5, 8, dtype=jnp.float32), np.float64)
+    s64 = np.asarray(ja.init_tokens(key, 70, 5, 8, dtype=jnp.float64))
+    np.testing.assert_allclose(s64, s32, atol=3e-7)  # the same tokens, normalised in each precision
+    np.testing.assert_allclose(np.linalg.norm(s64, axis=-1), 1.0, atol=1e-14)
+    spec = [2.0, 1.0, 0.5, -1.0]
+    F32 = ja.layer_matrices(ja.random_model(key, 4, value="symmetric", spectrum=spec, dtype=jnp.float32))
+    F64 = ja.layer_matrices(ja.random_model(key, 4, value="symmetric", spectrum=spec, dtype=jnp.float64))
+    np.testing.assert_allclose(F64, F32, atol=2e-6)
+    np.testing.assert_allclose(np.linalg.eigvalsh(F64[0]), sorted(spec), atol=1e-13)
+
+
+_X64_OFF = textwrap.dedent("""
+    import json, sys
+    import jax, jax.numpy as jnp, numpy as np
+    import jaxattn as ja
+    from jaxattn.errors import ConfigError
+    assert not jax.config.read("jax_enable_x64")
+    key = jax.random.key(0)
+    m = ja.random_model(key, 8, 2, 3, shared=False, biases=True)
+    S = ja.symmetric_with_spectrum(key, [3.0, 1.0, 0.5])
+    X = ja.init_tokens(key, 70, 5, 8)
+    arrays = {f: np.asarray(getattr(m.layers, f)) for f in ("q", "k", "v", "o", "bq", "bo")}
+    np.savez(sys.argv[1], X=np.asarray(X), S=np.asarray(S), **arrays)
+    errors = []
+    for f in (lambda: ja.init_tokens(key, 2, 3, 4, dtype=jnp.float64),
+              lambda: ja.random_model(key, 4, dtype=jnp.float64),
+              lambda: ja.symmetric_with_spectrum(key, [1.0, 2.0], dtype="float64")):
+        try:
+            f()
+            errors.append("accepted")
+        except ConfigError as e:
+            errors.append(str(e))
+    print(json.dumps(errors))
+""")
+
+
+def test_same_numbers_with_x64_off(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
+    env["PYTHONPATH"] = str(ROOT)
+    out = subprocess.run([sys.executable, "-c", _X64_OFF, str(tmp_path / "a.npz")], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    errors = json.loads(out.stdout.strip().splitlines()[-1])
+    assert all("float64 needs JAX's x64 mode" in e for e in errors), errors
+    got = np.load(tmp_path / "a.npz")
+    key = jax.random.key(0)
+    # x64 on: the default dtype is float64, the numbers are those drawn with x64 off
+    m64 = _layers(ja.random_model(key, 8, 2, 3, shared=False, biases=True))
+    m32 = _layers(ja.random_model(key, 8, 2, 3, shared=False, biases=True, dtype=jnp.float32))
+    for f in ("q", "k", "v", "o", "bq", "bo"):
+        assert got[f].dtype == np.float32 and m32[f].dtype == np.float32, f
+        np.testing.assert_array_equal(m32[f], got[f], err_msg=f)
+        np.testing.assert_array_equal(m64[f], got[f].astype(np.float64), err_msg=f)
+    np.testing.assert_array_equal(np.asarray(ja.init_tokens(key, 70, 5, 8)), got["X"])
+    S64 = np.asarray(ja.symmetric_with_spectrum(key, [3.0, 1.0, 0.5]))
+    np.testing.assert_allclose(S64, got["S"], atol=2e-6)
+
+
+def test_init_tokens_bit_identical_however_split():
+    key = jax.random.key(5)
+    for dtype in (jnp.float32, jnp.float64):
+        ref = np.asarray(ja.init_tokens(key, 150, 7, 33, dtype=dtype))
+        for sizes in ((1, 63, 64, 22), (100, 50), (3, 147)):
+            starts = np.cumsum((0, *sizes[:-1]))
+            parts = [np.asarray(ja.init_tokens(key, b, 7, 33, start=int(s), dtype=dtype))
+                     for b, s in zip(sizes, starts, strict=True)]
+            np.testing.assert_array_equal(np.concatenate(parts), ref, err_msg=f"{sizes} {dtype}")
+
+
+def test_sampling_refuses_what_it_would_silently_change():
+    key = jax.random.key(0)
+    assert ja.random_model(key, 4, dtype=jnp.float32).layers.q.dtype == jnp.float32
+    assert ja.random_model(key, 4, biases=True, dtype=jnp.float32).layers.bq.dtype == jnp.float32
+    for call, match in ((lambda: ja.random_model(key, 4, dtype=jnp.int32), "floating dtype"),
+                        (lambda: ja.init_tokens(key, 2, 3, 4, dtype=jnp.int32), "floating dtype"),
+                        (lambda: ja.init_tokens(key, 2, 3, 4, dtype="fancy"), "floating dtype"),
+                        (lambda: ja.init_tokens(key, 2.5, 5, 8), "batch must be an integer"),
+                        (lambda: ja.init_tokens(key, 2, 5.0, 8), "n must be an integer"),
+                        (lambda: ja.init_tokens(key, 2, 5, 8, start=1.5), "start must be an integer"),
+                        (lambda: ja.random_model(key, 4.0), "d must be a positive integer"),
+                        (lambda: ja.random_model(key, 4, depth=2.0), "depth must be a positive integer"),
+                        (lambda: ja.init_tokens(jax.random.split(key, 3), 2, 5, 8), "one PRNG key"),
+                        (lambda: ja.random_model(jax.random.split(key, 2), 4), "one PRNG key")):
+        with pytest.raises(ConfigError, match=match):
+            call()
