@@ -123,3 +123,22 @@ def test_sampling_refuses_what_it_would_silently_change():
                         (lambda: ja.random_model(jax.random.split(key, 2), 4), "one PRNG key")):
         with pytest.raises(ConfigError, match=match):
             call()
+
+
+# ---------------------------------------------------------------- spectrum: a NaN α picked another eigenvalue
+def test_spectrum_refuses_non_finite_alpha(capsys):
+    from jaxattn.cli import main
+
+    F = np.diag([3.0, 1.0, -5.0])
+    for kw in ({"alpha": np.nan}, {"alpha": np.inf}, {"gap_tol": np.nan}, {"imag_tol": -np.inf}):
+        with pytest.raises(ConfigError, match="must be a finite number"):
+            ja.spectrum(F, order="step", **kw)
+    with pytest.raises(ConfigError, match="alpha must be a finite number"):
+        ja.cumulative_products(F[None], order="step", alpha=float("nan"))
+    # checked before the model is read, so a missing file does not hide it
+    for argv, msg in ((["--order", "step", "--alpha", "nan"], "--alpha must be a finite number, got nan"),
+                      (["--order", "step", "--alpha=-inf"], "--alpha must be a finite number"),
+                      (["--alpha", "0.5"], "--alpha only applies to --order step")):
+        assert main(["spectrum", "no-such-model.safetensors", *argv]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1, err

@@ -416,7 +416,7 @@ def _add_spectrum(sub):
     p.add_argument("--order", choices=["real", "modulus", "step"], default="real",
                    help="which eigenvalue is principal: 'real' the largest real part (what matters with the skip "
                         "connection), 'modulus' the largest |λ|, 'step' the largest |1 + αλ| (one D1 step) [real]")
-    p.add_argument("--alpha", type=float, default=1.0, help="α for --order step")
+    p.add_argument("--alpha", type=float, help="step size α of --order step [1.0]")
     p.set_defaults(func=cmd_spectrum)
 
 
@@ -425,8 +425,13 @@ def cmd_spectrum(args, cfg) -> int:
     from jaxattn.io.checkpoints import load_any
     from jaxattn.studies.power_method import spectrum_rows
 
+    if args.alpha is not None:  # refused rather than recorded: it would change nothing, or order by NaN
+        _check_number("alpha", args.alpha)
+        if args.order != "step":
+            raise JaxattnError(f"--alpha only applies to --order step (--order {args.order} does not depend on α)")
+    alpha = 1.0 if args.alpha is None else args.alpha
     model = load_any(args.model)
-    rows = spectrum_rows(spectrum(model, order=args.order, alpha=args.alpha), args.alpha)
+    rows = spectrum_rows(spectrum(model, order=args.order, alpha=alpha), alpha)
     print(model.summary())
     print(f"{'set':>4} {'case':>4} {'Re λ1':>10} {'Im λ1':>10} {'Re λ2':>10} {'gap':>10} "
           f"{'|<v1,v2>|':>10} {'radius':>10}")
