@@ -142,3 +142,24 @@ def test_spectrum_refuses_non_finite_alpha(capsys):
         assert main(["spectrum", "no-such-model.safetensors", *argv]) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1, err
+
+
+# ---------------------------------------------------------------- simulate --model FILE: config.json of that model
+def test_simulate_converted_model_records_its_own_dims_and_replays(tmp_path, capsys):
+    from jaxattn.cli import main
+    from jaxattn.io.checkpoints._format import save
+
+    model = ja.random_model(jax.random.key(1), 6, 3, 2, shared=False, mask="causal", dtype=jnp.float32)
+    path = save(model, tmp_path / "m.safetensors")
+    common = ["--n", "4", "--num-init", "5", "--no-progress"]
+    assert main(["simulate", "--model", str(path), *common, "--out", str(tmp_path / "a")]) == 0
+    cfg = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
+    assert not {"d", "heads", "depth", "shared", "mask", "weights", "value"} & set(cfg), cfg
+    assert cfg["model_dims"] == {"d": 6, "heads": 3, "depth": 2, "shared": False, "masks": ["causal", "causal"],
+                                 "family": "synthetic"}
+    assert main(["simulate", "--config", str(tmp_path / "a" / "config.json"), "--out", str(tmp_path / "b")]) == 0
+    capsys.readouterr()
+    from jaxattn.io.results import load_arrays
+
+    a, b = (load_arrays(tmp_path / r / "observables.safetensors") for r in "ab")
+    np.testing.assert_array_equal(a["observables.diameter"], b["observables.diameter"])

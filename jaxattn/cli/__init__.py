@@ -197,6 +197,15 @@ def load_model_arg(spec: str, cfg: dict):
     return load_any(spec)
 
 
+def model_dims(model) -> dict:
+    """What a converted model brings instead of the random-model options (recorded in config.json)."""
+    lay = model.layers
+    masks = [("causal" if bool(lay.causal[g]) else "full") + (f"/local:{int(lay.window[g])}" if int(lay.window[g])
+                                                              else "") for g in range(lay.n_sets)]
+    return {"d": model.d_model, "heads": model.n_heads, "depth": model.depth, "shared": model.shared,
+            "masks": masks, "family": model.family}
+
+
 def cmd_simulate(args, cfg) -> int:
     import numpy as np
 
@@ -227,6 +236,10 @@ def cmd_simulate(args, cfg) -> int:
         raise JaxattnError("--norm layernorm: this model has no LayerNorm weights (random models are attention-only)")
     _check_out(out, cfg["overwrite"])
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    if cfg["model"] != "random":  # the random model's defaults describe nothing here (and would break a replay)
+        for k in RANDOM_ONLY:
+            del resolved[k]
+        resolved["model_dims"] = model_dims(model)
     resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
     stats: dict = {}
     with Timer() as t:
