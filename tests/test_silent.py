@@ -163,3 +163,43 @@ def test_simulate_converted_model_records_its_own_dims_and_replays(tmp_path, cap
 
     a, b = (load_arrays(tmp_path / r / "observables.safetensors") for r in "ab")
     np.testing.assert_array_equal(a["observables.diameter"], b["observables.diameter"])
+
+
+# ---------------------------------------------------------------- options that change nothing are refused
+@pytest.mark.parametrize("raw, msg", [
+    ({"dynamics": {"kind": "continuous", "alpha": 2.0}},
+     "dynamics.alpha does nothing with dynamics.kind = 'continuous'"),
+    ({"dynamics": {"t1": 3.0}}, "dynamics.t1 does nothing with dynamics.kind = 'discrete'"),
+    ({"dynamics": {"steps": 4, "kind": "continuous"}}, "dynamics.steps does nothing"),
+    ({"kernel": "plain", "dynamics": {"kind": "continuous"}}, "kernel does nothing"),
+    ({"dynamics": {"attention": "uniform", "beta": 5.0}}, "dynamics.beta does nothing with dynamics.attention"),
+    ({"model": {"scale": 0.3}, "dynamics": {"attention": "uniform"}}, "model.scale does nothing"),
+    ({"dynamics": {"kind": "continuous", "solver": "euler", "dt": 0.1, "rtol": 1e-3}}, "dynamics.rtol does nothing"),
+    ({"dynamics": {"biases": True}}, "dynamics.biases does nothing with model.source = 'random'"),
+    ({"dynamics": {"kind": ["discrete", "continuous"], "alpha": [1.0, 2.0]}}, "dynamics.alpha is an axis"),
+])
+def test_sweep_refuses_options_that_do_nothing(raw, msg):
+    from jaxattn.sweeps import grid
+
+    with pytest.raises(ConfigError, match=msg.replace(".", r"\.")):
+        grid.validate_config(raw)
+
+
+def test_options_that_matter_or_keep_their_default_are_accepted():
+    from jaxattn.sweeps import grid
+
+    for raw in ({"dynamics": {"kind": ["discrete", "continuous"], "alpha": 2.0}},  # used by the discrete points
+                {"dynamics": {"kind": "continuous", "alpha": 1.0, "biases": False}},  # defaults: nothing recorded
+                {"dynamics": {"attention": "unnormalised", "beta": 5.0}}):
+        grid.validate_config(raw)
+
+
+def test_simulate_and_solve_refuse_beta_with_uniform_attention(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    for argv in (["simulate", "--uniform-attention", "--beta", "5"],
+                 ["solve", "--attention", "uniform", "--beta", "5"]):
+        assert main([*argv, "--num-init", "2", "--n", "3", "--out", str(tmp_path / argv[0])]) == 2
+        err = capsys.readouterr().err
+        assert "beta does nothing" in err and err.count("\n") == 1, err
+        assert not (tmp_path / argv[0]).exists()

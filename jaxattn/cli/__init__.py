@@ -228,6 +228,8 @@ def cmd_simulate(args, cfg) -> int:
                    uniform=cfg["uniform_attention"])
     # options that would be recorded but change nothing are refused, before anything is written
     check_dynamics(model, dyn)
+    if cfg["uniform_attention"] and cfg["beta"] != SIM_DEFAULTS["beta"]:
+        raise JaxattnError("--beta does nothing with --uniform-attention (a_ij = 1/n whatever the scores): remove it")
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":

@@ -194,6 +194,9 @@ def validate_config(raw: Mapping) -> dict:
         else:
             _fill(out, "", key, value)
     given = set(out["model"])
+    # keys given a value other than the default (one equal to it records nothing the run does not do)
+    set_keys = {(f"{sec}.{k}" if sec else k) for sec, keys in out.items() for k, v in keys.items()
+                if isinstance(v, list) or v != SCHEMA[sec][k].default}
     for sec, keys in SCHEMA.items():
         for k, spec in keys.items():
             out[sec].setdefault(k, spec.default)
@@ -208,9 +211,47 @@ def validate_config(raw: Mapping) -> dict:
             raise ConfigError(f"observables: unknown observable {o!r}; known: {', '.join(OBSERVABLES)}")
     if not obs:
         raise ConfigError("observables: give at least one observable")
-    for p in expand(out):
+    points = expand(out)
+    for p in points:
         _check_point(p)
+    _refuse_inert(points, set_keys)
     return out
+
+
+#: Keys that only a discrete (map) or only a continuous (flow) point uses.
+DISCRETE_ONLY = ("kernel", "dynamics.norm", "dynamics.alpha", "dynamics.steps", "dynamics.save", "dynamics.ffn",
+                 "dynamics.pre_ln", "dynamics.biases")
+CONTINUOUS_ONLY = ("dynamics.space", "dynamics.rescaled", "dynamics.t1", "dynamics.saves", "dynamics.solver",
+                   "dynamics.rtol", "dynamics.atol", "dynamics.dt", "dynamics.max_steps", "dynamics.layer_time")
+
+
+def inert_keys(p: dict) -> dict[str, str]:
+    """The keys that change nothing at grid point ``p``, each with the reason."""
+    out = {}
+    kind = p["dynamics.kind"]
+    for k in CONTINUOUS_ONLY if kind == "discrete" else DISCRETE_ONLY:
+        out[k] = f"dynamics.kind = '{kind}'"
+    if p["dynamics.attention"] == "uniform":  # a_ij = 1/n whatever the scores
+        out["dynamics.beta"] = out["model.scale"] = "dynamics.attention = 'uniform' (no scores)"
+    if kind == "continuous" and p["dynamics.dt"] is not None:
+        out["dynamics.rtol"] = out["dynamics.atol"] = "a fixed step size dynamics.dt (no step-size control)"
+    if kind == "discrete" and p["model.source"] == "random":
+        for k in ("dynamics.ffn", "dynamics.pre_ln", "dynamics.biases"):
+            out[k] = "model.source = 'random' (attention-only, post-norm, no biases)"
+    return out
+
+
+def _refuse_inert(points: list[dict], set_keys: set) -> None:
+    """Options set that change nothing are refused rather than recorded (the run would claim them): a
+    key inert at every point, or an axis inert at some points (they would repeat one run)."""
+    for key in sorted(set_keys):
+        why = [inert_keys(p).get(key) for p in points]
+        if all(why):
+            raise ConfigError(f"{key} does nothing with {why[0]}: remove it")
+        if any(why) and any(key in p["params"] for p in points):
+            reason = next(w for w in why if w)
+            raise ConfigError(f"{key} is an axis but does nothing at the points with {reason}, which would repeat "
+                              "one run: run those points as a separate sweep")
 
 
 def _fill(out, sec, key, v):
