@@ -203,3 +203,50 @@ def test_simulate_and_solve_refuse_beta_with_uniform_attention(tmp_path, capsys)
         err = capsys.readouterr().err
         assert "beta does nothing" in err and err.count("\n") == 1, err
         assert not (tmp_path / argv[0]).exists()
+
+
+# ---------------------------------------------------------------- reading a sweep verifies its chunks
+_TINY = {"num_init": 10, "chunk": 4, "model": {"d": 4, "heads": 1, "depth": 2}, "init": {"n": 3}}
+
+
+def _chunk_file(root: Path, name: str, c: int) -> Path:
+    return root / "data.zarr" / "p0000" / "observables" / name / "c" / str(c) / "0"
+
+
+@pytest.mark.parametrize("damage", ["flip", "empty", "truncate"])
+def test_reading_a_sweep_refuses_corrupt_chunks(tmp_path, damage):
+    from jaxattn.io.store import open_sweep
+    from jaxattn.sweeps import grid
+
+    root = tmp_path / "s"
+    grid.sweep_grid(_TINY, root, progress=False)
+    good = open_sweep(root).arrays(0)
+    f = _chunk_file(root, "diameter", 1)
+    data = bytearray(f.read_bytes())
+    if damage == "flip":
+        data[-3] ^= 0x7F  # the exponent byte of the last float32: a wrong but finite-looking number
+    f.write_bytes({"flip": bytes(data), "empty": b"", "truncate": bytes(data[:len(data) // 2])}[damage])
+    sw = open_sweep(root)
+    for read in (lambda: sw.arrays(0), sw.table, lambda: sw.table(summary=True)):
+        with pytest.raises(ConfigError, match=r"chunk 1 of grid point 0 \(conditions 4\.\.7\).*corrupt.*diameter.*"
+                                               r"run the same sweep again"):
+            read()
+    assert sw.finished(0).tolist() == [True] * 4 + [False] * 4 + [True] * 2
+    again = grid.sweep_grid(_TINY, root, progress=False)  # resuming recomputes exactly that chunk
+    assert again.summary["computed"] == 4 and again.summary["resumed"] == 6
+    for k, v in open_sweep(root).arrays(0).items():
+        np.testing.assert_array_equal(v, good[k], err_msg=k)
+
+
+def test_unfinished_chunks_read_as_nan(tmp_path):
+    from jaxattn.io.store import open_sweep
+    from jaxattn.sweeps import grid
+
+    root = tmp_path / "s"
+    grid.sweep_grid(_TINY, root, progress=False)
+    (root / "done" / "p0000" / "c000002.json").unlink()  # as if the run stopped before its marker
+    _chunk_file(root, "diameter", 2).write_bytes(b"")  # ... half-way through writing its data
+    sw = open_sweep(root)
+    a = sw.arrays(0)["observables.diameter"]
+    assert np.isfinite(a[:8]).all() and np.isnan(a[8:]).all()
+    assert sw.table()["finished"].tolist() == [True] * 8 + [False] * 2

@@ -41,6 +41,14 @@ def _digest(a: np.ndarray) -> str:
     return h.hexdigest()
 
 
+class CorruptChunk(ConfigError):
+    """A finished chunk whose data no longer verify: reading refuses it, a resumed sweep recomputes it."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(f"{where} is corrupt ({why}): run the same sweep again into this store to recompute it "
+                         "(chunks that do not verify are computed again)")
+
+
 class SweepStore:
     """Chunked, verified storage of a sweep (see the module docstring)."""
 
@@ -153,22 +161,38 @@ class SweepStore:
         size = int(next(iter(arrays.values())).shape[0])
         write_json(self._marker(point, chunk_index), {"start": start, "rows": size, "sha256": sums, **(info or {})})
 
-    def chunk_done(self, point: int, chunk_index: int, start: int, size: int) -> bool:
-        """True if the chunk's marker exists and its data read back matches the marker's checksums."""
+    def read_chunk(self, point: int, chunk_index: int, start: int, size: int) -> dict[str, np.ndarray] | None:
+        """The verified arrays of a finished chunk (``{name: rows}``); ``None`` if it is not finished (no
+        marker). A chunk whose marker is unreadable or whose data do not hash to the marker's checksums
+        (flipped bytes, truncated or zeroed files) raises :class:`CorruptChunk`."""
         m = self._marker(point, chunk_index)
         if not m.is_file():
-            return False
+            return None
+        where = f"chunk {chunk_index} of grid point {point} (conditions {start}..{start + size - 1}) in {self.root}"
         try:
             marker = json.loads(m.read_text())
-            if marker.get("start") != start or marker.get("rows") != size:
-                return False
-            for name, want in marker["sha256"].items():
-                a = self.group[f"p{point:04d}/{name}"][start:start + size]
-                if _digest(np.asarray(a)) != want:
-                    return False
-        except Exception:  # unreadable marker or chunk (truncated, corrupt): recompute it
+            sums = dict(marker["sha256"])
+        except Exception:
+            raise CorruptChunk(where, f"its marker {m.relative_to(self.root)} is unreadable") from None
+        if marker.get("start") != start or marker.get("rows") != size:
+            raise CorruptChunk(where, "its marker describes other rows")
+        out = {}
+        for name, want in sums.items():
+            try:
+                a = np.asarray(self.group[f"p{point:04d}/{name}"][start:start + size])
+            except Exception as e:  # a zero-byte or truncated chunk file fails in the codec
+                raise CorruptChunk(where, f"{name} cannot be read ({type(e).__name__})") from None
+            if _digest(a) != want:
+                raise CorruptChunk(where, f"{name} does not match its checksum")
+            out[name] = a
+        return out
+
+    def chunk_done(self, point: int, chunk_index: int, start: int, size: int) -> bool:
+        """True if the chunk's marker exists and its data read back matches the marker's checksums."""
+        try:
+            return self.read_chunk(point, chunk_index, start, size) is not None
+        except CorruptChunk:  # recompute it
             return False
-        return True
 
     def write_point_attrs(self, point: int, attrs: Mapping[str, Any]) -> None:
         from filelock import FileLock
@@ -212,21 +236,43 @@ class Sweep:
         return len(self.points)
 
     def arrays(self, point: int = 0) -> dict[str, np.ndarray]:
-        """Every array of a grid point (NaN rows where chunks are not finished yet)."""
+        """Every array of a grid point, each finished chunk verified against its checksums (a corrupt
+        one raises :class:`CorruptChunk`); NaN rows (0 for integers) where chunks are not finished."""
+        return self._read(point)[0]
+
+    def _read(self, point: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The arrays of a point, read chunk by chunk and verified, and the ``[N]`` finished rows."""
+        n = self.points[point]["num_init"]
+        done = np.zeros(n, bool)
         g = self.store.group
         key = f"p{point:04d}"
         if key not in g:
-            return {}
-        out = {}
+            return {}, done
+        found: dict = {}
 
         def walk(grp, prefix):
             for name, arr in grp.arrays():
-                out[prefix + name] = np.asarray(arr[...])
+                found[prefix + name] = arr
             for name, sub in grp.groups():
-                walk(sub, prefix + name + ".")
+                walk(sub, prefix + name + "/")
 
         walk(g[key], "")
-        return out
+        rows = {k: a for k, a in found.items() if a.shape[:1] == (n,)}
+        out = {k: np.asarray(a[...]) for k, a in found.items() if k not in rows}  # not per condition
+        for k, a in rows.items():
+            out[k] = np.full(a.shape, np.nan if np.issubdtype(a.dtype, np.floating) else 0, a.dtype)
+        for c, start, size in chunk_ranges(n, self.manifest["chunk"]):
+            got = self.store.read_chunk(point, c, start, size)
+            if got is None:
+                continue
+            missing = sorted(set(rows) - set(got))
+            if missing:
+                raise CorruptChunk(f"chunk {c} of grid point {point} in {self.store.root}",
+                                   f"its marker has no checksum for {missing[0]}")
+            for k, a in got.items():
+                out[k][start:start + size] = a
+            done[start:start + size] = True
+        return {k.replace("/", "."): v for k, v in out.items()}, done
 
     def finished(self, point: int = 0) -> np.ndarray:
         """``[N]`` bool: rows whose chunk is finished and verified."""
@@ -244,9 +290,8 @@ class Sweep:
 
         frames = []
         for i, p in enumerate(self.points):
-            arrs = self.arrays(i)
+            arrs, done = self._read(i)
             cols = {"point": i, "condition": np.arange(p["num_init"])}
-            done = self.finished(i)
             cols["finished"] = done
             for name, a in arrs.items():
                 if name.startswith("observables.") and a.ndim == 2:  # [N, T] scalar observable
@@ -279,4 +324,4 @@ def fingerprint(config: Mapping) -> str:
     return config_hash(config)
 
 
-__all__ = ["Sweep", "SweepStore", "chunk_ranges", "fingerprint", "open_sweep"]
+__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "fingerprint", "open_sweep"]
