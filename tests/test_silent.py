@@ -250,3 +250,53 @@ def test_unfinished_chunks_read_as_nan(tmp_path):
     a = sw.arrays(0)["observables.diameter"]
     assert np.isfinite(a[:8]).all() and np.isnan(a[8:]).all()
     assert sw.table()["finished"].tolist() == [True] * 8 + [False] * 2
+
+
+# ---------------------------------------------------------------- runs that overflow say so
+def test_simulate_says_when_conditions_become_non_finite(tmp_path, capsys):
+    from jaxattn.cli import main
+
+    out = tmp_path / "r"
+    assert main(["simulate", "--d", "4", "--heads", "1", "--depth", "2", "--n", "3", "--num-init", "6",
+                 "--alpha", "1e39", "--no-progress", "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "6 of 6 initial conditions (100.0%) became non-finite" in cap.out
+    assert cap.err.startswith("jaxattn: warning: 6 of 6 initial conditions")
+    assert "diameter < 1e-2" not in cap.out and "no initial condition stayed finite" in cap.out
+    assert json.loads((out / "config.json").read_text())["nonfinite_conditions"] == 6
+    assert (out / "summary.txt").read_text() == cap.out
+
+
+def test_summary_statistics_leave_out_non_finite_conditions():
+    from jaxattn.cli import consensus_lines
+    from jaxattn.io.store import nonfinite_conditions
+
+    diam = np.array([[2.0, 1e-3], [2.0, np.nan], [2.0, 0.5], [np.inf, 0.0]])
+    cosc = np.array([[1.0, 0.1], [1.0, 0.2], [1.0, 0.3], [1.0, 0.0]])
+    final = np.zeros((4, 3, 2))
+    final[1, 0, 0] = np.nan
+    bad = nonfinite_conditions({"observables.diameter": diam, "observables.cos_consensus": cosc, "final": final}, 4)
+    assert bad.tolist() == [False, True, False, True]
+    text = "\n".join(consensus_lines(diam, cosc, ~bad, 1))
+    assert "step 0 mean 2 " in text and "min 0.001" in text and "max 0.5" in text
+    assert "diameter < 1e-2 in 50.0%" in text and "of the finite initial conditions" in text and "1-cos 0.2" in text
+
+
+def test_sweep_counts_non_finite_conditions(tmp_path, capsys):
+    from jaxattn.cli import main
+    from jaxattn.io.store import open_sweep
+
+    cfg = tmp_path / "g.json"
+    cfg.write_text(json.dumps({**_TINY, "dynamics": {"alpha": [1.0, 1e39]}}))
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "jaxattn: warning: 10 of 20 initial conditions (50.0%) became non-finite" in err
+    sw = open_sweep(tmp_path / "s")
+    summary = sw.table(summary=True)
+    assert summary["conditions"].tolist() == [10, 0] and summary["nonfinite"].tolist() == [0, 10]
+    assert np.isfinite(summary["diameter_mean"][0]) and np.isnan(summary["diameter_mean"][1])
+    table = sw.table()
+    assert table["finite"].tolist() == [True] * 10 + [False] * 10
+    again = ja.sweep_grid(json.loads(cfg.read_text()), tmp_path / "s", progress=False)  # resumed chunks count too
+    assert again.summary["resumed"] == 20 and again.summary["nonfinite"] == 10
+    assert again.summary["nonfinite_per_point"] == [0, 10]

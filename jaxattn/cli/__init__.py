@@ -206,11 +206,25 @@ def model_dims(model) -> dict:
             "masks": masks, "family": model.family}
 
 
-def cmd_simulate(args, cfg) -> int:
+def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
+    """The summary's statistics of the diameter and 1 - cos over the finite conditions ``ok``."""
     import numpy as np
 
+    if not ok.any():
+        return ["diameter     n/a: no initial condition stayed finite"]
+    final = diam[ok, -1]
+    q = np.quantile(final, [0.0, 0.5, 0.9, 1.0])
+    return [f"diameter     step 0 mean {diam[ok, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
+            f"90% {q[2]:.3g}  max {q[3]:.3g}",
+            f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, "
+            f"< 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% of {'the finite ' if not ok.all() else ''}initial "
+            f"conditions; mean 1-cos {cosc[ok, -1].mean():.3g}"]
+
+
+def cmd_simulate(args, cfg) -> int:
     from jaxattn.dynamics.discrete import Dynamics, check_dynamics
     from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
+    from jaxattn.io.store import nonfinite_conditions, nonfinite_warning
     from jaxattn.sweeps.chunked import Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
@@ -254,14 +268,12 @@ def cmd_simulate(args, cfg) -> int:
     resumed = stats.get("resumed", 0) > 0
     resolved["chunk"] = stats.get("chunk", cfg["chunk"])  # the chunk size used (auto when not given)
     rate = stats.get("computed", 0) * steps / max(t.seconds, 1e-9)
+    bad = nonfinite_conditions(arrays, cfg["num_init"])
     write_json(out / "config.json", {"command": "simulate", "config": resolved, **provenance(),
                                      "seconds": round(t.seconds, 3), "resumed": resumed,
                                      "computed_conditions": stats.get("computed", 0),
-                                     "resumed_conditions": stats.get("resumed", 0)})
-    diam = arrays["observables.diameter"]
-    cosc = arrays["observables.cos_consensus"]
-    final = diam[:, -1]
-    q = np.quantile(final, [0.0, 0.5, 0.9, 1.0])
+                                     "resumed_conditions": stats.get("resumed", 0),
+                                     "nonfinite_conditions": int(bad.sum())})
     lines = [
         "jaxattn simulate",
         model.summary(),
@@ -269,12 +281,13 @@ def cmd_simulate(args, cfg) -> int:
         f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} dtype={cfg['dtype']} seed={cfg['seed']}",
         f"time         {t.seconds:.2f} s ({rate:,.0f} condition-steps/s computed"
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
-        f"diameter     step 0 mean {diam[:, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
-        f"90% {q[2]:.3g}  max {q[3]:.3g}",
-        f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, "
-        f"< 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% of initial conditions; mean 1-cos {cosc[:, -1].mean():.3g}",
-        f"output       {out}/ (config.json, observables.safetensors, summary.txt)",
+        *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps),
     ]
+    if bad.any():
+        warning = nonfinite_warning(int(bad.sum()), len(bad))
+        lines.append(f"warning      {warning}")
+        print(f"jaxattn: warning: {warning}", file=sys.stderr)
+    lines.append(f"output       {out}/ (config.json, observables.safetensors, summary.txt)")
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "summary.txt", text)
     finish(out)

@@ -216,6 +216,24 @@ def _read_manifest(path: Path) -> dict:
     return m
 
 
+def nonfinite_conditions(arrays: Mapping[str, np.ndarray], num: int) -> np.ndarray:
+    """``[num]`` bool: the conditions with a NaN or inf anywhere in their floating arrays (the arrays
+    whose leading axis has ``num`` rows): runs whose states overflowed, e.g. a step size or β too
+    large for the precision. Their observables mean nothing and are left out of summaries."""
+    bad = np.zeros(num, bool)
+    for a in arrays.values():
+        a = np.asarray(a)
+        if a.shape[:1] == (num,) and np.issubdtype(a.dtype, np.floating):
+            bad |= ~np.isfinite(a.reshape(num, -1)).all(axis=1)
+    return bad
+
+
+def nonfinite_warning(bad: int, total: int, what: str = "initial conditions") -> str:
+    """The line that says how many conditions became non-finite."""
+    return (f"{bad:,} of {total:,} {what} ({100 * bad / max(total, 1):.1f}%) became non-finite (NaN or inf): left "
+            "out of the statistics; a smaller step size or β, or float64, may keep them finite")
+
+
 def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:
     """``(chunk index, start, size)`` of every chunk of ``num_init`` conditions."""
     for i, start in enumerate(range(0, num_init, chunk)):
@@ -284,8 +302,10 @@ class Sweep:
 
     def table(self, summary: bool = False):
         """A tidy pandas table: one row per grid point and initial condition with the last saved value
-        of every scalar observable and the point's parameters; ``summary=True``: one row per point
-        with mean, std and quantiles over conditions."""
+        of every scalar observable, the point's parameters, ``finished`` and ``finite`` (no NaN or inf
+        in the condition's arrays); ``summary=True``: one row per point with mean, std and quantiles
+        over its finished, finite conditions (``conditions``), and ``nonfinite``, the number of
+        finished conditions left out because they became non-finite."""
         import pandas as pd
 
         frames = []
@@ -293,6 +313,7 @@ class Sweep:
             arrs, done = self._read(i)
             cols = {"point": i, "condition": np.arange(p["num_init"])}
             cols["finished"] = done
+            cols["finite"] = ~nonfinite_conditions(arrs, p["num_init"])  # unfinished rows are NaN: not finite
             for name, a in arrs.items():
                 if name.startswith("observables.") and a.ndim == 2:  # [N, T] scalar observable
                     cols[name.split(".", 1)[1]] = a[:, -1]
@@ -306,12 +327,17 @@ class Sweep:
         if not summary:
             return df
         keys = ["point", *self.points[0]["params"]]
-        num = [c for c in df.columns if c not in [*keys, "condition", "finished", "result"]
+        num = [c for c in df.columns if c not in [*keys, "condition", "finished", "finite", "result"]
                and pd.api.types.is_numeric_dtype(df[c])]
-        g = df[df["finished"]].groupby(keys, dropna=False)[num]
+        g = df[df["finished"] & df["finite"]].groupby(keys, dropna=False)[num]
         out = g.agg(["mean", "std", "min", "median", "max"])
         out.columns = [f"{a}_{b}" for a, b in out.columns]
         out["conditions"] = g.size()
+        every = df.groupby(keys, dropna=False).size().index  # points with no finite condition keep their row
+        out = out.reindex(every)
+        out["conditions"] = out["conditions"].fillna(0).astype(int)
+        out["nonfinite"] = (df[df["finished"] & ~df["finite"]].groupby(keys, dropna=False).size()
+                            .reindex(every, fill_value=0).astype(int))
         return out.reset_index()
 
 
@@ -324,4 +350,4 @@ def fingerprint(config: Mapping) -> str:
     return config_hash(config)
 
 
-__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "fingerprint", "open_sweep"]
+__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "fingerprint", "nonfinite_conditions", "open_sweep"]

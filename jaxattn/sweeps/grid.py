@@ -47,7 +47,7 @@ import numpy as np
 from jaxattn.analysis import metrics
 from jaxattn.errors import ConfigError
 from jaxattn.io.configfile import load_config
-from jaxattn.io.store import SweepStore, chunk_ranges, fingerprint, open_sweep
+from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
 
 _NUM = (int, float)
 
@@ -456,10 +456,16 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         bar = tqdm(total=total, unit="cond", desc="sweep", file=sys.stderr, disable=not progress, smoothing=0.1)
         t0 = time.perf_counter()
         resumed = failed = 0
+        nonfinite = [0] * len(points)  # conditions whose observables or states became NaN or inf, per point
         replicated: dict = {}
         for i, c, start, size in mine:
             p = points[i]
-            if store.chunk_done(i, c, start, size):
+            try:
+                kept = store.read_chunk(i, c, start, size)
+            except CorruptChunk:  # recomputed
+                kept = None
+            if kept is not None:
+                nonfinite[i] += int(nonfinite_conditions(kept, size).sum())
                 resumed += size
                 bar.update(size)
                 continue
@@ -483,6 +489,7 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
                 arrays["result"] = np.asarray(res["result"])[:size]
                 arrays["num_steps"] = np.asarray(res["num_steps"])[:size]
                 failed += int(np.sum(arrays["result"] != 0))
+            nonfinite[i] += int(nonfinite_conditions(arrays, size).sum())
             store.write_chunk(i, c, start, arrays, p["num_init"], chunk, {"process": pid})
             computed += size
             bar.update(size)
@@ -497,7 +504,8 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         raise
     store.release()
     summary = {"points": len(points), "conditions": sum(p["num_init"] for p in points), "computed": computed,
-               "resumed": resumed, "failed": failed, "seconds": round(seconds, 3),
+               "resumed": resumed, "failed": failed, "nonfinite": sum(nonfinite), "nonfinite_per_point": nonfinite,
+               "seconds": round(seconds, 3),
                "conditions_per_second": round(computed / seconds, 1) if seconds > 0 and computed else None,
                "process": pid, "processes": nproc, "devices": [str(d) for d in devices]}
     store.mark_finished(summary, pid)
