@@ -300,3 +300,20 @@ def test_sweep_counts_non_finite_conditions(tmp_path, capsys):
     again = ja.sweep_grid(json.loads(cfg.read_text()), tmp_path / "s", progress=False)  # resumed chunks count too
     assert again.summary["resumed"] == 20 and again.summary["nonfinite"] == 10
     assert again.summary["nonfinite_per_point"] == [0, 10]
+
+
+def test_simulate_float32_and_float64_start_from_the_same_tokens(tmp_path, capsys):
+    from jaxattn.cli import main
+    from jaxattn.io.results import load_arrays
+
+    runs = {}
+    for dtype in ("float32", "float64"):
+        out = tmp_path / dtype
+        assert main(["simulate", "--d", "8", "--heads", "2", "--depth", "3", "--n", "4", "--num-init", "5",
+                     "--dtype", dtype, "--keep-final", "--no-progress", "--out", str(out)]) == 0
+        runs[dtype] = load_arrays(out / "observables.safetensors")
+    capsys.readouterr()
+    a, b = runs["float32"], runs["float64"]
+    assert b["observables.diameter"].dtype == np.float64
+    np.testing.assert_allclose(b["observables.diameter"], a["observables.diameter"], atol=1e-5)
+    np.testing.assert_allclose(b["final"], a["final"], atol=1e-5)
