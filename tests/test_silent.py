@@ -317,3 +317,17 @@ def test_simulate_float32_and_float64_start_from_the_same_tokens(tmp_path, capsy
     assert b["observables.diameter"].dtype == np.float64
     np.testing.assert_allclose(b["observables.diameter"], a["observables.diameter"], atol=1e-5)
     np.testing.assert_allclose(b["final"], a["final"], atol=1e-5)
+
+
+def test_condition_indices_beyond_32_bits_are_refused_not_repeated():
+    from jaxattn.sweeps import grid
+
+    key = jax.random.key(0)
+    last = ja.init_tokens(key, 1, 2, 3, start=2**32 - 1)  # the last condition a key names
+    assert not bool((last == ja.init_tokens(key, 1, 2, 3, start=0)).all())
+    with pytest.raises(ConfigError, match="below 2\\^32"):
+        ja.init_tokens(key, 1, 2, 3, start=2**32)  # fold_in(key, 2^32) is fold_in(key, 0): condition 0 again
+    with pytest.raises(ConfigError, match="beyond the 4,294,967,296"):
+        ja.sweep(ja.random_model(key, 4), num_init=2**32 + 1, n=2, steps=1, progress=False)
+    with pytest.raises(ConfigError, match="num_init: must be <= 2\\^32"):
+        grid.validate_config({"num_init": 2**32 + 1})

@@ -32,6 +32,8 @@ INIT_KINDS = ("sphere", "gaussian", "ellipsoid")
 
 #: Conditions per block of :func:`init_tokens` by backend (other backends: 8192), as the runner's lanes.
 DRAW_BLOCK = {"cpu": 64}
+#: Initial conditions one key can name: condition i is drawn from ``fold_in(key, i)`` with 32-bit ``i``.
+MAX_CONDITIONS = 2**32
 
 
 def check_key(key) -> jax.Array:
@@ -238,6 +240,9 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
         raise ConfigError(f"init kind must be one of {INIT_KINDS}, got {kind!r}")
     if kind == "ellipsoid" and S is None:
         raise ConfigError("kind='ellipsoid' needs the matrix S")
+    if start + batch > MAX_CONDITIONS:  # fold_in takes 32-bit data: condition 2^32 would repeat condition 0
+        raise ConfigError(f"condition indices must stay below 2^32 = {MAX_CONDITIONS:,} (fold_in takes 32-bit "
+                          f"data), got conditions {start:,}..{start + batch - 1:,}; use another key for more")
     if batch == 0:
         return jnp.zeros((0, n, d), dtype)
     S = None if S is None else jnp.asarray(S, dtype)
@@ -245,8 +250,7 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
     # a condition's tokens are bit-identical whatever the batch size or chunking (a vmap over the
     # whole batch lets XLA vectorise the normalisation differently for different batch sizes)
     width = DRAW_BLOCK.get(jax.default_backend(), 8192)
-    idx = jnp.arange(start, start + batch)
-    idx = jnp.concatenate([idx, jnp.full((-batch) % width, start, idx.dtype)])
+    idx = np.arange(start, start + batch + (-batch) % width, dtype=np.uint64).astype(np.uint32)  # 32-bit, x64 or not
     blocks = [_draw(key, idx[b:b + width], S, n=n, d=d, kind=kind, dtype=dtype) for b in range(0, batch, width)]
     return (blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks))[:batch]
 

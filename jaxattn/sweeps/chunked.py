@@ -28,10 +28,9 @@ from jaxattn.errors import ConfigError, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
 from jaxattn.io.store import SweepStore, chunk_ranges
 from jaxattn.model.params import Model
-from jaxattn.model.sampling import init_tokens
+from jaxattn.model.sampling import MAX_CONDITIONS, init_tokens  # one seed names 2^32 conditions (32-bit fold_in)
 
 STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
-MAX_CONDITIONS = 10**10
 CHUNK_BUDGET = 256 * 2**20  # bytes of host arrays per chunk when the chunk size is chosen automatically
 PIECES = 8  # progress updates (separate calls) per chunk, so that a big chunk is not silent
 
@@ -79,7 +78,8 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
         positive_int(name, v)
     if num_init > MAX_CONDITIONS:
-        raise ConfigError(f"num_init = {num_init} is beyond {MAX_CONDITIONS:.0e} conditions; split the sweep")
+        raise ConfigError(f"num_init = {num_init:,} is beyond the {MAX_CONDITIONS:,} (2^32) conditions one seed names; "
+                          "split the run over several seeds")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
         raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model

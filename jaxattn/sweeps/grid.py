@@ -84,7 +84,9 @@ def _save(v):
 SCHEMA: dict[str, dict[str, Key]] = {
     "": {
         "name": Key((str,), "sweep", help="a label for the sweep", axis=False),
-        "num_init": Key((int,), 1000, check=_positive, help="initial conditions per grid point"),
+        "num_init": Key((int,), 1000, check=lambda v: _positive(v) or (None if v <= 2**32 else "must be <= 2^32, the "
+                                                                      "conditions one seed names (split over seeds)"),
+                        help="initial conditions per grid point"),
         "chunk": Key((int,), 4096, check=_positive, help="conditions per chunk (unit of storage and resumption)",
                      axis=False),
         "seed": Key((int,), 0, check=lambda v: None if 0 <= v < 2**63 else "must be in [0, 2^63)",
