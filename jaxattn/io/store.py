@@ -228,10 +228,10 @@ def nonfinite_conditions(arrays: Mapping[str, np.ndarray], num: int) -> np.ndarr
     return bad
 
 
-def nonfinite_warning(bad: int, total: int, what: str = "initial conditions") -> str:
+def nonfinite_warning(bad: int, total: int) -> str:
     """The line that says how many conditions became non-finite."""
-    return (f"{bad:,} of {total:,} {what} ({100 * bad / max(total, 1):.1f}%) became non-finite (NaN or inf): left "
-            "out of the statistics; a smaller step size or β, or float64, may keep them finite")
+    return (f"{bad:,} of {total:,} initial conditions ({100 * bad / max(total, 1):.1f}%) became non-finite (NaN or "
+            "inf): left out of the statistics; a smaller step size or β, or float64, may keep them finite")
 
 
 def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:

@@ -48,13 +48,12 @@ def check_key(key) -> jax.Array:
     raise ConfigError(f"key must be a JAX PRNG key such as jax.random.key(0), got {type(key).__name__} {key!r:.40}")
 
 
-def float_dtype(dtype, default=None) -> np.dtype:
+def float_dtype(dtype) -> np.dtype:
     """``dtype`` as a floating dtype JAX computes in, else one clear error (integer dtypes, float64
-    without x64, which JAX would silently turn into float32). ``None``: ``default``, or float64 when
-    x64 is enabled and float32 otherwise."""
+    without x64, which JAX would silently turn into float32). ``None``: float64 when x64 is enabled,
+    else float32."""
     if dtype is None:
-        dtype = default if default is not None else (jnp.float64 if jax.config.read("jax_enable_x64")
-                                                     else jnp.float32)
+        dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
     try:
         dt = jnp.dtype(dtype)
     except TypeError:
