@@ -420,7 +420,7 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         >>> sw.table(summary=True)["dynamics.beta"].tolist()
         [1.0, 2.0]
         >>> ja.open_sweep(os.path.join(tmp, "grid")).table().shape  # one row per point and condition
-        (12, 6)
+        (12, 7)
         >>> shutil.rmtree(tmp)
     """
     from tqdm.auto import tqdm
