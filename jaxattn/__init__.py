@@ -38,7 +38,7 @@ from jaxattn.dynamics.faithful import embed, forward, hidden_states
 from jaxattn.dynamics.fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.runner import Context
-from jaxattn.errors import CheckpointError, ConfigError, JaxattnError
+from jaxattn.errors import CheckpointError, ConfigError, JaxattnError, NonFiniteWarning
 from jaxattn.io.checkpoints import builtin_path, convert, load, load_any, save
 from jaxattn.io.store import open_sweep
 from jaxattn.model import nn
@@ -82,6 +82,7 @@ __all__ = [
     "JaxattnError",
     "Layers",
     "Model",
+    "NonFiniteWarning",
     "Rope",
     "Simulation",
     "Solution",

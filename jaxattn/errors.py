@@ -9,6 +9,11 @@ class ConfigError(JaxattnError):
     """An impossible or inconsistent configuration (shapes, options, non-finite weights)."""
 
 
+class NonFiniteWarning(RuntimeWarning):
+    """Some conditions of a run reached NaN or inf (the dynamics overflowed); they are flagged, not dropped.
+    Sweeps count and report them themselves, and silence this warning."""
+
+
 class CheckpointError(JaxattnError):
     """A checkpoint or converted file that cannot be read or converted."""
 

@@ -36,6 +36,17 @@ def layer_matrices(model: Model) -> np.ndarray:
     return np.einsum("ghdk,ghke->gde", o, v)
 
 
+def _finite(name: str, v) -> float:
+    """A finite real number, else one clear error (a NaN α would silently order by another key)."""
+    try:
+        f = float(v) if not isinstance(v, bool) and np.ndim(v) == 0 else None
+    except (TypeError, ValueError):
+        f = None
+    if f is None or not np.isfinite(f):
+        raise ConfigError(f"{name} must be a finite number, got {v!r}")
+    return f
+
+
 def _order_keys(lam: np.ndarray, order: str, alpha: float) -> np.ndarray:
     if order == "real":
         return lam.real
@@ -59,6 +70,9 @@ def eig_sorted(F: np.ndarray, order: str = "real", alpha: float = 1.0):
     Ties in the key (a conjugate pair) put the eigenvalue with positive imaginary part first,
     so a complex pair is always adjacent. Returns ``(lam [..., d], vecs [..., d, d])``.
     """
+    alpha = _finite("alpha", alpha)
+    if order not in ORDERS:
+        raise ConfigError(f"order must be one of {ORDERS}, got {order!r}")
     F = np.asarray(F, np.float64)
     lam, vec = np.linalg.eig(F)
     key = _order_keys(lam, order, alpha)
@@ -143,6 +157,9 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
         >>> ja.spectrum(np.array([[0.0, -1.0], [1.0, 0.0]])).case   # eigenvalues ±i: a complex pair
         array([2])
     """
+    for name, v in (("alpha", alpha), ("gap_tol", gap_tol), ("collinear_tol", collinear_tol),
+                    ("imag_tol", imag_tol)):
+        _finite(name, v)
     F = layer_matrices(model_or_F) if isinstance(model_or_F, Model) else np.asarray(model_or_F, np.float64)
     if F.ndim == 2:
         F = F[None]

@@ -203,13 +203,36 @@ def _check_rope(model, rope: str) -> None:
                            "--rope on applies the standard one")
 
 
-def cmd_simulate(args, cfg) -> int:
+def model_dims(model) -> dict:
+    """What a converted model brings instead of the random-model options (recorded in config.json)."""
+    lay = model.layers
+    masks = [("causal" if bool(lay.causal[g]) else "full") + (f"/local:{int(lay.window[g])}" if int(lay.window[g])
+                                                              else "") for g in range(lay.n_sets)]
+    return {"d": model.d_model, "heads": model.n_heads, "depth": model.depth, "shared": model.shared,
+            "masks": masks, "family": model.family}
+
+
+def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
+    """The summary's statistics of the diameter and 1 - cos over the finite conditions ``ok``."""
     import numpy as np
 
+    if not ok.any():
+        return ["diameter     n/a: no initial condition stayed finite"]
+    final = diam[ok, -1]
+    q = np.quantile(final, [0.0, 0.5, 0.9, 1.0])
+    return [f"diameter     step 0 mean {diam[ok, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
+            f"90% {q[2]:.3g}  max {q[3]:.3g}",
+            f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, "
+            f"< 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% of {'the finite ' if not ok.all() else ''}initial "
+            f"conditions; mean 1-cos {cosc[ok, -1].mean():.3g}"]
+
+
+def cmd_simulate(args, cfg) -> int:
     from jaxattn.dynamics.discrete import Dynamics, check_dynamics
     from jaxattn.dynamics.runner import PRECISIONS
     from jaxattn.io import rundir
     from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
+    from jaxattn.io.store import nonfinite_conditions, nonfinite_warning
     from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])
@@ -230,6 +253,8 @@ def cmd_simulate(args, cfg) -> int:
                    uniform=cfg["uniform_attention"], rope=cfg["rope"])
     # options that would be recorded but change nothing are refused, before anything is written
     check_dynamics(model, dyn)
+    if cfg["uniform_attention"] and cfg["beta"] != SIM_DEFAULTS["beta"]:
+        raise JaxattnError("--beta does nothing with --uniform-attention (a_ij = 1/n whatever the scores): remove it")
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":
@@ -239,6 +264,10 @@ def cmd_simulate(args, cfg) -> int:
     _check_rope(model, cfg["rope"])
     run = _start_run(cfg, "simulate", own=(STORE,))
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
+    if cfg["model"] != "random":  # the random model's defaults describe nothing here (and would break a replay)
+        for k in RANDOM_ONLY:
+            del resolved[k]
+        resolved["model_dims"] = model_dims(model)
     resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
     stats: dict = {}
     with rundir.undone_if_refused(run), Timer() as t:
@@ -252,14 +281,12 @@ def cmd_simulate(args, cfg) -> int:
     resumed = stats.get("resumed", 0) > 0
     resolved["chunk"] = stats.get("chunk", cfg["chunk"])  # the chunk size used (auto when not given)
     rate = stats.get("computed", 0) * steps / max(t.seconds, 1e-9)
+    bad = nonfinite_conditions(arrays, cfg["num_init"])
     write_json(out / "config.json", {"command": "simulate", "config": resolved, **provenance(),
                                      "seconds": round(t.seconds, 3), "resumed": resumed,
                                      "computed_conditions": stats.get("computed", 0),
-                                     "resumed_conditions": stats.get("resumed", 0)})
-    diam = arrays["observables.diameter"]
-    cosc = arrays["observables.cos_consensus"]
-    final = diam[:, -1]
-    q = np.quantile(final, [0.0, 0.5, 0.9, 1.0])
+                                     "resumed_conditions": stats.get("resumed", 0),
+                                     "nonfinite_conditions": int(bad.sum())})
     lines = [
         "jaxattn simulate",
         model.summary(),
@@ -268,12 +295,13 @@ def cmd_simulate(args, cfg) -> int:
         f"matmul={cfg['matmul_precision']} seed={cfg['seed']}",
         f"time         {t.seconds:.2f} s ({rate:,.0f} condition-steps/s computed"
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
-        f"diameter     step 0 mean {diam[:, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
-        f"90% {q[2]:.3g}  max {q[3]:.3g}",
-        f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, "
-        f"< 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% of initial conditions; mean 1-cos {cosc[:, -1].mean():.3g}",
-        f"output       {out}/ (config.json, observables.safetensors, summary.txt)",
+        *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps),
     ]
+    if bad.any():
+        warning = nonfinite_warning(int(bad.sum()), len(bad))
+        lines.append(f"warning      {warning}")
+        print(f"jaxattn: warning: {warning}", file=sys.stderr)
+    lines.append(f"output       {out}/ (config.json, observables.safetensors, summary.txt)")
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "summary.txt", text)
     rundir.finish(run)
@@ -443,7 +471,7 @@ def _add_spectrum(sub):
     p.add_argument("--order", choices=["real", "modulus", "step"], default="real",
                    help="which eigenvalue is principal: 'real' the largest real part (what matters with the skip "
                         "connection), 'modulus' the largest |λ|, 'step' the largest |1 + αλ| (one D1 step) [real]")
-    p.add_argument("--alpha", type=float, default=1.0, help="α for --order step")
+    p.add_argument("--alpha", type=float, help="step size α of --order step [1.0]")
     p.set_defaults(func=cmd_spectrum)
 
 
@@ -452,8 +480,13 @@ def cmd_spectrum(args, cfg) -> int:
     from jaxattn.io.checkpoints import load_any
     from jaxattn.studies.power_method import spectrum_rows
 
+    if args.alpha is not None:  # refused rather than recorded: it would change nothing, or order by NaN
+        _check_number("alpha", args.alpha)
+        if args.order != "step":
+            raise JaxattnError(f"--alpha only applies to --order step (--order {args.order} does not depend on α)")
+    alpha = 1.0 if args.alpha is None else args.alpha
     model = load_any(args.model)
-    rows = spectrum_rows(spectrum(model, order=args.order, alpha=args.alpha), args.alpha)
+    rows = spectrum_rows(spectrum(model, order=args.order, alpha=alpha), alpha)
     print(model.summary())
     print(f"{'set':>4} {'case':>4} {'Re λ1':>10} {'Im λ1':>10} {'Re λ2':>10} {'gap':>10} "
           f"{'|<v1,v2>|':>10} {'radius':>10}")

@@ -9,6 +9,7 @@ run directory is a sweep store (chunked, checksummed, resumable) with ``config.j
 from __future__ import annotations
 
 import argparse
+import sys
 
 from jaxattn.cli._study import formatter
 from jaxattn.errors import ConfigError
@@ -105,6 +106,7 @@ def run(args, cfg) -> int:
     from jaxattn.cli.sweep import execute
     from jaxattn.io.results import atomic_write_text, provenance, write_json
     from jaxattn.io.rundir import dir_out
+    from jaxattn.io.store import nonfinite_conditions, nonfinite_warning
     from jaxattn.sweeps.grid import expand, validate_config
 
     point = _point_config(args)
@@ -128,12 +130,18 @@ def run(args, cfg) -> int:
         steps = arrays["num_steps"]
         lines.append(f"solver       {len(res) - bad} of {len(res)} solves succeeded; steps per condition median "
                      f"{int(np.median(steps))}, max {int(steps.max())}")
+    nonfinite = nonfinite_conditions(arrays, p["num_init"])
     for name in p["observables"]:
         a = arrays.get(f"observables.{name}")
-        if a is not None and a.ndim == 2:
-            q = np.nanquantile(a[:, -1], [0.0, 0.5, 1.0])
-            lines.append(f"{name:<12} t=0 mean {np.nanmean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
+        if a is not None and a.ndim == 2 and not nonfinite.all():
+            a = a[~nonfinite]
+            q = np.quantile(a[:, -1], [0.0, 0.5, 1.0])
+            lines.append(f"{name:<12} t=0 mean {np.mean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
                          f"median {q[1]:.3g} max {q[2]:.3g}")
+    if nonfinite.any():
+        warning = nonfinite_warning(int(nonfinite.sum()), len(nonfinite))
+        lines.append(f"warning      {warning}")
+        print(f"jaxattn: warning: {warning}", file=sys.stderr)
     lines.append(f"output       {out}/ (config.json, summary.txt, manifest.json, data.zarr)")
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "summary.txt", text)

@@ -64,5 +64,9 @@ def run(args, cfg) -> int:
     print(f"jaxattn sweep: {s['points']} grid point(s), {s['conditions']:,} initial conditions "
           f"({s['computed']:,} computed, {s['resumed']:,} resumed, {s['failed']} failed solves) "
           f"in {s['seconds']:.2f} s on {', '.join(s['devices'])}", file=sys.stdout)
+    if s["nonfinite"]:
+        from jaxattn.io.store import nonfinite_warning
+
+        print(f"jaxattn: warning: {nonfinite_warning(s['nonfinite'], s['conditions'])}", file=sys.stderr)
     print(f"store        {out}/ (manifest.json, data.zarr; jaxattn.open_sweep('{out}').table())")
     return 0

@@ -50,7 +50,7 @@ from jaxattn.dynamics.runner import (
     traced,
     working_bytes,
 )
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.model import nn
 from jaxattn.model.attention import KERNELS, apply, probabilities
 from jaxattn.model.params import Layers, Model, validate
@@ -520,5 +520,5 @@ def _warn_non_finite(res: Simulation) -> None:
     bad = int(np.sum(~np.asarray(res.ok)))
     if bad:
         warnings.warn(f"{bad} of {res.ok.shape[0]} conditions reached non-finite states (NaN or inf): the "
-                      "dynamics overflowed (too large alpha or beta?); Simulation.ok flags them", RuntimeWarning,
+                      "dynamics overflowed (too large alpha or beta?); Simulation.ok flags them", NonFiniteWarning,
                       stacklevel=3)

@@ -41,6 +41,14 @@ def _digest(a: np.ndarray) -> str:
     return h.hexdigest()
 
 
+class CorruptChunk(ConfigError):
+    """A finished chunk whose data no longer verify: reading refuses it, a resumed sweep recomputes it."""
+
+    def __init__(self, where: str, why: str):
+        super().__init__(f"{where} is corrupt ({why}): run the same sweep again into this store to recompute it "
+                         "(chunks that do not verify are computed again)")
+
+
 class SweepStore:
     """Chunked, verified storage of a sweep (see the module docstring)."""
 
@@ -153,22 +161,38 @@ class SweepStore:
         size = int(next(iter(arrays.values())).shape[0])
         write_json(self._marker(point, chunk_index), {"start": start, "rows": size, "sha256": sums, **(info or {})})
 
-    def chunk_done(self, point: int, chunk_index: int, start: int, size: int) -> bool:
-        """True if the chunk's marker exists and its data read back matches the marker's checksums."""
+    def read_chunk(self, point: int, chunk_index: int, start: int, size: int) -> dict[str, np.ndarray] | None:
+        """The verified arrays of a finished chunk (``{name: rows}``); ``None`` if it is not finished (no
+        marker). A chunk whose marker is unreadable or whose data do not hash to the marker's checksums
+        (flipped bytes, truncated or zeroed files) raises :class:`CorruptChunk`."""
         m = self._marker(point, chunk_index)
         if not m.is_file():
-            return False
+            return None
+        where = f"chunk {chunk_index} of grid point {point} (conditions {start}..{start + size - 1}) in {self.root}"
         try:
             marker = json.loads(m.read_text())
-            if marker.get("start") != start or marker.get("rows") != size:
-                return False
-            for name, want in marker["sha256"].items():
-                a = self.group[f"p{point:04d}/{name}"][start:start + size]
-                if _digest(np.asarray(a)) != want:
-                    return False
-        except Exception:  # unreadable marker or chunk (truncated, corrupt): recompute it
+            sums = dict(marker["sha256"])
+        except Exception:
+            raise CorruptChunk(where, f"its marker {m.relative_to(self.root)} is unreadable") from None
+        if marker.get("start") != start or marker.get("rows") != size:
+            raise CorruptChunk(where, "its marker describes other rows")
+        out = {}
+        for name, want in sums.items():
+            try:
+                a = np.asarray(self.group[f"p{point:04d}/{name}"][start:start + size])
+            except Exception as e:  # a zero-byte or truncated chunk file fails in the codec
+                raise CorruptChunk(where, f"{name} cannot be read ({type(e).__name__})") from None
+            if _digest(a) != want:
+                raise CorruptChunk(where, f"{name} does not match its checksum")
+            out[name] = a
+        return out
+
+    def chunk_done(self, point: int, chunk_index: int, start: int, size: int) -> bool:
+        """True if the chunk's marker exists and its data read back matches the marker's checksums."""
+        try:
+            return self.read_chunk(point, chunk_index, start, size) is not None
+        except CorruptChunk:  # recompute it
             return False
-        return True
 
     def write_point_attrs(self, point: int, attrs: Mapping[str, Any]) -> None:
         from filelock import FileLock
@@ -192,6 +216,24 @@ def _read_manifest(path: Path) -> dict:
     return m
 
 
+def nonfinite_conditions(arrays: Mapping[str, np.ndarray], num: int) -> np.ndarray:
+    """``[num]`` bool: the conditions with a NaN or inf anywhere in their floating arrays (the arrays
+    whose leading axis has ``num`` rows): runs whose states overflowed, e.g. a step size or β too
+    large for the precision. Their observables mean nothing and are left out of summaries."""
+    bad = np.zeros(num, bool)
+    for a in arrays.values():
+        a = np.asarray(a)
+        if a.shape[:1] == (num,) and np.issubdtype(a.dtype, np.floating):
+            bad |= ~np.isfinite(a.reshape(num, -1)).all(axis=1)
+    return bad
+
+
+def nonfinite_warning(bad: int, total: int) -> str:
+    """The line that says how many conditions became non-finite."""
+    return (f"{bad:,} of {total:,} initial conditions ({100 * bad / max(total, 1):.1f}%) became non-finite (NaN or "
+            "inf): left out of the statistics; a smaller step size or β, or float64, may keep them finite")
+
+
 def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:
     """``(chunk index, start, size)`` of every chunk of ``num_init`` conditions."""
     for i, start in enumerate(range(0, num_init, chunk)):
@@ -212,21 +254,43 @@ class Sweep:
         return len(self.points)
 
     def arrays(self, point: int = 0) -> dict[str, np.ndarray]:
-        """Every array of a grid point (NaN rows where chunks are not finished yet)."""
+        """Every array of a grid point, each finished chunk verified against its checksums (a corrupt
+        one raises :class:`CorruptChunk`); NaN rows (0 for integers) where chunks are not finished."""
+        return self._read(point)[0]
+
+    def _read(self, point: int) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """The arrays of a point, read chunk by chunk and verified, and the ``[N]`` finished rows."""
+        n = self.points[point]["num_init"]
+        done = np.zeros(n, bool)
         g = self.store.group
         key = f"p{point:04d}"
         if key not in g:
-            return {}
-        out = {}
+            return {}, done
+        found: dict = {}
 
         def walk(grp, prefix):
             for name, arr in grp.arrays():
-                out[prefix + name] = np.asarray(arr[...])
+                found[prefix + name] = arr
             for name, sub in grp.groups():
-                walk(sub, prefix + name + ".")
+                walk(sub, prefix + name + "/")
 
         walk(g[key], "")
-        return out
+        rows = {k: a for k, a in found.items() if a.shape[:1] == (n,)}
+        out = {k: np.asarray(a[...]) for k, a in found.items() if k not in rows}  # not per condition
+        for k, a in rows.items():
+            out[k] = np.full(a.shape, np.nan if np.issubdtype(a.dtype, np.floating) else 0, a.dtype)
+        for c, start, size in chunk_ranges(n, self.manifest["chunk"]):
+            got = self.store.read_chunk(point, c, start, size)
+            if got is None:
+                continue
+            missing = sorted(set(rows) - set(got))
+            if missing:
+                raise CorruptChunk(f"chunk {c} of grid point {point} in {self.store.root}",
+                                   f"its marker has no checksum for {missing[0]}")
+            for k, a in got.items():
+                out[k][start:start + size] = a
+            done[start:start + size] = True
+        return {k.replace("/", "."): v for k, v in out.items()}, done
 
     def finished(self, point: int = 0) -> np.ndarray:
         """``[N]`` bool: rows whose chunk is finished and verified."""
@@ -238,16 +302,18 @@ class Sweep:
 
     def table(self, summary: bool = False):
         """A tidy pandas table: one row per grid point and initial condition with the last saved value
-        of every scalar observable and the point's parameters; ``summary=True``: one row per point
-        with mean, std and quantiles over conditions."""
+        of every scalar observable, the point's parameters, ``finished`` and ``finite`` (no NaN or inf
+        in the condition's arrays); ``summary=True``: one row per point with mean, std and quantiles
+        over its finished, finite conditions (``conditions``), and ``nonfinite``, the number of
+        finished conditions left out because they became non-finite."""
         import pandas as pd
 
         frames = []
         for i, p in enumerate(self.points):
-            arrs = self.arrays(i)
+            arrs, done = self._read(i)
             cols = {"point": i, "condition": np.arange(p["num_init"])}
-            done = self.finished(i)
             cols["finished"] = done
+            cols["finite"] = ~nonfinite_conditions(arrs, p["num_init"])  # unfinished rows are NaN: not finite
             for name, a in arrs.items():
                 if name.startswith("observables.") and a.ndim == 2:  # [N, T] scalar observable
                     cols[name.split(".", 1)[1]] = a[:, -1]
@@ -261,12 +327,17 @@ class Sweep:
         if not summary:
             return df
         keys = ["point", *self.points[0]["params"]]
-        num = [c for c in df.columns if c not in [*keys, "condition", "finished", "result"]
+        num = [c for c in df.columns if c not in [*keys, "condition", "finished", "finite", "result"]
                and pd.api.types.is_numeric_dtype(df[c])]
-        g = df[df["finished"]].groupby(keys, dropna=False)[num]
+        g = df[df["finished"] & df["finite"]].groupby(keys, dropna=False)[num]
         out = g.agg(["mean", "std", "min", "median", "max"])
         out.columns = [f"{a}_{b}" for a, b in out.columns]
         out["conditions"] = g.size()
+        every = df.groupby(keys, dropna=False).size().index  # points with no finite condition keep their row
+        out = out.reindex(every)
+        out["conditions"] = out["conditions"].fillna(0).astype(int)
+        out["nonfinite"] = (df[df["finished"] & ~df["finite"]].groupby(keys, dropna=False).size()
+                            .reindex(every, fill_value=0).astype(int))
         return out.reset_index()
 
 
@@ -279,4 +350,4 @@ def fingerprint(config: Mapping) -> str:
     return config_hash(config)
 
 
-__all__ = ["Sweep", "SweepStore", "chunk_ranges", "fingerprint", "open_sweep"]
+__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "fingerprint", "nonfinite_conditions", "open_sweep"]

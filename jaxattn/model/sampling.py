@@ -3,20 +3,26 @@
 Every random quantity comes from an explicit key. Initial condition ``i`` of a batch is drawn
 from ``fold_in(key, i)``, so the numbers of condition ``i`` do not depend on how the batch is
 split into chunks or shards (``start`` gives the global index of a chunk's first condition).
+
+One key names one set of numbers in every precision: random numbers are always drawn in float32
+(``jax.random``'s float32 draws do not depend on JAX's x64 mode, its float64 draws are other
+numbers) and then cast to the requested dtype. Random weights are float32 numbers, so a float64
+model is exactly the float32 one cast up; what is computed from the draws (tokens normalised onto
+the sphere, Haar-orthogonal matrices) is computed in the requested dtype. A float32 and a float64
+run from the same seed therefore start from the same model and the same tokens, up to float32
+rounding, with x64 on or off.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics.runner import run
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import Model, from_heads
 
 WEIGHT_KINDS = ("gaussian", "uniform", "identity")
@@ -24,25 +30,59 @@ VALUE_KINDS = ("random", "identity", "symmetric")
 INIT_KINDS = ("sphere", "gaussian", "ellipsoid")
 
 
+#: Conditions per block of :func:`init_tokens` by backend (other backends: 8192), as the runner's lanes.
+DRAW_BLOCK = {"cpu": 64}
+#: Initial conditions one key can name: condition i is drawn from ``fold_in(key, i)`` with 32-bit ``i``.
+MAX_CONDITIONS = 2**32
+
+
 def check_key(key) -> jax.Array:
-    """A PRNG key (``jax.random.key(seed)`` or a raw ``uint32[2]`` key), else one clear error."""
-    if isinstance(key, jax.Array) and (jnp.issubdtype(key.dtype, jax.dtypes.prng_key)
-                                       or (key.dtype == jnp.uint32 and key.shape == (2,))):
+    """One PRNG key (``jax.random.key(seed)`` or a raw ``uint32[2]`` key), else one clear error."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape == ():
+            return key
+        raise ConfigError(f"key must be one PRNG key, got a batch of keys of shape {key.shape}: call once per key "
+                          "(condition i of a batch is already drawn from fold_in(key, i))")
+    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
         return key
     raise ConfigError(f"key must be a JAX PRNG key such as jax.random.key(0), got {type(key).__name__} {key!r:.40}")
 
 
+def float_dtype(dtype) -> np.dtype:
+    """``dtype`` as a floating dtype JAX computes in, else one clear error (integer dtypes, float64
+    without x64, which JAX would silently turn into float32). ``None``: float64 when x64 is enabled,
+    else float32."""
+    if dtype is None:
+        dtype = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise ConfigError(f"dtype must be a floating dtype such as float32 or float64, got {dtype!r}") from None
+    if not jnp.issubdtype(dt, jnp.floating):
+        raise ConfigError(f"dtype must be a floating dtype such as float32 or float64, got {dt.name}")
+    if dt.itemsize == 8 and not jax.config.read("jax_enable_x64"):
+        raise ConfigError("float64 needs JAX's x64 mode: call jax.config.update('jax_enable_x64', True) first")
+    return dt
+
+
+def _count(name: str, v, minimum: int) -> int:
+    """An integer ``>= minimum`` (booleans and floats refused)."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {v!r}")
+    return int(v)
+
+
 def _check_dims(d: int, heads: int) -> int:
-    if d < 1 or heads < 1:
-        raise ConfigError(f"d and heads must be positive, got d={d}, heads={heads}")
+    d, heads = positive_int("d", d), positive_int("heads", heads)
     if d % heads:
         raise ConfigError(f"d={d} is not divisible by the number of heads H={heads}")
     return d // heads
 
 
 def _orthogonal(key, d: int, dtype) -> jax.Array:
-    """Haar-random orthogonal matrix (QR of a Ginibre matrix with the sign fix)."""
-    a = jax.random.normal(key, (d, d), dtype)
+    """Haar-random orthogonal matrix (QR of a Ginibre matrix with the sign fix), computed in ``dtype``
+    from a float32 draw."""
+    a = jax.random.normal(key, (d, d), jnp.float32).astype(dtype)
     q, r = jnp.linalg.qr(a)
     return q * jnp.sign(jnp.diag(r))[None, :]
 
@@ -58,8 +98,12 @@ def symmetric_with_spectrum(key, spectrum: Sequence[float] | np.ndarray, dtype=N
         >>> np.linalg.eigvalsh(np.asarray(S, np.float64)).round(4)
         array([0.5, 1. , 3. ])
     """
-    lam = jnp.asarray(spectrum, jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype))
-    u = _orthogonal(check_key(key), lam.shape[0], dtype)
+    dtype = float_dtype(dtype)
+    key = check_key(key)
+    lam = jnp.asarray(spectrum, dtype)
+    if lam.ndim != 1 or lam.shape[0] < 1:
+        raise ConfigError(f"spectrum must be a non-empty list of numbers, got shape {lam.shape}")
+    u = _orthogonal(key, lam.shape[0], dtype)
     return (u * lam[None, :]) @ u.T
 
 
@@ -85,6 +129,8 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
         scale: score scale ``s``; default ``1/sqrt(d_h)``.
         biases: draw q/k/v/o biases with standard deviation ``bias_std``.
         unit_output: single-head D2 convention, ``O = I`` (requires ``heads == 1``).
+        dtype: a floating dtype; default float64 when x64 is enabled, else float32. The random
+            weights are float32 draws cast to it (see the module docstring): one key, one model.
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -102,8 +148,7 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
     """
     key = check_key(key)
     dh = _check_dims(d, heads)
-    if depth < 1:
-        raise ConfigError(f"depth must be >= 1, got {depth}")
+    depth = positive_int("depth", depth)
     if weights not in WEIGHT_KINDS:
         raise ConfigError(f"weights must be one of {WEIGHT_KINDS}, got {weights!r}")
     if value not in VALUE_KINDS:
@@ -114,14 +159,19 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
         raise ConfigError("unit_output (O = I) is the single-head model D2: use heads=1")
     G = 1 if shared else depth
     # float64 when x64 is enabled (tests, spectra), else float32; simulate casts as asked.
-    dtype = jax.dtypes.canonicalize_dtype(jnp.float64 if dtype is None else dtype)
+    dtype = float_dtype(dtype)
+    f32 = jnp.float32
+    sqrt_d = np.float32(np.sqrt(d))  # the random weights are float32 numbers whatever dtype
+
+    def normal(k, shape):
+        return (jax.random.normal(k, shape, f32) / sqrt_d).astype(dtype)
 
     def draw(k, shape):
         if weights == "gaussian":
-            return jax.random.normal(k, shape, dtype) / np.sqrt(d)
+            return normal(k, shape)
         if weights == "uniform":
             lo, hi = uniform_range
-            return jax.random.uniform(k, shape, dtype, lo, hi)
+            return jax.random.uniform(k, shape, f32, lo, hi).astype(dtype)
         eye = jnp.eye(d, dtype=dtype).reshape(heads, dh, d)
         return jnp.broadcast_to(eye, shape)
 
@@ -130,10 +180,8 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
         q = draw(kq, (heads, dh, d))
         kmat = draw(kk, (heads, dh, d))
         if value == "random":
-            v = (draw(kv, (heads, dh, d)) if weights != "identity"
-                 else jax.random.normal(kv, (heads, dh, d), dtype) / np.sqrt(d))
-            o = (jnp.eye(d, dtype=dtype)[None] if unit_output
-                 else jax.random.normal(ko, (heads, d, dh), dtype) / np.sqrt(d))
+            v = draw(kv, (heads, dh, d)) if weights != "identity" else normal(kv, (heads, dh, d))
+            o = jnp.eye(d, dtype=dtype)[None] if unit_output else normal(ko, (heads, d, dh))
         else:
             if value == "identity":
                 f = jnp.eye(d, dtype=dtype)
@@ -145,7 +193,7 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
             o = f.reshape(d, heads, dh).transpose(1, 0, 2)
             if unit_output:
                 v, o = f[None], jnp.eye(d, dtype=dtype)[None]
-        b = jax.random.normal(kb, (3 * d + d,), dtype) * bias_std
+        b = (jax.random.normal(kb, (3 * d + d,), f32) * f32(bias_std)).astype(dtype)
         bs = dict(bq=b[:d].reshape(heads, dh), bk=b[d:2 * d].reshape(heads, dh),
                   bv=b[2 * d:3 * d].reshape(heads, dh), bo=b[3 * d:]) if biases else {}
         return q, kmat, v, o, bs
@@ -162,12 +210,15 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
                 dtype=jnp.float32) -> jax.Array:
     """Random initial configurations ``X0: [batch, n, d]``.
 
-    Condition ``i`` (global index ``start + i``) uses ``fold_in(key, start + i)``.
+    Condition ``i`` (global index ``start + i``) uses ``fold_in(key, start + i)``; its Gaussian
+    draw is float32 whatever ``dtype`` (then cast, and normalised in ``dtype``), so a seed gives the
+    same tokens in float32 and float64, up to float32 rounding.
 
     Args:
         kind: ``'sphere'`` (uniform on the unit sphere), ``'gaussian'`` (N(0, I), the power-method
             paper's setting) or ``'ellipsoid'`` (uniform directions scaled onto ``xᵀ S x = 1``).
         S: ``[d, d]`` symmetric positive definite matrix for ``kind='ellipsoid'``.
+        dtype: a floating dtype (float64 needs JAX's x64 mode).
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -181,34 +232,38 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
         True
     """
     key = check_key(key)
-    if batch < 0 or n < 1 or d < 1:
-        raise ConfigError(f"need batch >= 0, n >= 1, d >= 1; got batch={batch}, n={n}, d={d}")
+    batch, start = _count("batch", batch, 0), _count("start", start, 0)
+    n, d = _count("n", n, 1), _count("d", d, 1)
+    dtype = float_dtype(dtype)
     if kind not in INIT_KINDS:
         raise ConfigError(f"init kind must be one of {INIT_KINDS}, got {kind!r}")
     if kind == "ellipsoid" and S is None:
         raise ConfigError("kind='ellipsoid' needs the matrix S")
-    idx = jnp.arange(start, start + batch)
+    if start + batch > MAX_CONDITIONS:  # fold_in takes 32-bit data: condition 2^32 would repeat condition 0
+        raise ConfigError(f"condition indices must stay below 2^32 = {MAX_CONDITIONS:,} (fold_in takes 32-bit "
+                          f"data), got conditions {start:,}..{start + batch - 1:,}; use another key for more")
+    if batch == 0:
+        return jnp.zeros((0, n, d), dtype)
     S = None if S is None else jnp.asarray(S, dtype)
-    # drawn through the batched runner: every condition is computed in blocks of the same width,
-    # so its tokens are bit-identical whatever the batch size or chunking (a plain vmap over the
+    # drawn in blocks of one fixed width (the last one padded), each by the same compiled program:
+    # a condition's tokens are bit-identical whatever the batch size or chunking (a vmap over the
     # whole batch lets XLA vectorise the normalisation differently for different batch sizes)
-    return run(_Draw(n, d, kind, jnp.dtype(dtype)), idx, (key, S))
+    width = DRAW_BLOCK.get(jax.default_backend(), 8192)
+    idx = np.arange(start, start + batch + (-batch) % width, dtype=np.uint64).astype(np.uint32)  # 32-bit, x64 or not
+    blocks = [_draw(key, idx[b:b + width], S, n=n, d=d, kind=kind, dtype=dtype) for b in range(0, batch, width)]
+    return (blocks[0] if len(blocks) == 1 else jnp.concatenate(blocks))[:batch]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Draw:
-    """Initial condition ``i`` from ``fold_in(key, i)`` (a runner program, see :mod:`jaxattn.dynamics.runner`)."""
+@functools.partial(jax.jit, static_argnames=("n", "d", "kind", "dtype"))
+def _draw(key, idx, S, *, n: int, d: int, kind: str, dtype) -> jax.Array:
+    """The conditions ``idx`` of one block."""
 
-    n: int
-    d: int
-    kind: str
-    dtype: Any
-
-    def __call__(self, i, p):
-        key, S = p
-        g = jax.random.normal(jax.random.fold_in(key, i), (self.n, self.d), self.dtype)
-        if self.kind == "gaussian":
+    def one(i):
+        g = jax.random.normal(jax.random.fold_in(key, i), (n, d), jnp.float32).astype(dtype)
+        if kind == "gaussian":
             return g
-        if self.kind == "sphere":
+        if kind == "sphere":
             return g / jnp.linalg.norm(g, axis=-1, keepdims=True)
         return g / jnp.sqrt(jnp.einsum("nd,de,ne->n", g, S, g))[:, None]
+
+    return jax.vmap(one)(idx)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import shutil
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,14 +25,13 @@ import numpy as np
 
 from jaxattn.dynamics.discrete import D1, Dynamics, simulate
 from jaxattn.dynamics.runner import check_precision, default_lanes
-from jaxattn.errors import ConfigError, positive_int
+from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
 from jaxattn.io.store import SweepStore, chunk_ranges
 from jaxattn.model.params import Model
-from jaxattn.model.sampling import init_tokens
+from jaxattn.model.sampling import MAX_CONDITIONS, init_tokens  # one seed names 2^32 conditions (32-bit fold_in)
 
 STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
-MAX_CONDITIONS = 10**10
 CHUNK_BUDGET = 256 * 2**20  # bytes of host arrays per chunk when the chunk size is chosen automatically
 PIECES = 8  # progress updates (separate calls) per chunk, so that a big chunk is not silent
 
@@ -82,7 +82,8 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         positive_int(name, v)
     check_precision(precision)  # before anything is written
     if num_init > MAX_CONDITIONS:
-        raise ConfigError(f"num_init = {num_init} is beyond {MAX_CONDITIONS:.0e} conditions; split the sweep")
+        raise ConfigError(f"num_init = {num_init:,} is beyond the {MAX_CONDITIONS:,} (2^32) conditions one seed names; "
+                          "split the run over several seeds")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
         raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model
@@ -121,8 +122,10 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                 pieces = []
                 for p0 in range(0, size, piece):
                     X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
-                    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S, observe=observe,
-                                   aux=aux, dtype=dtype, precision=precision)
+                    with warnings.catch_warnings():  # non-finite conditions are counted and reported by the caller
+                        warnings.simplefilter("ignore", NonFiniteWarning)
+                        res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S,
+                                       observe=observe, aux=aux, dtype=dtype, precision=precision)
                     got = flatten({"observables": res.observables})
                     if keep_final:
                         got["final"] = np.asarray(res.final)

@@ -36,6 +36,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis import metrics
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.io.configfile import load_config
-from jaxattn.io.store import SweepStore, chunk_ranges, fingerprint, open_sweep
+from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
 
 _NUM = (int, float)
 
@@ -84,7 +85,9 @@ def _save(v):
 SCHEMA: dict[str, dict[str, Key]] = {
     "": {
         "name": Key((str,), "sweep", help="a label for the sweep", axis=False),
-        "num_init": Key((int,), 1000, check=_positive, help="initial conditions per grid point"),
+        "num_init": Key((int,), 1000, check=lambda v: _positive(v) or (None if v <= 2**32 else "must be <= 2^32, the "
+                                                                      "conditions one seed names (split over seeds)"),
+                        help="initial conditions per grid point"),
         "chunk": Key((int,), 4096, check=_positive, help="conditions per chunk (unit of storage and resumption)",
                      axis=False),
         "seed": Key((int,), 0, check=lambda v: None if 0 <= v < 2**63 else "must be in [0, 2^63)",
@@ -195,6 +198,9 @@ def validate_config(raw: Mapping) -> dict:
         else:
             _fill(out, "", key, value)
     given = set(out["model"])
+    # keys given a value other than the default (one equal to it records nothing the run does not do)
+    set_keys = {(f"{sec}.{k}" if sec else k) for sec, keys in out.items() for k, v in keys.items()
+                if isinstance(v, list) or v != SCHEMA[sec][k].default}
     for sec, keys in SCHEMA.items():
         for k, spec in keys.items():
             out[sec].setdefault(k, spec.default)
@@ -209,9 +215,47 @@ def validate_config(raw: Mapping) -> dict:
             raise ConfigError(f"observables: unknown observable {o!r}; known: {', '.join(OBSERVABLES)}")
     if not obs:
         raise ConfigError("observables: give at least one observable")
-    for p in expand(out):
+    points = expand(out)
+    for p in points:
         _check_point(p)
+    _refuse_inert(points, set_keys)
     return out
+
+
+#: Keys that only a discrete (map) or only a continuous (flow) point uses.
+DISCRETE_ONLY = ("kernel", "dynamics.norm", "dynamics.alpha", "dynamics.steps", "dynamics.save", "dynamics.ffn",
+                 "dynamics.pre_ln", "dynamics.biases")
+CONTINUOUS_ONLY = ("dynamics.space", "dynamics.rescaled", "dynamics.t1", "dynamics.saves", "dynamics.solver",
+                   "dynamics.rtol", "dynamics.atol", "dynamics.dt", "dynamics.max_steps", "dynamics.layer_time")
+
+
+def inert_keys(p: dict) -> dict[str, str]:
+    """The keys that change nothing at grid point ``p``, each with the reason."""
+    out = {}
+    kind = p["dynamics.kind"]
+    for k in CONTINUOUS_ONLY if kind == "discrete" else DISCRETE_ONLY:
+        out[k] = f"dynamics.kind = '{kind}'"
+    if p["dynamics.attention"] == "uniform":  # a_ij = 1/n whatever the scores
+        out["dynamics.beta"] = out["model.scale"] = "dynamics.attention = 'uniform' (no scores)"
+    if kind == "continuous" and p["dynamics.dt"] is not None:
+        out["dynamics.rtol"] = out["dynamics.atol"] = "a fixed step size dynamics.dt (no step-size control)"
+    if kind == "discrete" and p["model.source"] == "random":
+        for k in ("dynamics.ffn", "dynamics.pre_ln", "dynamics.biases"):
+            out[k] = "model.source = 'random' (attention-only, post-norm, no biases)"
+    return out
+
+
+def _refuse_inert(points: list[dict], set_keys: set) -> None:
+    """Options set that change nothing are refused rather than recorded (the run would claim them): a
+    key inert at every point, or an axis inert at some points (they would repeat one run)."""
+    for key in sorted(set_keys):
+        why = [inert_keys(p).get(key) for p in points]
+        if all(why):
+            raise ConfigError(f"{key} does nothing with {why[0]}: remove it")
+        if any(why) and any(key in p["params"] for p in points):
+            reason = next(w for w in why if w)
+            raise ConfigError(f"{key} is an axis but does nothing at the points with {reason}, which would repeat "
+                              "one run: run those points as a separate sweep")
 
 
 def _fill(out, sec, key, v):
@@ -303,9 +347,11 @@ def _run_chunk(p: dict, model, X0, devices, lanes):
         dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
                        biases=p["dynamics.biases"], attention=p["dynamics.attention"])
         steps = model.depth if p["dynamics.steps"] is None else p["dynamics.steps"]
-        res = simulate(model, X0, steps, dynamics=dyn, alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
-                       observe=obs, save=p["dynamics.save"], dtype=dtype, devices=devices, batch_size=lanes,
-                       precision=p["matmul_precision"], kernel=p["kernel"])
+        with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
+            warnings.simplefilter("ignore", NonFiniteWarning)
+            res = simulate(model, X0, steps, dynamics=dyn, alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
+                           observe=obs, save=p["dynamics.save"], dtype=dtype, devices=devices, batch_size=lanes,
+                           precision=p["matmul_precision"], kernel=p["kernel"])
         return {"observables": res.observables, "final": res.final}
     flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"])
     sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], observe=obs,
@@ -378,7 +424,7 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         >>> sw.table(summary=True)["dynamics.beta"].tolist()
         [1.0, 2.0]
         >>> ja.open_sweep(os.path.join(tmp, "grid")).table().shape  # one row per point and condition
-        (12, 6)
+        (12, 7)
         >>> shutil.rmtree(tmp)
     """
     from tqdm.auto import tqdm
@@ -416,10 +462,16 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         bar = tqdm(total=total, unit="cond", desc="sweep", file=sys.stderr, disable=not progress, smoothing=0.1)
         t0 = time.perf_counter()
         resumed = failed = 0
+        nonfinite = [0] * len(points)  # conditions whose observables or states became NaN or inf, per point
         replicated: dict = {}
         for i, c, start, size in mine:
             p = points[i]
-            if store.chunk_done(i, c, start, size):
+            try:
+                kept = store.read_chunk(i, c, start, size)
+            except CorruptChunk:  # recomputed
+                kept = None
+            if kept is not None:
+                nonfinite[i] += int(nonfinite_conditions(kept, size).sum())
                 resumed += size
                 bar.update(size)
                 continue
@@ -443,6 +495,7 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
                 arrays["result"] = np.asarray(res["result"])[:size]
                 arrays["num_steps"] = np.asarray(res["num_steps"])[:size]
                 failed += int(np.sum(arrays["result"] != 0))
+            nonfinite[i] += int(nonfinite_conditions(arrays, size).sum())
             store.write_chunk(i, c, start, arrays, p["num_init"], chunk, {"process": pid})
             computed += size
             bar.update(size)
@@ -457,7 +510,8 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         raise
     store.release()
     summary = {"points": len(points), "conditions": sum(p["num_init"] for p in points), "computed": computed,
-               "resumed": resumed, "failed": failed, "seconds": round(seconds, 3),
+               "resumed": resumed, "failed": failed, "nonfinite": sum(nonfinite), "nonfinite_per_point": nonfinite,
+               "seconds": round(seconds, 3),
                "conditions_per_second": round(computed / seconds, 1) if seconds > 0 and computed else None,
                "process": pid, "processes": nproc, "devices": [str(d) for d in devices]}
     store.mark_finished(summary, pid)
