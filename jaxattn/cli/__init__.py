@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -478,7 +479,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("jaxattn: interrupted; run the same command again to resume", file=sys.stderr)
         else:
             print("jaxattn: interrupted; nothing was kept, run the same command again to start over", file=sys.stderr)
-        return 130
+        return _interrupted(as_program=argv is None)
+
+
+def _interrupted(as_program: bool) -> int:
+    """Exit status 130 after Ctrl-C. As the program (``argv`` from the command line), leave at once: XLA's
+    threads may still be running the interrupted computation, and finalising the interpreter under them
+    segfaults (status 139 instead of 130)."""
+    if as_program:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,6 +43,8 @@ from jaxattn.studies.skeleton import csv_text, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
+#: Host memory one model's linearisations may take (:func:`jaxattn.analysis.stability.linearisation_bytes`).
+MEMORY_LIMIT = 4 * 2**30
 
 
 @dataclasses.dataclass
@@ -76,13 +78,27 @@ class StabilityConfig:
             raise ConfigError(f"d must be >= 2 (tokens on a sphere), got {self.d}")
         if self.basin_n < 2:
             raise ConfigError(f"basin_n must be >= 2 (a bipartite split needs two tokens), got {self.basin_n}")
-        self.ns()
+        self._check_memory()
         for k in ("alpha", "beta", "t1"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"{k} must be a finite number > 0, got {v!r}")
         if self.time not in TIMES:
             raise ConfigError(f"time must be one of {', '.join(TIMES)}, got {self.time!r}")
+
+    def _check_memory(self) -> None:
+        """Every candidate equilibrium of one model is linearised at once: refuse sizes that cannot fit
+        (``2^(n-1)`` sign patterns up to ``exhaustive_max``) before anything runs, with the number. The
+        counts use ``d``; the search for a bipartite equilibrium ``basin_n`` tokens in 3 dimensions."""
+        for name, n, d in [*(("tokens n", n, self.d) for n in self.ns()), ("basin_n", self.basin_n, 3)]:
+            patterns = 2 ** (n - 1) if n <= self.exhaustive_max else self.patterns + 1
+            size = st.linearisation_bytes(patterns * d, n, d)
+            if size > MEMORY_LIMIT:
+                how = (f"all 2^{n - 1} = {patterns:,} sign patterns (n <= exhaustive_max = {self.exhaustive_max})"
+                       if n <= self.exhaustive_max else f"{patterns:,} sign patterns")
+                raise ConfigError(f"{name} = {n} with d = {d}: {how} x {d} eigenvectors need about "
+                                  f"{size / 2**30:,.1f} GiB per model (limit {MEMORY_LIMIT / 2**30:g} GiB); lower "
+                                  "exhaustive_max (random patterns above it), patterns or the number of tokens")
 
     def ns(self) -> list[int]:
         try:
