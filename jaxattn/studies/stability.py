@@ -39,7 +39,7 @@ from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
-from jaxattn.studies.skeleton import csv_text, write_report
+from jaxattn.studies.skeleton import csv_text, md_cell, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -327,14 +327,14 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
             L.append(f"| {r['eps']:.3g} | {r['returned']} | {r['to_consensus']} | {r['other']} | "
                      f"{r['returned_fraction']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] |")
     L += ["", "## Trajectories on the sphere (d = 3, n = 10, β = 1)", "",
-          "| model | mean |<x_i, v_1>| at step 0 | at the end | end |", "|---|---|---|---|"]
+          f"| model | mean {md_cell('|<x_i, v_1>|')} at step 0 | at the end | end |", "|---|---|---|---|"]
     for name in ("single_head", "multi_head"):
         rows = [r for r in tables["trajectories"] if r["model"] == name]
-        L.append(f"| {name} | {rows[0]['rho_mean']:.4f} | {rows[-1]['rho_mean']:.6f} | {rows[-1]['end']} |")
+        L.append(f"| {name} | {rows[0]['rho_mean']:.4f} | {rows[-1]['rho_mean']:.6f} | {md_cell(rows[-1]['end'])} |")
     L += ["", f"## Where the dynamics ends ({cfg.basin_num} random initial conditions, n = {cfg.basin_n})", "",
           "| time | end | count | fraction | 95% CI |", "|---|---|---|---|---|"]
     for r in tables["basins"]:
-        L.append(f"| {r['time']} | {r['end']} | {r['count']} | {r['fraction']:.3f} | "
+        L.append(f"| {r['time']} | {md_cell(r['end'])} | {r['count']} | {r['fraction']:.3f} | "
                  f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
     write_report(out, L, figs)
 

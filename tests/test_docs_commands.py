@@ -1,0 +1,128 @@
+"""Every ``jaxattn ...`` command line of README.md and docs/*.md runs as written.
+
+Each command is taken from the code blocks (fenced or indented), its comment dropped, and run
+in-process through :func:`jaxattn.cli.main` in a directory of its own, with options appended that
+make it tiny (the last occurrence of an option wins, so ``--num-init 10000`` becomes 4); only the
+output location and the sizes change. What a command names is there: ``path/to/...`` checkpoints are
+tiny Hugging Face models built here, ``model.safetensors`` one converted from them, ``grid.toml``
+the grid of docs/sweeps.md with tiny sizes.
+"""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+import jaxattn as ja
+from jaxattn.cli import build_parser, main
+
+from . import hf_models
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+#: Options appended per subcommand so that each run takes seconds.
+TINY = {
+    "simulate": ["--num-init", "4", "--n", "3", "--chunk", "4", "--no-progress"],
+    "analyze": ["--num-init", "4", "--n", "3", "--chunk", "4", "--prolong", "2", "--gammas", "1",
+                "--steer-target", "0", "--no-figures", "--no-progress"],
+    "solve": ["--num-init", "4", "--n", "3", "--chunk", "4", "--t1", "1", "--saves", "3", "--quiet"],
+    "sweep": ["--quiet"],
+    "consensus": ["--prompts", "2", "--tokens", "4", "--passes", "2", "--synthetic-d", "3", "--synthetic-n", "3",
+                  "--synthetic-num", "2", "--t1", "1", "--no-figures", "--no-progress"],
+    "clusters": ["--n", "4", "--n-1d", "3", "--t1", "1", "--num", "4", "--table-n", "3", "--table-d", "2",
+                 "--table-beta", "1", "--good-d", "1,2", "--good-samples", "10", "--no-figures", "--no-progress"],
+    "stability": ["--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3", "--steps", "10",
+                  "--t1", "5", "--perturb-num", "2", "--search", "2", "--time", "discrete", "--no-figures",
+                  "--no-progress"],
+}
+#: Random models (their own dimensions are options) made small.
+TINY_RANDOM = ["--d", "8", "--heads", "2", "--depth", "2"]
+#: The grid of docs/sweeps.md, sizes made tiny.
+GRID_SIZES = {"num_init": 8, "chunk": 4, "d": 8, "heads": 2, "depth": 2, "n": 3}
+
+
+def doc_commands() -> list[tuple[str, str]]:
+    """``(where, command)`` for every ``jaxattn`` command line in a code block of the docs."""
+    found = []
+    for f in DOCS:
+        lines = f.read_text().splitlines()
+        fenced = False
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+                continue
+            after = lines[i - 1] if i else ""
+            indented = line.startswith("    ") and (not after.strip() or after.startswith("    "))
+            m = re.match(r"\s*(?:srun\s+)?(jaxattn\s.*)", line)
+            if (fenced or indented) and m:
+                cmd = re.sub(r"\s#.*$", "", m.group(1)).strip()
+                found.append((f"{f.relative_to(ROOT)}:{i + 1}", cmd))
+    return found
+
+
+def _grid_toml() -> str:
+    text = (ROOT / "docs" / "sweeps.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", text, re.S)
+    assert block, "docs/sweeps.md has no TOML grid"
+    toml = block.group(1)
+    for key, value in GRID_SIZES.items():
+        toml = re.sub(rf"(?m)^{key}\s*=\s*\d+", f"{key} = {value}", toml)
+    return toml
+
+
+@pytest.fixture(scope="module")
+def resources(tmp_path_factory):
+    """What the documented commands name, in one folder: checkpoints, a converted file, a grid."""
+    base = tmp_path_factory.mktemp("resources")
+    gpt2 = base / "path" / "to" / "gpt2"
+    hf_models.build("gpt2", gpt2)
+    for alias in ("hf-checkpoint", "checkpoint"):
+        (base / "path" / "to" / alias).symlink_to(gpt2, target_is_directory=True)
+    hf_models.build("albert", base / "path" / "to" / "albert-base-v2")
+    ja.convert(str(gpt2), str(base / "model.safetensors"))
+    (base / "grid.toml").write_text(_grid_toml())
+    return base
+
+
+def _tiny(argv: list[str]) -> list[str]:
+    if "--help" in argv or len(argv) < 1:
+        return argv
+    extra = list(TINY.get(argv[0], []))
+    model = argv[argv.index("--model") + 1] if "--model" in argv else (argv[1] if len(argv) > 1 else "")
+    if model == "random" or (argv[0] in ("simulate", "solve") and model == ""):
+        extra += TINY_RANDOM
+    return argv + extra
+
+
+COMMANDS = doc_commands()
+#: The two cooperating processes of docs/sweeps.md run together, in the background: tests/test_sweeps.py
+#: (test_eight_devices_and_two_processes_give_the_same_numbers) runs exactly these options; here they are parsed.
+TWO_PROCESSES = "--num-processes 2"
+
+
+def test_the_docs_have_commands():
+    subcommands = {shlex.split(c)[1] for _, c in COMMANDS}
+    assert len(COMMANDS) >= 30
+    assert {"analyze", "simulate", "solve", "sweep", "consensus", "convert", "inspect", "spectrum", "clusters",
+            "stability"} <= subcommands
+
+
+@pytest.mark.parametrize("where,command", COMMANDS, ids=[w for w, _ in COMMANDS])
+def test_doc_command_runs(where, command, resources, tmp_path, monkeypatch, capsys):
+    argv = shlex.split(command.rstrip("&").strip())[1:]
+    argv = [a for a in argv if a != "[MODEL]"]  # an optional argument left out
+    if TWO_PROCESSES in command:
+        args = build_parser().parse_args(argv)
+        assert args.num_processes == 2 and args.coordinator == "localhost:12355"
+        return
+    for item in resources.iterdir():  # the command's own directory: its outputs never meet another's
+        (tmp_path / item.name).symlink_to(item)
+    monkeypatch.chdir(tmp_path)
+    try:
+        rc = main(_tiny(argv))
+    except SystemExit as e:  # --help
+        rc = e.code
+    err = capsys.readouterr().err
+    assert rc == 0, f"{where}: `{command}` failed: {err.strip().splitlines()[-1:] if err.strip() else rc}"
