@@ -1,21 +1,26 @@
 """Every ``jaxattn ...`` command line of README.md and docs/*.md runs as written.
 
 Each command is taken from the code blocks (fenced or indented), its comment dropped, and run
-in-process through :func:`jaxattn.cli.main` in a directory of its own, with options appended that
-make it tiny (the last occurrence of an option wins, so ``--num-init 10000`` becomes 4); only the
-output location and the sizes change. What a command names is there: ``path/to/...`` checkpoints are
-tiny Hugging Face models built here, ``model.safetensors`` one converted from them, ``grid.toml``
-the grid of docs/sweeps.md with tiny sizes.
+through :func:`jaxattn.cli.main` (all in one fresh process; commands that become the same run once)
+in a directory of its own, with options appended that make it tiny (the last occurrence of an option
+wins, so ``--num-init 10000`` becomes 4); only the output location and the sizes change. What a
+command names is there: ``path/to/...`` checkpoints are tiny Hugging Face models built here,
+``model.safetensors`` one converted from them, ``grid.toml`` the grid of docs/sweeps.md with tiny
+sizes.
 """
 
+import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 import jaxattn as ja
-from jaxattn.cli import build_parser, main
+from jaxattn.cli import build_parser
 
 from . import hf_models
 
@@ -101,6 +106,67 @@ COMMANDS = doc_commands()
 #: (test_eight_devices_and_two_processes_give_the_same_numbers) runs exactly these options; here they are parsed.
 TWO_PROCESSES = "--num-processes 2"
 
+#: Runs the commands given as JSON in one fresh process (one CPU device, as on a user's machine; the test
+#: process's eight virtual devices are not wanted here), each in a directory of its own beside the resources.
+_RUNNER = """
+import json, os, sys
+from pathlib import Path
+from jaxattn.cli import main
+resources, work, todo = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
+results = {}
+for key, argv in todo.items():
+    here = work / key
+    here.mkdir(parents=True)
+    for item in resources.iterdir():
+        (here / item.name).symlink_to(item)
+    os.chdir(here)
+    try:
+        rc = main(argv)
+    except SystemExit as e:  # --help
+        rc = e.code
+    except Exception as e:  # a traceback is a failure too: keep its last line
+        rc = f"{type(e).__name__}: {e}"
+    results[key] = rc
+    print(json.dumps({key: rc}), file=sys.stderr, flush=True)
+(work / "results.json").write_text(json.dumps(results))
+"""
+
+
+def _argv(command: str) -> list[str]:
+    argv = shlex.split(command.rstrip("&").strip())[1:]
+    return [a for a in argv if a != "[MODEL]"]  # an optional argument left out
+
+
+def _same_run(argv: list[str]) -> str:
+    """Commands that differ only in --out or in sizes the tiny options override run once."""
+    args = vars(build_parser().parse_args(argv))
+    defaults = args.get("defaults", {})
+    given = {k: defaults.get(k) if v is None else v for k, v in args.items()}  # `analyze` is `analyze minilm`
+    return json.dumps({k: v for k, v in given.items() if k not in ("out", "func", "defaults")}, sort_keys=True,
+                      default=str)
+
+
+@pytest.fixture(scope="module")
+def results(resources, tmp_path_factory):
+    """``{command: exit status}``, every documented command run once through ``jaxattn.cli.main``."""
+    todo, key_of = {}, {}
+    for _, command in COMMANDS:
+        if TWO_PROCESSES in command:
+            continue
+        argv = _tiny(_argv(command))
+        key_of[command] = key_of.get(command) or next(
+            (k for k, a in todo.items() if "--help" not in argv and _same_run(a) == _same_run(argv)), f"c{len(todo)}")
+        todo.setdefault(key_of[command], argv)
+    work = tmp_path_factory.mktemp("commands")
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, str(resources), str(work), json.dumps(todo)], env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    done = json.loads((work / "results.json").read_text())
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("jaxattn: error:")]
+    return {command: (done[key], todo[key], errors) for command, key in key_of.items()}
+
 
 def test_the_docs_have_commands():
     subcommands = {shlex.split(c)[1] for _, c in COMMANDS}
@@ -110,19 +176,10 @@ def test_the_docs_have_commands():
 
 
 @pytest.mark.parametrize("where,command", COMMANDS, ids=[w for w, _ in COMMANDS])
-def test_doc_command_runs(where, command, resources, tmp_path, monkeypatch, capsys):
-    argv = shlex.split(command.rstrip("&").strip())[1:]
-    argv = [a for a in argv if a != "[MODEL]"]  # an optional argument left out
+def test_doc_command_runs(where, command, results):
     if TWO_PROCESSES in command:
-        args = build_parser().parse_args(argv)
+        args = build_parser().parse_args(_argv(command))
         assert args.num_processes == 2 and args.coordinator == "localhost:12355"
         return
-    for item in resources.iterdir():  # the command's own directory: its outputs never meet another's
-        (tmp_path / item.name).symlink_to(item)
-    monkeypatch.chdir(tmp_path)
-    try:
-        rc = main(_tiny(argv))
-    except SystemExit as e:  # --help
-        rc = e.code
-    err = capsys.readouterr().err
-    assert rc == 0, f"{where}: `{command}` failed: {err.strip().splitlines()[-1:] if err.strip() else rc}"
+    rc, argv, errors = results[command]
+    assert rc == 0, f"{where}: `{command}` (run as {argv}) exited with {rc}; errors seen: {errors}"
