@@ -174,6 +174,10 @@ def test_solve_errors_name_the_flags(tmp_path, capsys):
 def test_consensus_refuses_a_negative_seed(tmp_path, capsys):
     assert main(["consensus", "--seed", "-1", "--out", str(tmp_path / "c")]) == 2
     assert "seed must be an integer >= 0" in _err(capsys)
+    from jaxattn.studies.power_method import StudyConfig
+
+    with pytest.raises(ConfigError, match="seed must be an integer"):  # analyze: before the spectra, not after
+        StudyConfig(seed=-1).check()
 
 
 def test_convert_errors_name_the_users_paths(tmp_path, capsys, gpt2_file):

@@ -52,6 +52,8 @@ class StudyConfig:
         for k in ("num_init", "n", "chunk"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
                 raise ConfigError(f"{k} must be a positive integer, got {getattr(self, k)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")  # checked before any work
         if not isinstance(self.prolong, int) or self.prolong < 1:
             raise ConfigError(f"prolong must be a positive integer, got {self.prolong!r}")
         if any((not np.isfinite(g)) or g < 0 for g in self.gammas):
