@@ -96,7 +96,8 @@ def _tiny(argv: list[str]) -> list[str]:
     if "--help" in argv or len(argv) < 1:
         return argv
     extra = list(TINY.get(argv[0], []))
-    model = argv[argv.index("--model") + 1] if "--model" in argv else (argv[1] if len(argv) > 1 else "")
+    positional = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else ""
+    model = argv[argv.index("--model") + 1] if "--model" in argv else positional
     if model == "random" or (argv[0] in ("simulate", "solve") and model == ""):
         extra += TINY_RANDOM
     return argv + extra
