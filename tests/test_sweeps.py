@@ -249,12 +249,12 @@ def test_cli_sweep_and_solve(tmp_path):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["solve", "--t1", "-1"], "dynamics.t1: must be > 0"),
-    (["solve", "--rtol", "0"], "dynamics.rtol: must be > 0"),
+    (["solve", "--t1", "-1"], "--t1: must be > 0"),
+    (["solve", "--rtol", "0"], "--rtol: must be > 0"),
     (["solve", "--solver", "euler", "--t1", "1"], "fixed step size"),
     (["solve", "--heads", "3"], "not divisible"),
-    (["solve", "--model", "minilm", "--d", "7"], "model.d only applies"),
-    (["solve", "--space", "ellipse"], "dynamics.space: must be one of"),
+    (["solve", "--model", "minilm", "--d", "7"], "--d only applies"),
+    (["solve", "--space", "ellipse"], "--space: must be one of"),
     (["sweep", "missing.toml"], "does not exist"),
 ])
 def test_cli_bad_input_one_line_exit_2_nothing_left(args, match, tmp_path):

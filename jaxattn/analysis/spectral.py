@@ -8,6 +8,7 @@ jitted simulation: their results enter the simulation as plain arrays.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -133,6 +134,18 @@ def _directions(lam: np.ndarray, vec: np.ndarray, imag_tol: float):
     return np.stack(cols, axis=1), np.asarray(groups), g
 
 
+def _as_matrices(x) -> np.ndarray:
+    """Layer matrices as float64; a model name or path is refused with the way to load it (this layer does no
+    I/O: loading lives in :mod:`jaxattn.io`)."""
+    if isinstance(x, (str, bytes, os.PathLike)):
+        raise ConfigError(f"spectrum takes a Model or layer matrices [G, d, d], not the name {str(x)!r}; "
+                          f"load it first: ja.spectrum(ja.load_any({str(x)!r}))")
+    try:
+        return np.asarray(x, np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"spectrum takes a Model or layer matrices [G, d, d], got {type(x).__name__}") from None
+
+
 def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: float = 1e-3,
              collinear_tol: float = 0.9, imag_tol: float = 1e-9) -> Spectrum:
     """Eigen-decomposition of every layer matrix with the case analysis (1 real dominant, 2 complex pair,
@@ -160,7 +173,7 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
     for name, v in (("alpha", alpha), ("gap_tol", gap_tol), ("collinear_tol", collinear_tol),
                     ("imag_tol", imag_tol)):
         _finite(name, v)
-    F = layer_matrices(model_or_F) if isinstance(model_or_F, Model) else np.asarray(model_or_F, np.float64)
+    F = layer_matrices(model_or_F) if isinstance(model_or_F, Model) else _as_matrices(model_or_F)
     if F.ndim == 2:
         F = F[None]
     if F.ndim != 3 or F.shape[1] != F.shape[2]:

@@ -402,6 +402,13 @@ class Linearisation:
         return self.status == "stable"
 
 
+def linearisation_bytes(num: int, n: int, d: int) -> int:
+    """Host memory that :func:`linearise` keeps for ``num`` configurations of ``n`` tokens in ``d`` dimensions:
+    the ambient and intrinsic Jacobians with their (complex) eigenvalues, and the configurations themselves."""
+    nd, ni = n * d, n * (d - 1)
+    return 8 * num * (nd * nd + ni * ni + 2 * ni + 2 * nd + nd + n)
+
+
 def linearise(system: System, X, *, residual_tol: float = 1e-8, margin: float = 1e-9,
               chunk: int = 1024) -> Linearisation:
     """Jacobians (ambient and intrinsic) at equilibria ``X: [K, n, d]`` and their stability.

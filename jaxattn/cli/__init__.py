@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -47,6 +48,11 @@ def _check_type(key: str, value, default):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         if ok and not math.isfinite(value):
             raise JaxattnError(f"config value {key} must be finite, got {value!r}")
+    elif isinstance(default, str) and isinstance(value, list):
+        # a list option (gammas, tokens, ...) is one comma-separated string on the command line; config files and
+        # replayed config.json files may hold it as a list
+        ok = all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value)
+        value = ",".join(map(str, value))
     else:
         ok = isinstance(value, type(default))
     if not ok:
@@ -61,19 +67,36 @@ def _resolve(args: argparse.Namespace, defaults: dict) -> dict:
     if "command" in cfg and isinstance(cfg.get("config"), dict):  # a run directory's config.json
         if cfg["command"] != args.command:
             raise JaxattnError(f"{args.config} is the config of a `{cfg['command']}` run, not `{args.command}`")
-        cfg = {k: v for k, v in cfg["config"].items() if k in defaults}
+        cfg = _replayed(cfg, defaults)
     known = set(defaults)
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)}")
-    for k, v in cfg.items():
-        _check_type(k, v, defaults[k])
+    cfg = {k: _check_type(k, v, defaults[k]) for k, v in cfg.items()}
     out = {}
     for k, default in defaults.items():
         v = getattr(args, k, None)
         out[k] = v if v is not None else cfg.get(k, default)
     out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in cfg}
     return out
+
+
+def _replayed(run: dict, defaults: dict) -> dict:
+    """The options of a finished run's ``config.json``: its ``config`` table and the model it ran on (the studies
+    record the model beside the table; ``analyze`` a random model's dimensions in ``model_dims``). A converted
+    model brings its own dimensions, so the random-model options that ``simulate`` records are not replayed."""
+    cfg = {k: v for k, v in run["config"].items() if k in defaults}
+    if "model" in defaults and isinstance(run.get("model"), str):
+        cfg.setdefault("model", run["model"])
+    dims = run.get("model_dims")
+    if cfg.get("model", "random") != "random":
+        cfg = {k: v for k, v in cfg.items() if k not in RANDOM_ONLY}
+    elif isinstance(dims, dict):
+        cfg.update({k: dims[k] for k in ("d", "heads", "depth", "shared") if k in dims and k in defaults})
+        masks = set(dims.get("masks", ()))
+        if len(masks) == 1 and "mask" in defaults:  # recorded per weight set as 'full', 'causal', 'causal/local:W'
+            cfg["mask"] = masks.pop().replace("causal/local:", "local:")
+    return cfg
 
 
 def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
@@ -328,10 +351,15 @@ def _add_convert(sub):
 
 
 def cmd_convert(args, cfg) -> int:
-    from jaxattn.io.checkpoints import convert, inspect
+    from jaxattn.io.checkpoints import convert_source, inspect, save
     from jaxattn.io.rundir import file_out
 
-    out = convert(args.source, file_out(args.out, args.overwrite), dtype=args.dtype, revision=args.revision)
+    target = file_out(args.out, args.overwrite)
+    model, info = convert_source(args.source, dtype=args.dtype, revision=args.revision)
+    try:
+        out = save(model, target, info)
+    except OSError as e:  # written through a temporary file beside --out: name the user's path, not that one
+        raise JaxattnError(f"writing --out {args.out} failed: {e.strerror or e}") from None
     print(inspect(out))
     print(f"written      {out}")
     return 0
@@ -538,7 +566,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("jaxattn: interrupted; run the same command again to resume", file=sys.stderr)
         else:
             print("jaxattn: interrupted; nothing was kept, run the same command again to start over", file=sys.stderr)
-        return 130
+        return _interrupted(as_program=argv is None)
+
+
+def _interrupted(as_program: bool) -> int:
+    """Exit status 130 after Ctrl-C. As the program (``argv`` from the command line), leave at once: XLA's
+    threads may still be running the interrupted computation, and finalising the interpreter under them
+    segfaults (status 139 instead of 130)."""
+    if as_program:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,6 +9,7 @@ run directory is a sweep store (chunked, checksummed, resumable) with ``config.j
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from jaxattn.cli._study import formatter
@@ -28,6 +29,19 @@ FLAGS = {("model", "source"): "model", ("init", "kind"): "init"}
 
 def _flag(sec: str, key: str) -> str:
     return FLAGS.get((sec, key), key).replace("_", "-")
+
+
+def _as_flags(message: str) -> str:
+    """A configuration error in the words of the command line: ``dynamics.t1`` becomes ``--t1``, ``model.d = 10``
+    becomes ``--d 10`` (the schema names keys by section; solve's options are flat)."""
+    for sec, keys in KEYS.items():
+        for key in keys:
+            flag = "--" + _flag(sec, key)
+            if sec:  # section keys are unambiguous anywhere in the message
+                message = re.sub(rf"(?<![\w.-]){sec}\.{key}\b( =)?", flag, message)
+            else:  # top-level keys only where the message names them: "num_init: ..." or "seed = 3"
+                message = re.sub(rf"(?<![\w.-]){key}(?=:| =)( =)?", flag, message)
+    return message
 
 
 def register(sub) -> None:
@@ -110,7 +124,10 @@ def run(args, cfg) -> int:
     from jaxattn.sweeps.grid import expand, validate_config
 
     point = _point_config(args)
-    resolved = validate_config(point)
+    try:
+        resolved = validate_config(point)
+    except ConfigError as e:
+        raise ConfigError(_as_flags(str(e))) from None
     out = dir_out("runs/solve" if args.out is None else args.out)
     sw = execute(point, out, args, args.quiet)
     p = expand(resolved)[0]

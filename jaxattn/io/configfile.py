@@ -15,9 +15,16 @@ def load_config(source) -> dict:
     if isinstance(source, Mapping):
         return json.loads(json.dumps(source))
     p = Path(source)
+    if p.is_dir():
+        raise ConfigError(f"config file {source} is a directory, not a TOML or JSON file")
     if not p.is_file():
         raise ConfigError(f"config file {source} does not exist")
-    text = p.read_text()
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {source} is not a text file (not UTF-8); expected TOML or JSON") from None
+    except OSError as e:
+        raise ConfigError(f"config file {source} cannot be read: {e.strerror or e}") from None
     try:
         cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:

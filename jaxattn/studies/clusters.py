@@ -398,7 +398,7 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
             axes[0].plot([r["n"] for r in sel], [r["gap_clusters_mean"] for r in sel], "o-", label=f"d={d}, β={beta:g}")
             axes[0].plot([r["n"] for r in sel], [r["hull_vertices_mean"] for r in sel], "x:", color="0.5")
     axes[0].set_xlabel("n (x: vertices of the initial hull)")
-    axes[0].set_ylabel("clusters at t1 (mean)")
+    axes[0].set_ylabel("tolerance-free clusters at t1 (mean)")
     axes[0].legend(fontsize=7)
     for ens in dict.fromkeys(r["ensemble"] for r in tables["good_triples"]):
         sel = [r for r in tables["good_triples"] if r["ensemble"] == ens]

@@ -56,6 +56,8 @@ class ConsensusConfig:
     def check(self):
         for k in ("passes", "prompts", "tokens", "synthetic_d", "synthetic_n", "synthetic_num"):
             positive_int(k, getattr(self, k))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")  # as every other command
         if self.synthetic_d < 2:
             raise ConfigError("synthetic_d must be >= 2 (tokens on a sphere)")
         if not np.isfinite(self.t1) or self.t1 <= 0:

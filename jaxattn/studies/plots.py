@@ -9,6 +9,9 @@ import numpy as np
 
 from jaxattn.io.results import atomic_write_bytes
 
+#: The x axis of the per-layer figures: the step k of layers.csv and the report (its layer maps state k to k+1).
+STEP = "step k (layer k maps state k to k+1)"
+
 
 def _plt():
     try:
@@ -57,7 +60,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     fig, ax = plt.subplots(3, len(runs), figsize=(5 * len(runs), 9), squeeze=False)
     for c, run in enumerate(runs):
         rows = tables[run]
-        k = np.array([r["step"] for r in rows]) + 1
+        k = np.array([r["step"] for r in rows])
         for rr, (a, b, sa, sb, label) in enumerate([
                 ("rho1", "rhobar", "rho1_std", "rhobar_std", "ρ"),
                 ("drho1", "drhobar", "drho1_std", "drhobar_std", "Δρ"),
@@ -75,7 +78,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
                 ax[rr, c].axhline(0.5, color="k", lw=0.6)
             if label == "Δρ":
                 ax[rr, c].axhline(0.0, color="k", lw=0.6)
-            ax[rr, c].set(xlabel="layer", ylabel=label)
+            ax[rr, c].set(xlabel=STEP, ylabel=label)
         ax[0, c].set_title(run)
         ax[0, c].legend(fontsize=8)
     paths.append(_save(fig, out / "metrics.png"))
@@ -125,8 +128,8 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
             for run, style, lab in (("main", "s--", "unmodified"),
                                     ("steered", "o-", f"last layer steered, γ = {gamma:.4g}")):
                 rows = tables[run]
-                ax[c].plot([r["step"] + 1 for r in rows], [r[key] for r in rows], style, ms=4, label=lab)
-            ax[c].set(xlabel="layer", ylabel=label)
+                ax[c].plot([r["step"] for r in rows], [r[key] for r in rows], style, ms=4, label=lab)
+            ax[c].set(xlabel=STEP, ylabel=label)
             if key == "P1":
                 ax[c].axhline(0.5, color="k", lw=0.6)
             if key == "drho1":
@@ -140,8 +143,8 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     fig, ax = plt.subplots(figsize=(6, 4))
     for run in runs:
         rows = tables[run]
-        ax.semilogy([r["step"] + 1 for r in rows], [max(r["diameter"], 1e-16) for r in rows], "o-", ms=3, label=run)
-    ax.set(xlabel="layer", ylabel="mean max ||x_i − x_j||", title="inter-token distance (consensus)")
+        ax.semilogy([r["step"] for r in rows], [max(r["diameter"], 1e-16) for r in rows], "o-", ms=3, label=run)
+    ax.set(xlabel=STEP, ylabel="mean max ||x_i − x_j||", title="inter-token distance (consensus)")
     ax.legend(fontsize=8)
     paths.append(_save(fig, out / "consensus.png"))
     plt.close(fig)

@@ -55,6 +55,8 @@ class StudyConfig:
         for k in ("num_init", "n", "chunk"):
             if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
                 raise ConfigError(f"{k} must be a positive integer, got {getattr(self, k)!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise ConfigError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")  # checked before any work
         if not isinstance(self.prolong, int) or self.prolong < 1:
             raise ConfigError(f"prolong must be a positive integer, got {self.prolong!r}")
         if self.rope not in ROPES:
@@ -159,10 +161,29 @@ def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
 
 STORE = ".jaxattn-analyze"  # the chunk stores of the study's runs, kept only to resume
 
+#: The other studies, which users reach for through ``ja.run_study`` (it is the power-method one).
+OTHER_STUDIES = {"clusters": "ClustersConfig", "stability": "StabilityConfig", "consensus": "ConsensusConfig"}
+
+
+def _check_arguments(model, out_dir, cfg) -> None:
+    """``run_study(model, out_dir, cfg)``: one clear line when called like another study or with a model name."""
+    for arg in (model, out_dir, cfg):
+        if isinstance(arg, str) and arg in OTHER_STUDIES:
+            first = "model, " if arg == "consensus" else ""
+            raise ConfigError(f"ja.run_study is the power-method study, run_study(model, out_dir, StudyConfig(...)); "
+                              f"the {arg} study is jaxattn.studies.{arg}.run_study({first}out_dir, "
+                              f"{OTHER_STUDIES[arg]}(...))")
+    if not isinstance(model, Model):
+        raise ConfigError(f"run_study(model, out_dir, cfg) takes a Model first, got {model!r}; "
+                          "load one with ja.load_any('minilm') or ja.random_model(...)")
+    if cfg is not None and not isinstance(cfg, StudyConfig):
+        raise ConfigError(f"run_study's cfg must be a StudyConfig, got {cfg!r}")
+
 
 def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_name: str = "model") -> dict:
     """Run the whole study into ``out_dir``; return the tables (lists of row dicts). ``cfg`` defaults to
     ``StudyConfig()``."""
+    _check_arguments(model, out_dir, cfg)
     cfg = StudyConfig() if cfg is None else cfg
     cfg.check()
     d1 = Dynamics(rope=cfg.rope)  # D1: position-free by default, RoPE by token index on request

@@ -46,6 +46,11 @@ def run_into(out, body: Callable[[Path], T], *, command: str, overwrite: bool = 
     return result
 
 
+def md_cell(value) -> str:
+    """``value`` as a Markdown table cell: a ``|`` (``bipartite v1 3|2``, ``|<x, v>|``) would end the cell."""
+    return str(value).replace("|", "\\|")
+
+
 def stages(name: str, enabled: bool) -> Callable[[str], None] | None:
     """Stage messages ``[name] ...`` on stderr, or ``None`` when progress is off."""
     if not enabled:

@@ -39,10 +39,12 @@ from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
-from jaxattn.studies.skeleton import csv_text, write_report
+from jaxattn.studies.skeleton import csv_text, md_cell, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
+#: Host memory one model's linearisations may take (:func:`jaxattn.analysis.stability.linearisation_bytes`).
+MEMORY_LIMIT = 4 * 2**30
 
 
 @dataclasses.dataclass
@@ -76,13 +78,27 @@ class StabilityConfig:
             raise ConfigError(f"d must be >= 2 (tokens on a sphere), got {self.d}")
         if self.basin_n < 2:
             raise ConfigError(f"basin_n must be >= 2 (a bipartite split needs two tokens), got {self.basin_n}")
-        self.ns()
+        self._check_memory()
         for k in ("alpha", "beta", "t1"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
                 raise ConfigError(f"{k} must be a finite number > 0, got {v!r}")
         if self.time not in TIMES:
             raise ConfigError(f"time must be one of {', '.join(TIMES)}, got {self.time!r}")
+
+    def _check_memory(self) -> None:
+        """Every candidate equilibrium of one model is linearised at once: refuse sizes that cannot fit
+        (``2^(n-1)`` sign patterns up to ``exhaustive_max``) before anything runs, with the number. The
+        counts use ``d``; the search for a bipartite equilibrium ``basin_n`` tokens in 3 dimensions."""
+        for name, n, d in [*(("tokens n", n, self.d) for n in self.ns()), ("basin_n", self.basin_n, 3)]:
+            patterns = 2 ** (n - 1) if n <= self.exhaustive_max else self.patterns + 1
+            size = st.linearisation_bytes(patterns * d, n, d)
+            if size > MEMORY_LIMIT:
+                how = (f"all 2^{n - 1} = {patterns:,} sign patterns (n <= exhaustive_max = {self.exhaustive_max})"
+                       if n <= self.exhaustive_max else f"{patterns:,} sign patterns")
+                raise ConfigError(f"{name} = {n} with d = {d}: {how} x {d} eigenvectors need about "
+                                  f"{size / 2**30:,.1f} GiB per model (limit {MEMORY_LIMIT / 2**30:g} GiB); lower "
+                                  "exhaustive_max (random patterns above it), patterns or the number of tokens")
 
     def ns(self) -> list[int]:
         try:
@@ -311,14 +327,14 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
             L.append(f"| {r['eps']:.3g} | {r['returned']} | {r['to_consensus']} | {r['other']} | "
                      f"{r['returned_fraction']:.2f} [{r['ci_low']:.2f}, {r['ci_high']:.2f}] |")
     L += ["", "## Trajectories on the sphere (d = 3, n = 10, β = 1)", "",
-          "| model | mean |<x_i, v_1>| at step 0 | at the end | end |", "|---|---|---|---|"]
+          f"| model | mean {md_cell('|<x_i, v_1>|')} at step 0 | at the end | end |", "|---|---|---|---|"]
     for name in ("single_head", "multi_head"):
         rows = [r for r in tables["trajectories"] if r["model"] == name]
-        L.append(f"| {name} | {rows[0]['rho_mean']:.4f} | {rows[-1]['rho_mean']:.6f} | {rows[-1]['end']} |")
+        L.append(f"| {name} | {rows[0]['rho_mean']:.4f} | {rows[-1]['rho_mean']:.6f} | {md_cell(rows[-1]['end'])} |")
     L += ["", f"## Where the dynamics ends ({cfg.basin_num} random initial conditions, n = {cfg.basin_n})", "",
           "| time | end | count | fraction | 95% CI |", "|---|---|---|---|---|"]
     for r in tables["basins"]:
-        L.append(f"| {r['time']} | {r['end']} | {r['count']} | {r['fraction']:.3f} | "
+        L.append(f"| {r['time']} | {md_cell(r['end'])} | {r['count']} | {r['fraction']:.3f} | "
                  f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
     write_report(out, L, figs)
 

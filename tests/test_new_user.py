@@ -1,0 +1,251 @@
+"""What a new user runs into: every mistake is one clear line (exit 2 on the command line), never a
+traceback; Ctrl-C exits 130; replayed configurations run; reports agree with what was printed."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn.cli import main
+from jaxattn.errors import ConfigError
+
+from . import hf_models
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = "num_init = 4\n[init]\nn = 3\n[model]\nd = 4\nheads = 1\ndepth = 1\n"
+
+
+@pytest.fixture(scope="module")
+def gpt2_file(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gpt2")
+    hf_models.build("gpt2", folder)
+    return ja.convert(str(folder), str(folder / "gpt2.safetensors"))
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("jaxattn: error:") and err.count("\n") == 1, err
+    return err
+
+
+# ------------------------------------------------------------------ tracebacks that become one line
+@pytest.mark.parametrize("suffix", [".json", ".toml"])
+def test_binary_config_file_is_one_line(tmp_path, capsys, suffix):
+    f = tmp_path / f"c{suffix}"
+    f.write_bytes(b"\x9c\xff\x00\x80binary")
+    assert main(["simulate", "--config", str(f), "--out", str(tmp_path / "o")]) == 2
+    assert "not a text file" in _err(capsys)
+    assert main(["sweep", str(f), "--out", str(tmp_path / "g")]) == 2
+    assert "not a text file" in _err(capsys)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "g").exists()
+
+
+def test_config_that_is_a_directory_says_so(tmp_path, capsys):
+    assert main(["simulate", "--config", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "is a directory" in _err(capsys)
+
+
+def test_bad_process_environment_and_coordinator(tmp_path, capsys, monkeypatch):
+    cfg = tmp_path / "g.toml"
+    cfg.write_text(GRID)
+    monkeypatch.setenv("JAXATTN_NUM_PROCESSES", "abc")
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "a"), "--quiet"]) == 2
+    assert "$JAXATTN_NUM_PROCESSES must be an integer, got 'abc'" in _err(capsys)
+    monkeypatch.delenv("JAXATTN_NUM_PROCESSES")
+    for extra in (["--num-processes", "2", "--process-id", "0"], []):
+        assert main(["sweep", str(cfg), "--out", str(tmp_path / "b"), "--quiet", "--coordinator", "bogus",
+                     *extra]) == 2
+        assert "host:port" in _err(capsys)
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_spectrum_of_a_name_says_how_to_load_it():
+    with pytest.raises(ConfigError, match=r"ja.load_any\('minilm'\)"):
+        ja.spectrum("minilm")
+    with pytest.raises(ConfigError, match="takes a Model or layer matrices"):
+        ja.spectrum({"a": 1})
+
+
+def test_run_study_called_like_another_study(tmp_path):
+    with pytest.raises(ConfigError, match=r"jaxattn.studies.clusters.run_study\(out_dir"):
+        ja.run_study(tmp_path / "x", "clusters")
+    with pytest.raises(ConfigError, match="takes a Model first"):
+        ja.run_study(str(tmp_path / "x"), tmp_path / "y")
+    m = ja.random_model(jax.random.key(0), 4, 1, 1)
+    with pytest.raises(ConfigError, match="must be a StudyConfig"):
+        ja.run_study(m, tmp_path / "x", {"num_init": 4})
+    assert not (tmp_path / "x").exists()
+
+
+def test_exhaustive_stability_too_large_is_refused_with_its_size(tmp_path, capsys):
+    assert main(["stability", "--tokens", "30", "--exhaustive-max", "30", "--out", str(tmp_path / "s")]) == 2
+    err = _err(capsys)
+    assert "536,870,912 sign patterns" in err and "GiB" in err
+    assert main(["stability", "--basin-n", "25", "--exhaustive-max", "30", "--out", str(tmp_path / "s")]) == 2
+    assert "basin_n = 25" in _err(capsys)
+    assert not (tmp_path / "s").exists()
+
+
+# ------------------------------------------------------------------ Ctrl-C
+def test_ctrl_c_exits_130_not_a_segfault(tmp_path):
+    """SIGINT while the clusters study is solving: the interrupted line, exit 130 (was 139, a segfault while
+    the interpreter was finalised under XLA's running threads), nothing left behind."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = str(ROOT)
+    out = tmp_path / "c"
+    p = subprocess.Popen([sys.executable, "-m", "jaxattn.cli", "clusters", "--out", str(out), "--no-figures",
+                          "--progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=tmp_path)
+    assert p.stderr is not None
+    first = p.stderr.readline()  # the first stage has started: a solve is running
+    assert first.startswith("[clusters]"), first
+    import time
+
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == 130, err
+    assert "jaxattn: interrupted" in err
+    assert not out.exists()
+
+
+# ------------------------------------------------------------------ replaying a run's config.json
+TINY_ANALYZE = ["--num-init", "4", "--n", "3", "--chunk", "4", "--no-shared", "--steer-target", "0", "--no-progress"]
+
+
+def _config(out: Path) -> dict:
+    return json.loads((out / "config.json").read_text())
+
+
+def test_analyze_config_json_replays(tmp_path):
+    """Lists (gammas) were refused ("gammas must be str"), and the random model's dimensions were lost: the
+    replayed options are the run's own and name the same weights."""
+    from jaxattn.cli import _resolve, build_parser, load_model_arg
+    from jaxattn.io.results import weights_sha256
+
+    a = tmp_path / "a"
+    assert main(["analyze", "random", "--d", "8", "--heads", "2", "--depth", "2", "--mask", "causal", "--gammas", "0,2",
+                 *TINY_ANALYZE, "--no-figures", "--out", str(a)]) == 0
+    args = build_parser().parse_args(["analyze", "--config", str(a / "config.json"), "--out", str(tmp_path / "b")])
+    cfg = _resolve(args, args.defaults)
+    assert {k: cfg[k] for k in ("model", "d", "heads", "depth", "shared", "mask", "gammas", "num_init")} == dict(
+        model="random", d=8, heads=2, depth=2, shared=False, mask="causal", gammas="0.0,2.0", num_init=4)
+    assert weights_sha256(load_model_arg(cfg["model"], cfg)) == _config(a)["weights_sha256"]
+
+
+def test_simulate_config_json_of_a_converted_model_replays(tmp_path, gpt2_file):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["simulate", "--model", str(gpt2_file), "--num-init", "4", "--n", "3", "--no-progress",
+                 "--out", str(a)]) == 0
+    assert main(["simulate", "--config", str(a / "config.json"), "--out", str(b)]) == 0
+    assert _config(b)["config"]["weights_sha256"] == _config(a)["config"]["weights_sha256"]
+
+
+def test_lists_in_a_config_file_are_accepted(tmp_path, capsys):
+    cfg = tmp_path / "s.toml"
+    cfg.write_text('tokens = [3, 4]\nmodels = 1\ntime = "discrete"\n')
+    from jaxattn.cli import _resolve, build_parser
+
+    args = build_parser().parse_args(["stability", "--config", str(cfg)])
+    assert _resolve(args, args.defaults)["tokens"] == "3,4"
+    cfg.write_text("tokens = [3, true]\n")
+    assert main(["stability", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
+    assert "tokens must be str" in _err(capsys)
+
+
+# ------------------------------------------------------------------ errors in the user's words
+def test_solve_errors_name_the_flags(tmp_path, capsys):
+    for argv, flag in ((["--t1", "-1"], "--t1: must be > 0"), (["--rescaled"], "--rescaled needs --space 'flat'"),
+                       (["--d", "10", "--heads", "3"], "--d 10 is not"), (["--num-init", "0"], "--num-init:")):
+        assert main(["solve", *argv, "--out", str(tmp_path / "s")]) == 2
+        err = _err(capsys)
+        assert flag in err and "dynamics." not in err and "model." not in err, err
+    assert not (tmp_path / "s").exists()
+
+
+def test_consensus_refuses_a_negative_seed(tmp_path, capsys):
+    assert main(["consensus", "--seed", "-1", "--out", str(tmp_path / "c")]) == 2
+    assert "seed must be an integer >= 0" in _err(capsys)
+    from jaxattn.studies.power_method import StudyConfig
+
+    with pytest.raises(ConfigError, match="seed must be an integer"):  # analyze: before the spectra, not after
+        StudyConfig(seed=-1).check()
+
+
+def test_convert_errors_name_the_users_paths(tmp_path, capsys, gpt2_file):
+    folder = str(Path(gpt2_file).parent)
+    assert main(["convert", folder, "--out", str(tmp_path)]) == 2
+    err = _err(capsys)
+    assert f"--out {tmp_path} is a directory" in err and ".tmp" not in err
+    (tmp_path / "f").write_text("")
+    assert main(["convert", folder, "--out", str(tmp_path / "f" / "m.safetensors")]) == 2
+    assert "is a file, not a directory" in _err(capsys)
+
+
+# ------------------------------------------------------------------ reports agree with themselves
+def test_clusters_summary_line_reports_the_reports_clusters(tmp_path, monkeypatch, capsys):
+    """The count lines printed "clusters" for the tolerance-free mean; the report's "clusters (mean)" column is the
+    count within --tol."""
+    import jaxattn.studies.clusters as study
+
+    row = {"n": 10, "d": 2, "beta": 1.0, "clusters_mean": 2.5, "gap_clusters_mean": 3.25, "hull_vertices_mean": 5.0}
+    monkeypatch.setattr(study, "run_study", lambda out, cfg, progress=None: {"pictures": [], "counts": [row]})
+    assert main(["clusters", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "clusters 2.500 (tolerance-free 3.250" in line, line
+
+
+def _table_widths(report: str) -> list[tuple[str, int, int]]:
+    """``(row, cells, header cells)`` for every row of every Markdown table (an escaped ``\\|`` is no border)."""
+    out, header = [], 0
+    for line in report.splitlines():
+        if not line.startswith("|"):
+            header = 0
+            continue
+        cells = len(re.split(r"(?<!\\)\|", line)) - 2
+        header = header or cells
+        out.append((line, cells, header))
+    return out
+
+
+def test_stability_report_tables_keep_their_columns(tmp_path):
+    out = tmp_path / "s"
+    assert main(["stability", "--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3", "--steps", "10",
+                 "--perturb-num", "2", "--search", "2", "--time", "discrete", "--no-figures", "--no-progress",
+                 "--out", str(out)]) == 0
+    rows = _table_widths((out / "report.md").read_text())
+    assert len(rows) > 8
+    bad = [r for r, n, h in rows if n != h]
+    assert not bad, bad
+
+
+def test_figures_number_the_steps_as_the_tables(tmp_path, monkeypatch):
+    """The per-layer figures put layer k at 1..L while layers.csv and the report say step 0..L-1."""
+    import matplotlib.axes
+
+    seen = []
+    real = matplotlib.axes.Axes.set
+
+    def spy(self, **kw):
+        if "xlabel" in kw:
+            seen.append((kw["xlabel"], [np.asarray(ln.get_xdata()).tolist() for ln in self.get_lines()]))
+        return real(self, **kw)
+
+    monkeypatch.setattr(matplotlib.axes.Axes, "set", spy)
+    out = tmp_path / "a"
+    argv = ["analyze", "random", "--d", "8", "--heads", "2", "--depth", "3", *TINY_ANALYZE, "--out", str(out)]
+    assert main(argv) == 0
+    steps = [int(line.split(",")[1]) for line in (out / "layers.csv").read_text().splitlines()[1:]]
+    assert steps == [0, 1, 2]
+    per_layer = [(label, xs) for label, xs in seen if any(len(x) == len(steps) for x in xs)]
+    assert len(per_layer) >= 4
+    for label, xs in per_layer:
+        assert label.startswith("step") and all(x == steps for x in xs if len(x) == len(steps)), (label, xs)
