@@ -335,6 +335,15 @@ def _model_of(p: dict, cache: dict):
     return cache[spec]
 
 
+def _rows(chunk: int, num_init: int, lanes: int | None, devices) -> int:
+    """Conditions computed per chunk of a point: the chunk, or fewer when the whole point is smaller,
+    rounded up to whole blocks of the runner (``lanes`` per device)."""
+    from jaxattn.dynamics.runner import lanes_for
+
+    width = lanes_for(num_init, lanes) * max(1, len(devices))
+    return min(chunk, -(-num_init // width) * width)
+
+
 def _run_chunk(p: dict, model, X0, devices, lanes):
     from jaxattn.dynamics.continuous import solve
     from jaxattn.dynamics.discrete import Dynamics, simulate
@@ -506,9 +515,11 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
             if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
                 bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
                 replicated[key] = replicate(bare, mesh_of(devices))
-            # every chunk has the full chunk shape (the last one padded): one compiled program
-            X0 = init_tokens(jax.random.key(p["seed"]), chunk, p["init.n"], m.d_model, kind=p["init.kind"],
-                             start=start, dtype=dtype)
+            # every chunk of a point has one shape (the last one padded): one compiled program. A point with
+            # fewer conditions than a chunk is padded only to the runner's block width, not to the chunk (a
+            # solve of 8 conditions integrated 4096); the blocks, hence the numbers, are the same either way
+            X0 = init_tokens(jax.random.key(p["seed"]), _rows(chunk, p["num_init"], lanes, devices), p["init.n"],
+                             m.d_model, kind=p["init.kind"], start=start, dtype=dtype)
             res = _run_chunk(p, replicated[key], X0, devices, lanes)
             arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
             if p["keep_final"]:
