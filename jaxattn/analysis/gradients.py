@@ -210,12 +210,13 @@ def gradient_steer(model: Model, u, X0, target: float = 0.99, *, block: int = -1
     X0 = jnp.asarray(X0)
     entering = entering_states(model, X0, block=b, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype)
     tail = unshared(_bare(model).replace(schedule=model.schedule[b:]))  # block b is set 0 of the tail
-    o0 = jnp.asarray(tail.layers.o[0])
+    o_all = jnp.asarray(tail.layers.o)  # converted models hold NumPy arrays
+    o0 = o_all[0]
     ftype = o0.dtype if dtype is None else jnp.dtype(dtype)
     uj = jnp.asarray(u_np, ftype)
 
     def per_token(delta):
-        m = tail.replace(layers=tail.layers.replace(o=tail.layers.o.at[0].add(delta.astype(tail.layers.o.dtype))))
+        m = tail.replace(layers=tail.layers.replace(o=o_all.at[0].add(delta.astype(o_all.dtype))))
         fin = simulate(m, entering, tail.depth, dynamics=dynamics, alpha=alpha, beta=beta, save="last",
                        dtype=dtype).final
         return final_alignment(fin, uj.astype(fin.dtype))
