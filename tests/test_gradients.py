@@ -129,3 +129,28 @@ def test_beta_grid_matches_sweep_grid(tmp_path):
         np.testing.assert_allclose(res.final[i], arr["final"], rtol=1e-14, atol=1e-14)
     with pytest.raises(ja.ConfigError, match="betas"):
         ja.beta_grid(model, X0, [])
+
+
+def test_analyze_reports_which_layer_matters(tmp_path):
+    """run_study writes sensitivity.csv (the rows of layer_sensitivity on the study's conditions), the figure
+    and a report section whose numbers come from the table; R is the main run's last ρ1."""
+    import csv
+
+    model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+    cfg = ja.StudyConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0, progress=False, dtype="float64")
+    tables = ja.run_study(model, tmp_path, cfg)
+    rows = list(csv.DictReader((tmp_path / "sensitivity.csv").open()))
+    X0 = ja.init_tokens(jax.random.key(0), 16, 3, 8, kind="gaussian", dtype=jnp.float64)
+    want = ja.layer_sensitivity(model, X0, dtype=jnp.float64)
+    assert [int(r["block"]) for r in rows] == [0, 1, 2]
+    for r, w in zip(rows, want, strict=True):
+        assert float(r["dR_dlogF"]) == pytest.approx(w["dR_dlogF"], rel=1e-8, abs=1e-12)  # the CSV's 9 digits
+    assert tables["sensitivity"][0]["R"] == pytest.approx(tables["main"][-1]["rho1"], abs=1e-12)
+    report = (tmp_path / "report.md").read_text()
+    assert "## Which layer matters (gradients)" in report and "`sensitivity.csv`" in report
+    for r in want:
+        assert f"| {r['block']} | {r['weight_set']} | {r['dR_dlogF']:+.4g} |" in report
+    assert (tmp_path / "sensitivity.png").read_bytes()[:4] == b"\x89PNG"
+    off = ja.run_study(model, tmp_path / "off", ja.StudyConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0,
+                                                                progress=False, figures=False, sensitivity=False))
+    assert "sensitivity" not in off and not (tmp_path / "off" / "sensitivity.csv").exists()

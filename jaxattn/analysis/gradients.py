@@ -371,7 +371,7 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
     f = batch_observable(model, X0, steps, observable, dynamics=dynamics, alpha=alpha, batch_size=batch_size,
                          dtype=dtype)
     ftype = jnp.asarray(X0).dtype if dtype is None else jnp.dtype(dtype)
-    sol = optx.root_find(lambda y, _: f(jnp.exp(y)) - level, optx.Newton(rtol=rtol, atol=atol),
+    sol: Any = optx.root_find(lambda y, _: f(jnp.exp(y)) - level, optx.Newton(rtol=rtol, atol=atol),
                          jnp.asarray(math.log(beta0), ftype), max_steps=max_steps, throw=False)
     beta = float(jnp.exp(sol.value))
     value, slope = jax.value_and_grad(f)(jnp.asarray(beta, ftype))
