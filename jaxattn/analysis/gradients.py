@@ -343,26 +343,28 @@ def batch_observable(model: Model, X0, steps: int | None = None, observable: str
 
 def critical_beta(model: Model, X0, level: float, *, observable: str | Callable = "cos_consensus",
                   steps: int | None = None, beta0: float = 1.0, dynamics: Dynamics = D1, alpha=1.0,
-                  rtol: float = 1e-8, atol: float = 1e-10, max_steps: int = 50, batch_size: int | None = None,
+                  rtol: float | None = None, atol: float | None = None, max_steps: int = 50,
+                  batch_size: int | None = None,
                   dtype=None) -> CriticalBeta:
     """The inverse temperature β at which the batch mean of ``observable`` after ``steps`` blocks from
     ``X0`` equals ``level``, by Newton's method (``optimistix.Newton``; derivatives by forward-mode
     differentiation through the whole simulation) from ``beta0``.
 
     Newton runs in ``log β`` (β stays positive; the observables vary on a log scale of β); ``rtol``
-    and ``atol`` are optimistix's tolerances on ``log β``. Newton converges to a crossing near
-    ``beta0`` — quadratically, in a handful of simulations — or fails (``success`` False) when the
-    level is not crossed nearby; with several crossings, the one found depends on ``beta0``.
+    and ``atol`` are optimistix's tolerances on ``log β`` (default 1e-10 in float64, 1e-5 in float32).
+    Newton converges to a crossing near ``beta0`` — quadratically, in a handful of simulations — or
+    fails (``success`` False) when the level is not crossed nearby; with several crossings, the one
+    found depends on ``beta0``. A coarse :func:`beta_grid` is a cheap way to find a start.
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
-        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=6)
-        >>> X0 = ja.init_tokens(jax.random.key(1), 32, 5, 8)
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
+        >>> X0 = ja.init_tokens(jax.random.key(1), 64, 5, 8)
         >>> f = ja.batch_observable(model, X0)                   # β -> mean final cos_consensus
-        >>> level = float(0.5 * (f(0.5) + f(4.0)))
-        >>> c = ja.critical_beta(model, X0, level, beta0=1.0)
-        >>> c.success, bool(np.isclose(float(f(c.beta)), level, atol=1e-6))
-        (True, True)
+        >>> level = float(f(10.0))                               # a level crossed at β = 10
+        >>> c = ja.critical_beta(model, X0, level, beta0=15.0)
+        >>> c.success, round(c.beta, 3), c.slope > 0
+        (True, 10.0, True)
     """
     import optimistix as optx
 
@@ -371,6 +373,8 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
     f = batch_observable(model, X0, steps, observable, dynamics=dynamics, alpha=alpha, batch_size=batch_size,
                          dtype=dtype)
     ftype = jnp.asarray(X0).dtype if dtype is None else jnp.dtype(dtype)
+    tol = 1e-10 if ftype == jnp.float64 else 1e-5
+    rtol, atol = tol if rtol is None else rtol, tol if atol is None else atol
     sol: Any = optx.root_find(lambda y, _: f(jnp.exp(y)) - level, optx.Newton(rtol=rtol, atol=atol),
                          jnp.asarray(math.log(beta0), ftype), max_steps=max_steps, throw=False)
     beta = float(jnp.exp(sol.value))
