@@ -154,3 +154,12 @@ def test_analyze_reports_which_layer_matters(tmp_path):
     off = ja.run_study(model, tmp_path / "off", ja.StudyConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0,
                                                                 progress=False, figures=False, sensitivity=False))
     assert "sensitivity" not in off and not (tmp_path / "off" / "sensitivity.csv").exists()
+
+
+def test_critical_beta_that_diverges_fails_cleanly():
+    """From this start Newton steps off a plateau by many decades; it ends as success=False with β clipped to
+    e^30, not as a 'beta must be finite' error from inside the simulation."""
+    model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=6, dtype=jnp.float64)
+    X0 = ja.init_tokens(jax.random.key(1), 16, 5, 8, dtype=jnp.float64)
+    c = ja.critical_beta(model, X0, 0.1, beta0=10.0)
+    assert not c.success and np.isfinite(c.beta) and c.beta <= np.exp(30.0) * (1 + 1e-12)

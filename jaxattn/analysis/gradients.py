@@ -309,6 +309,9 @@ OBSERVABLES: dict[str, Callable] = {"cos_consensus": metrics.cos_consensus, "dia
                                     "mean_distance": metrics.mean_distance}
 
 
+LOG_BETA_MAX = 30.0  # critical_beta searches β in [e^-30, e^30]
+
+
 @dataclasses.dataclass
 class CriticalBeta:
     """Result of :func:`critical_beta`."""
@@ -375,9 +378,12 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
     ftype = jnp.asarray(X0).dtype if dtype is None else jnp.dtype(dtype)
     tol = 1e-10 if ftype == jnp.float64 else 1e-5
     rtol, atol = tol if rtol is None else rtol, tol if atol is None else atol
-    sol: Any = optx.root_find(lambda y, _: f(jnp.exp(y)) - level, optx.Newton(rtol=rtol, atol=atol),
-                         jnp.asarray(math.log(beta0), ftype), max_steps=max_steps, throw=False)
-    beta = float(jnp.exp(sol.value))
+    # a step off a plateau can overshoot by many decades: clip log β so that it ends as a failed solve
+    # (success False) rather than as a non-finite β inside the simulation
+    sol: Any = optx.root_find(lambda y, _: f(jnp.exp(jnp.clip(y, -LOG_BETA_MAX, LOG_BETA_MAX))) - level,
+                              optx.Newton(rtol=rtol, atol=atol),
+                              jnp.asarray(math.log(beta0), ftype), max_steps=max_steps, throw=False)
+    beta = float(jnp.exp(jnp.clip(sol.value, -LOG_BETA_MAX, LOG_BETA_MAX)))
     value, slope = jax.value_and_grad(f)(jnp.asarray(beta, ftype))
     return CriticalBeta(beta=beta, value=float(value), slope=float(slope), level=float(level),
                         steps=int(sol.stats["num_steps"]), success=bool(sol.result == optx.RESULTS.successful))
