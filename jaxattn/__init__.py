@@ -13,6 +13,16 @@ Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :f
 from importlib import metadata as _metadata
 
 from jaxattn.analysis import clusters, metrics, observables, stability
+from jaxattn.analysis.gradients import (
+    CriticalBeta,
+    GradientSteer,
+    batch_observable,
+    beta_grid,
+    critical_beta,
+    gradient_steer,
+    layer_sensitivity,
+    unshared,
+)
 from jaxattn.analysis.metrics import consensus_observables
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
@@ -76,9 +86,11 @@ __all__ = [
     "ConfigError",
     "ConsensusConfig",
     "Context",
+    "CriticalBeta",
     "Dynamics",
     "Embeddings",
     "Flow",
+    "GradientSteer",
     "JaxattnError",
     "Layers",
     "Model",
@@ -95,20 +107,25 @@ __all__ = [
     "alignment_tables",
     "allowed",
     "attend",
+    "batch_observable",
+    "beta_grid",
     "block",
     "builtin_path",
     "clusters",
     "consensus_observables",
     "convert",
+    "critical_beta",
     "cumulative_products",
     "embed",
     "forward",
     "from_heads",
     "geometry",
+    "gradient_steer",
     "hidden_states",
     "init_tokens",
     "layer_index",
     "layer_matrices",
+    "layer_sensitivity",
     "load",
     "load_any",
     "lyapunov_exponents",
@@ -135,6 +152,7 @@ __all__ = [
     "sweep",
     "sweep_grid",
     "symmetric_with_spectrum",
+    "unshared",
     "validate",
     "velocity",
 ]

@@ -417,6 +417,9 @@ def _add_analyze(sub):
                                                       f"0: no search [{d['steer_target']}]")
     p.add_argument("--ffn-study", action=argparse.BooleanOptionalAction, default=None,
                    help=f"also run with FFN and affine LayerNorm (models that have them) [{d['ffn_study']}]")
+    p.add_argument("--sensitivity", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"also report which layer matters: d(mean ρ1)/d(log F_k) for every block, by jax.grad "
+                        f"[{d['sensitivity']}]")
     p.add_argument("--rope", choices=["none", "model", "on"],
                    help=f"D1's positions: 'none' position-free (the plain reading), 'model' the model's own RoPE, "
                         f"'on' the model's or the standard RoPE (θ = 10⁴) [{d['rope']}]")
@@ -455,7 +458,8 @@ def cmd_analyze(args, cfg) -> int:
     study = StudyConfig(num_init=cfg["num_init"], n=cfg["n"], seed=cfg["seed"], init=cfg["init"], alpha=cfg["alpha"],
                         beta=cfg["beta"], order=cfg["order"], prolong=cfg["prolong"], gammas=gammas,
                         steer_target=cfg["steer_target"],
-                        ffn_study=cfg["ffn_study"], dtype=cfg["dtype"], matmul_precision=cfg["matmul_precision"],
+                        ffn_study=cfg["ffn_study"], sensitivity=cfg["sensitivity"], dtype=cfg["dtype"],
+                        matmul_precision=cfg["matmul_precision"],
                         chunk=cfg["chunk"], progress=cfg["progress"],
                         figures=cfg["figures"], rope=cfg["rope"])
     study.check()

@@ -95,6 +95,22 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     paths.append(_save(fig, out / "alignment_hist.png"))
     plt.close(fig)
 
+    # which layer matters: d(mean ρ1)/d log F_k per block
+    if tables.get("sensitivity"):
+        rows = tables["sensitivity"]
+        fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
+        k = np.array([r["block"] for r in rows])
+        ax[0].bar(k, [r["dR_dlogF"] for r in rows], color="C3")
+        ax[0].axhline(0, color="k", lw=0.6)
+        ax[0].set(xlabel="block k", ylabel="dR / d log F_k", title="R = mean ρ1 after the last block")
+        ax[1].plot(k, [r["grad_O"] for r in rows], "o-", label="‖∂R/∂O_k‖")
+        ax[1].plot(k, [r["grad_V"] for r in rows], "s--", label="‖∂R/∂V_k‖")
+        ax[1].plot(k, [r["grad_Q"] for r in rows], "^:", label="‖∂R/∂Q_k‖")
+        ax[1].set(xlabel="block k", ylabel="gradient norm (v1 fixed)", yscale="log")
+        ax[1].legend(fontsize=8)
+        paths.append(_save(fig, out / "sensitivity.png"))
+        plt.close(fig)
+
     # steering: alignment with u against the gain
     fig, ax = plt.subplots(figsize=(6, 4))
     rows = tables["steering"]
