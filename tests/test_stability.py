@@ -165,7 +165,7 @@ def test_refine_returns_to_the_equilibrium():
     noisy /= np.linalg.norm(noisy, axis=-1, keepdims=True)
     assert st.residual(sy, noisy)[0] > 1e-5
     res = st.refine(sy, noisy)
-    assert res.converged and res.residual < 1e-12 and np.abs(res.X - X).max() < 1e-9
+    assert res.converged and res.residual < 1e-11 and np.abs(res.X - X).max() < 1e-9
     # a continuum of equilibria (polygons of D3, mean zero): the SVD step still lands on one
     oja = st.System(m, ja.D3, 0.5)
     P = np.asarray(st.polygon(5, np.eye(d)[:, :2]))

@@ -54,7 +54,8 @@ def _plan(model: Model, g: int, w, host: bool):
     if host:
         lam, _ = eig_sorted(layer_matrices(model)[g])
         # rows of every query head (a GQA value head repeated for each query head that reads it)
-        Vstack = np.repeat(np.asarray(lay.v[g], np.float64), lay.kv_group, axis=0).reshape(H * dh, d)
+        # np.asarray before indexing: indexing a concrete jax array under jit would stage a tracer
+        Vstack = np.repeat(np.asarray(lay.v, np.float64)[g], lay.kv_group, axis=0).reshape(H * dh, d)
         z, *_ = np.linalg.lstsq(Vstack.T, w, rcond=None)  # Vstackᵀ z = w  <=>  zᵀ Vstack = wᵀ
         return float(np.abs(lam[0])), z, float(np.linalg.norm(Vstack.T @ z - w))
     v, o = jnp.repeat(jnp.asarray(lay.v[g]), lay.kv_group, axis=0), jnp.asarray(lay.o[g])
@@ -114,7 +115,7 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
     beta = gamma * lam1
     H, dh = lay.n_heads, lay.d_head
     delta = (beta * jnp.outer(u, z) if traced((beta, u, z)) else beta * np.outer(u, z))  # [d, d]
-    o_g = (np.asarray(lay.o[g], np.float64) if not traced((delta, lay.o)) else jnp.asarray(lay.o[g]))
+    o_g = (np.asarray(lay.o, np.float64)[g] if not traced((delta, lay.o)) else jnp.asarray(lay.o)[g])
     o_new = (o_g + delta.reshape(d, H, dh).transpose(1, 0, 2)).astype(lay.o.dtype)
     shared_use = sum(1 for s in model.schedule if s == g) > 1
     if shared_use:  # a new weight set for the steered block alone

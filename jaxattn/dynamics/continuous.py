@@ -81,6 +81,27 @@ def _solver(solver):
     raise ConfigError(f"solver must be one of {', '.join(SOLVERS)} or a diffrax solver, got {solver!r}")
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Static:
+    """A static option that may not be hashable (diffrax's ``BacksolveAdjoint`` holds a dict): compared and
+    hashed by value where it can be, else by identity (a new object then compiles anew)."""
+
+    value: Any
+
+    def _key(self):
+        try:
+            hash(self.value)
+            return ("value", self.value)
+        except TypeError:
+            return ("id", id(self.value))
+
+    def __hash__(self):
+        return hash(self._key())
+
+    def __eq__(self, other):
+        return isinstance(other, _Static) and (self.value is other.value or self._key() == other._key())
+
+
 @dataclasses.dataclass(frozen=True)
 class _FlowProgram:
     """One initial condition through ``diffeqsolve`` (see :mod:`jaxattn.dynamics.runner`).
@@ -99,46 +120,57 @@ class _FlowProgram:
     trajectory: bool
     max_steps: int
     weights_fn: Callable | None
-    adjoint: Any = None  # how reverse-mode autodiff goes through the solve (a diffrax adjoint)
-    controller: Any = None  # a diffrax step-size controller replacing the PID built from rtol/atol
+    adjoint: Any = None  # _Static(a diffrax adjoint): how reverse-mode autodiff goes through the solve
+    controller: Any = None  # _Static(a diffrax step-size controller) replacing the PID built from rtol/atol
 
     def __call__(self, X0, p):
         model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets = p
-        geom = Geometry(self.flow.space, S)
-
         def segment(y0, a, b, lw_at, save_ts):
+            # what the field differentiates with respect to goes through diffrax's args, not a closure: the
+            # continuous adjoint (BacksolveAdjoint) differentiates args only
             def vf(t, y, args):
-                return field(t, y, lw_at(t), self.flow, beta, geom)
+                m, beta_, S_ = args
+                return field(t, y, lw_at(t, m), self.flow, beta_, Geometry(self.flow.space, S_))
 
             def save(t, y, args):
-                ctx = Context(aux, lambda: attention_at(t, y, lw_at(t), self.flow, beta))
+                ctx = Context(aux, lambda: attention_at(t, y, lw_at(t, model), self.flow, beta))
                 return self.observe(t, y, ctx), (y if self.trajectory else None)
 
             controller: diffrax.AbstractStepSizeController
             if self.controller is not None:  # the user's own controller (its dt0 from dt, or chosen by it)
-                controller, dt0 = self.controller, dt
+                controller, dt0 = self.controller.value, dt
             elif self.adaptive:
                 controller, dt0 = diffrax.PIDController(rtol=rtol, atol=atol), None
             else:
                 controller, dt0 = diffrax.ConstantStepSize(), dt
+            adjoint = self.adjoint.value
+            if isinstance(adjoint, diffrax.BacksolveAdjoint):
+                # the continuous adjoint takes neither SaveAt(fn=...) nor subs: save the states at the saved
+                # times and at b, and evaluate the observables on them afterwards
+                times = jnp.concatenate([save_ts, jnp.reshape(b, (1,)).astype(save_ts.dtype)])
+                sol = diffrax.diffeqsolve(diffrax.ODETerm(vf), self.solver, a, b, dt0, y0,
+                                          saveat=diffrax.SaveAt(ts=times), stepsize_controller=controller,
+                                          args=(model, beta, S), max_steps=self.max_steps, throw=False,
+                                          adjoint=adjoint)
+                obs, traj = jax.vmap(lambda t, y: save(t, y, None))(times[:-1], sol.ys[:-1])
+                return obs, traj, sol.ys[-1], result_code(sol.result), sol.stats["num_steps"].astype(jnp.int32)
             saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_ts, fn=save), diffrax.SubSaveAt(t1=True)])
             sol = diffrax.diffeqsolve(diffrax.ODETerm(vf), self.solver, a, b, dt0, y0, saveat=saveat,
                                       stepsize_controller=controller, max_steps=self.max_steps, throw=False,
-                                      adjoint=self.adjoint)
+                                      adjoint=adjoint, args=(model, beta, S))
             (obs, traj), final = sol.ys
             return obs, traj, final[0], result_code(sol.result), sol.stats["num_steps"].astype(jnp.int32)
 
         if not self.layered:
-            lw_at = lambda t: weights_at(model, t, 1.0, self.weights_fn)
+            lw_at = lambda t, m: weights_at(m, t, 1.0, self.weights_fn)
             return segment(X0, t0, t1, lw_at, ts)
 
         def body(carry, seg):
             a, b, g = seg
-            lw = model.layers.take(g)
 
             def run_segment(c):
                 y, obs, traj, res, nsteps = c
-                o, tr, yb, r, ns = segment(y, a, b, lambda t: lw, jnp.clip(ts, a, b))
+                o, tr, yb, r, ns = segment(y, a, b, lambda t, m: m.layers.take(g), jnp.clip(ts, a, b))
                 mine = (ts >= a) & ((ts < b) | (b == t1))  # the saved times this interval owns
                 pick = lambda new, old: jnp.where(mine.reshape(mine.shape + (1,) * (new.ndim - 1)), new, old)
                 obs = jax.tree_util.tree_map(pick, o, obs)
@@ -147,7 +179,7 @@ class _FlowProgram:
 
             return jax.lax.cond(a < b, run_segment, lambda c: c, carry), None
 
-        shapes = jax.eval_shape(lambda: segment(X0, t0, t1, lambda t: model.layers.take(0), ts)[:2])
+        shapes = jax.eval_shape(lambda: segment(X0, t0, t1, lambda t, m: m.layers.take(0), ts)[:2])
         zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         init = (X0, zeros[0], zeros[1], jnp.int32(0), jnp.int32(0))
         (final, obs, traj, res, nsteps), _ = jax.lax.scan(body, init, (bounds[:-1], bounds[1:], sets))
@@ -278,8 +310,8 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
     program = _FlowProgram(flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
                            observe=observe or consensus_observables, trajectory=bool(trajectory),
                            max_steps=int(max_steps), weights_fn=weights_fn,
-                           adjoint=diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint,
-                           controller=stepsize_controller)
+                           adjoint=_Static(diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint),
+                           controller=None if stepsize_controller is None else _Static(stepsize_controller))
     as_ = lambda v: None if v is None else jnp.asarray(v, dtype)
     params = (model, as_(beta), as_(S), cast_floats(aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol), as_(atol),
               as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))

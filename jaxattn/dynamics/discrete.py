@@ -402,8 +402,10 @@ def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha
     if X0.ndim != 2 or X0.shape[-1] != model.d_model:
         raise ConfigError(f"X0 must be one configuration [n, {model.d_model}], got shape {tuple(X0.shape)} "
                           "(simulate runs batches)")
-    check_dynamics(model, dynamics, S)
+    S = check_dynamics(model, dynamics, S)
     saved_steps(check_steps(steps), save)  # validates save
+    # the state carries the weights' precision (float32 tokens through a float64 model run in float64)
+    X0 = X0.astype(jnp.promote_types(X0.dtype, jnp.asarray(model.layers.q).dtype))
     obs, final, traj = _evolve(X0, model, alpha, beta, S, aux, start, dyn=dynamics, steps=int(steps),
                                every=_every(save), observe=observe or consensus_observables,
                                trajectory=bool(trajectory), pass_norm=bool(pass_norm))
