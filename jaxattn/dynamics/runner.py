@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.errors import ConfigError, positive_int
+from jaxattn.model.sampling import float_dtype
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
 #: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
@@ -248,15 +249,7 @@ DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float
 def dtype_of(dtype) -> jnp.dtype | None:
     """``dtype`` (a name such as ``'float64'``, a NumPy or JAX dtype, or ``None``) as a floating dtype,
     refused with one line otherwise (an integer dtype would silently run in float32)."""
-    if dtype is None:
-        return None
-    try:
-        dt = jnp.dtype(dtype)
-    except TypeError:
-        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)} or a floating dtype, got {dtype!r}") from None
-    if not jnp.issubdtype(dt, jnp.floating):
-        raise ConfigError(f"dtype must be a floating dtype ({', '.join(DTYPES)}), got {dtype!r}")
-    return dt
+    return None if dtype is None else float_dtype(dtype)
 
 
 def resolve_dtype(dtype, X0) -> jnp.dtype:
