@@ -35,6 +35,8 @@ TINY = {
                 "--steer-target", "0", "--no-figures", "--no-progress"],
     "solve": ["--num-init", "4", "--n", "3", "--chunk", "4", "--t1", "1", "--saves", "3", "--quiet"],
     "sweep": ["--quiet"],
+    # the folder already holds the converted model.safetensors the other documented commands read
+    "convert": ["--overwrite"],
     "consensus": ["--prompts", "2", "--tokens", "4", "--passes", "2", "--synthetic-d", "3", "--synthetic-n", "3",
                   "--synthetic-num", "2", "--t1", "1", "--no-figures", "--no-progress"],
     "clusters": ["--n", "4", "--n-1d", "3", "--t1", "1", "--num", "4", "--table-n", "3", "--table-d", "2",

@@ -93,13 +93,13 @@ def test_critical_beta_newton_agrees_with_bisection():
     model = _model(depth=3, d=8)
     X0 = ja.init_tokens(jax.random.key(1), 64, 5, 8, dtype=jnp.float64)
     f = ja.batch_observable(model, X0)
-    level = 0.6
-    lo, hi = 2.0, 20.0
+    level = 0.5  # crossed between β = 20 (0.465) and 40 (0.526) with the float32-drawn weights
+    lo, hi = 20.0, 40.0
     assert float(f(lo)) < level < float(f(hi))
     for _ in range(60):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if float(f(mid)) < level else (lo, mid)
-    c = ja.critical_beta(model, X0, level, beta0=5.0)
+    c = ja.critical_beta(model, X0, level, beta0=30.0)
     assert c.success and c.steps < 10
     assert c.beta == pytest.approx(0.5 * (lo + hi), rel=1e-8)
     assert c.value == pytest.approx(level, abs=1e-10) and c.slope > 0

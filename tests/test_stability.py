@@ -12,6 +12,7 @@ from scipy.optimize import linear_sum_assignment
 import jaxattn as ja
 from jaxattn.analysis import stability as st
 from jaxattn.cli import main
+from jaxattn.studies.skeleton import md_cell
 
 
 def _csv_rows(path) -> list[dict]:
@@ -173,7 +174,7 @@ def test_refine_returns_to_the_equilibrium():
     noisy = P + 1e-3 * np.random.default_rng(2).normal(size=P.shape)
     noisy /= np.linalg.norm(noisy, axis=-1, keepdims=True)
     res = st.refine(oja, noisy)
-    assert res.converged and res.residual < 1e-12
+    assert res.converged and res.residual < 1e-11  # 1.36e-12 seen (also on 0acc6a6)
     assert st.classify(oja, res.X[None])[0].kind == "polygonal"
 
 
@@ -259,7 +260,7 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     perturbation = _csv_rows(out / "perturbation.csv")
     assert int(perturbation[0]["returned"]) == int(perturbation[0]["total"])  # a small perturbation returns
     for r in basins:
-        assert f"| {r['time']} | {r['end']} | {r['count']} |" in report
+        assert f"| {r['time']} | {md_cell(r['end'])} | {r['count']} |" in report  # '|' escaped in a cell
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["command"] == "stability" and cfg["config"]["models"] == 3 and "versions" in cfg
 
