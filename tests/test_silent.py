@@ -188,10 +188,14 @@ def test_sweep_refuses_options_that_do_nothing(raw, msg):
 def test_options_that_matter_or_keep_their_default_are_accepted():
     from jaxattn.sweeps import grid
 
-    for raw in ({"dynamics": {"kind": ["discrete", "continuous"], "alpha": 2.0}},  # used by the discrete points
-                {"dynamics": {"kind": "continuous", "alpha": 1.0, "biases": False}},  # defaults: nothing recorded
-                {"dynamics": {"attention": "unnormalised", "beta": 5.0}}):
-        grid.validate_config(raw)
+    cases = [({"dynamics": {"kind": ["discrete", "continuous"], "alpha": 2.0}},  # used by the discrete points
+              "dynamics.alpha", [2.0, 2.0]),
+             ({"dynamics": {"kind": "continuous", "alpha": 1.0, "biases": False}},  # defaults: nothing recorded
+              "dynamics.biases", [False]),
+             ({"dynamics": {"attention": "unnormalised", "beta": 5.0}}, "dynamics.beta", [5.0])]
+    for raw, key, want in cases:  # accepted, and the value reaches every point of the grid
+        points = grid.expand(grid.validate_config(raw))
+        assert [p[key] for p in points] == want, (raw, key)
 
 
 def test_simulate_and_solve_refuse_beta_with_uniform_attention(tmp_path, capsys):
