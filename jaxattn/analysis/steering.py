@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
+from jaxattn.dynamics.options import Batch
 from jaxattn.dynamics.runner import check_scalar, traced
 from jaxattn.errors import ConfigError
 from jaxattn.model.params import Model, validate
@@ -199,7 +200,7 @@ def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1
     if b == 0:
         return X0
     return simulate(model, X0, b, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
-                    dtype=dtype, precision=precision).final
+                    dtype=dtype, batch=Batch(precision=precision)).final
 
 
 def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
@@ -220,7 +221,7 @@ def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int =
                                    precision=precision)
     tail = ms.replace(schedule=ms.schedule[b:])  # the steered block and those after it
     res = simulate(tail, entering, tail.depth, dynamics=D1 if dynamics is None else dynamics, alpha=alpha,
-                   beta=beta, dtype=dtype, precision=precision)
+                   beta=beta, dtype=dtype, batch=Batch(precision=precision))
     F = np.asarray(res.final, np.float64)
     a = u_n if along is None else _unit(along, model.d_model, "along")
     return np.abs(F @ a) / np.linalg.norm(F, axis=-1), ms, info

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis import clusters as cl
+from jaxattn.dynamics.options import Save
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
 from jaxattn.studies.skeleton import csv_text, write_report
@@ -117,8 +118,9 @@ def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", obser
 
     ts = np.asarray(ts, np.float64)
     flow = Flow(space="flat", rescaled=True, attention=attention)
-    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta, ts=ts, observe=observe or _nothing,
-                 trajectory=trajectory, rtol=rtol, atol=atol, dtype=jnp.float64, max_steps=20_000)
+    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta,
+                 save=Save(ts=ts, observe=observe or _nothing, trajectory=trajectory), rtol=rtol, atol=atol,
+                 dtype=jnp.float64, max_steps=20_000)
 
 
 def _rotated(key, M: np.ndarray) -> np.ndarray:
