@@ -103,10 +103,11 @@ class Batch:
     """How a batch of conditions is computed; no field changes which map or flow is computed.
 
     Attributes:
-        size: conditions per compiled block (the lane width). ``None``: the backend's fixed width
-            (:data:`jaxattn.dynamics.runner.DEFAULT_LANES`), in every driver. The batch is padded to whole
-            blocks, so a condition's numbers do not depend on the batch size or on how a sweep is split,
-            for a given ``size``; memory grows with ``size``, not with the batch.
+        size: conditions per compiled block (the lane width). ``None``, in every driver: a fixed width set by
+            the backend and the size of one condition, never by the batch
+            (:func:`jaxattn.dynamics.runner.default_lanes`). The batch is padded to whole blocks, so a
+            condition's numbers do not depend on the batch size or on how a sweep is split, for a given
+            ``size``; memory grows with ``size``, not with the batch.
         devices: split the batch over these devices (e.g. ``jax.local_devices()``); ``None``: the default
             device (:func:`jaxattn.sweep_grid`, given no ``Batch``, uses every local device).
         precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend, the

@@ -30,7 +30,7 @@ import numpy as np
 
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics, saved_steps
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.dynamics.runner import cast_floats, check_weights, resolve_dtype, run
+from jaxattn.dynamics.runner import cast_floats, check_weights, resolve_dtype, run, working_bytes
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import MASK_DTYPE, Layers, Model, parse_mask, validate
 
@@ -134,13 +134,17 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
     program = lambda steps: _MapProgram(dyn=dynamics, steps=steps, every=1, observe=observe,
                                         trajectory=bool(save.trajectory), pass_norm=bool(final_norm))
     params = lambda m, start: (m, jnp.asarray(1.0, dt), jnp.asarray(1.0, dt), None, aux, jnp.int32(start))
+    hidden = 0 if base.layers.w1 is None else base.layers.w1.shape[1]
+    # what one prompt needs: long prompts run in narrow blocks by default (runner.default_lanes)
+    cost = working_bytes(X.shape[1], model.d_model, model.n_heads, dt, hidden=hidden,
+                         saved=passes * depth + 1 if save.trajectory else 0)
     if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
-        rec, X, traj = run(program(passes * depth), X, params(base, 0), batch=batch)
+        rec, X, traj = run(program(passes * depth), X, params(base, 0), batch=batch, condition_bytes=cost)
     else:
         parts = []
         for p in range(passes):  # new weights before each pass; its first record repeats the pass before's last
             m = redraw_weights(base, jax.random.fold_in(key, p), init_std)
-            obs, X, tr = run(program(depth), X, params(m, p * depth), batch=batch)
+            obs, X, tr = run(program(depth), X, params(m, p * depth), batch=batch, condition_bytes=cost)
             parts.append((obs, tr) if p == 0 else jax.tree_util.tree_map(lambda a: a[:, 1:], (obs, tr)))
         rec, traj = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
     if save.every not in (None, 1):

@@ -9,7 +9,8 @@ equal programs share one compiled executable. The runner owns what both kinds of
   program XLA compiles therefore sees ``[lanes, n, d]`` whatever the batch size, so the numbers of
   condition ``i`` are bit-identical however a sweep is split into chunks (XLA picks different
   kernels for different shapes, which changed float32 results by ~1e-7 when chunks had their own
-  shapes). The default lane width depends only on the backend.
+  shapes). The default lane width depends only on the backend and on the working set of one
+  condition (never on the batch): see :func:`default_lanes`.
 * **dtype** casting of the states and of every floating parameter.
 * **Observables** ``observe(t, X, ctx)``: ``t`` is the step index of a map or the time of a flow,
   ``ctx.aux`` the user's pytree of arrays, ``ctx.attention()`` the attention weights ``[H, n, n]``
@@ -36,6 +37,12 @@ from jaxattn.model.sampling import float_dtype
 #: Conditions per vmapped block by backend (see the module docstring).
 DEFAULT_LANES = {"cpu": 64, "gpu": 8192, "cuda": 8192, "rocm": 8192, "tpu": 8192}
 
+#: Bytes one block of the default lane width may take by backend (the rest: 16 GiB). A fixed budget rather
+#: than the device's memory, so that the default width, hence the numbers, depend only on the backend and
+#: on the size of one condition: a few long prompts (repeated passes of a real model) run in narrow blocks
+#: instead of being padded to thousands of lanes, while small conditions keep the full width.
+LANE_BUDGET = {"cpu": 2**30}
+
 
 class Context(NamedTuple):
     """What an observable ``observe(t, X, ctx)`` receives besides the time and the state."""
@@ -44,18 +51,34 @@ class Context(NamedTuple):
     attention: Callable[[], jax.Array]
 
 
-def default_lanes() -> int:
-    return DEFAULT_LANES.get(jax.default_backend(), 1024)
+def default_lanes(condition_bytes: int | None = None) -> int:
+    """The default lane width (``Batch(size=None)``): :data:`DEFAULT_LANES` of the backend, halved while a
+    block of conditions of ``condition_bytes`` each (:func:`working_bytes`) would exceed :data:`LANE_BUDGET`.
+
+    Examples:
+        >>> import jax
+        >>> from jaxattn.dynamics.runner import default_lanes
+        >>> default_lanes() == default_lanes(1000) if jax.default_backend() == "cpu" else True
+        True
+        >>> default_lanes(2**28) if jax.default_backend() == "cpu" else 4      # 256 MiB per condition
+        4
+    """
+    backend = jax.default_backend()
+    lanes = DEFAULT_LANES.get(backend, 1024)
+    budget = LANE_BUDGET.get(backend, 16 * 2**30)
+    while condition_bytes and lanes > 1 and lanes * condition_bytes > budget:
+        lanes //= 2
+    return lanes
 
 
-def lanes_for(size: int | None) -> int:
-    """The lane width of a :class:`~jaxattn.dynamics.options.Batch` ``size``: the size when given, else the
-    backend default.
+def lanes_for(size: int | None, condition_bytes: int | None = None) -> int:
+    """The lane width of a :class:`~jaxattn.dynamics.options.Batch` ``size``: the size when given, else
+    :func:`default_lanes` for conditions of ``condition_bytes``.
 
     Never clamped to the batch: a batch smaller than the lane width is padded, so a condition's
     numbers do not depend on the size of the batch it was run in.
     """
-    return default_lanes() if size is None else size
+    return default_lanes(condition_bytes) if size is None else size
 
 
 @functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))
@@ -126,12 +149,12 @@ def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), conditio
     """
     xla_precision = check_precision(batch.precision)
     B = X0.shape[0]
-    lanes = lanes_for(batch.size)
+    lanes = lanes_for(batch.size, condition_bytes)
     if condition_bytes is not None and lanes * condition_bytes > memory_limit() // 2:
         need, have = lanes * condition_bytes / 2**30, memory_limit() / 2**30
         raise ConfigError(f"Batch(size={lanes}) runs {lanes} conditions at once, about {need:.3g} GiB for one block "
                           f"(the device has {have:.3g} GiB): give a smaller Batch(size=...) (default "
-                          f"{default_lanes()} on this backend)")
+                          f"{default_lanes(condition_bytes)} here)")
     mesh = mesh_of(batch.devices)
     width = lanes * (1 if mesh is None else mesh.size)
     pad = (-B) % width
