@@ -479,6 +479,10 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
 
     from jaxattn.io.results import device_info, versions
 
+    if batch is not None and (check_batch(batch, "sweep_grid", fused=True).precision,
+                              batch.path) != ("highest", "auto"):
+        raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
+                          "kernel): give Batch(size=..., devices=...) only")
     cfg = validate_config(load_config(config))
     points = expand(cfg)
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
@@ -486,10 +490,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if nproc > 1 and not jax.distributed.is_initialized():
         jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
-    batch = Batch(devices=jax.local_devices()) if batch is None else check_batch(batch, "sweep_grid", fused=True)
-    if (batch.precision, batch.path) != ("highest", "auto"):
-        raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
-                          "kernel): give Batch(size=..., devices=...) only")
+    batch = Batch(devices=jax.local_devices()) if batch is None else batch
     devices = list(batch.devices or jax.local_devices()[:1])
     chunk = cfg[""]["chunk"]
     decisive = {s: {k: v for k, v in keys.items() if k not in ("name",)} for s, keys in cfg.items()}
