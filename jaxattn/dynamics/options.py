@@ -36,7 +36,7 @@ PATHS = ("auto", "fused", "plain")
 
 
 def _every_ok(v) -> bool:
-    return v is None or v == "last" or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1)
+    return bool(v is None or v == "last" or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1))
 
 
 class Save(eqx.Module):
