@@ -207,6 +207,22 @@ def test_smooth_weight_function():
     np.testing.assert_allclose(np.asarray(sol.final), want, atol=1e-8)
 
 
+def test_weight_function_in_another_precision_runs_in_the_tokens_precision():
+    """A float64 ``weights_fn`` with float32 tokens: the weights are cast to the state's precision
+    (it used to fail inside diffrax with a dtype mismatch of the solver's state)."""
+    d, n = 4, 3
+    model = _shared_model(jax.random.key(17), d)
+    lw0 = model.layers.take(0)
+    assert lw0.v.dtype == jnp.float64
+    fn = lambda t: lw0.replace(v=lw0.v * (1 + jnp.sin(t) / 2))
+    X0 = ja.init_tokens(jax.random.key(18), 2, n, d, kind="gaussian", dtype=jnp.float32)
+    flat = ja.Flow(space="flat", attention="uniform")
+    sol = ja.solve(model, X0, 1.0, flow=flat, weights_fn=fn)
+    ref = ja.solve(model, np.asarray(X0, np.float64), 1.0, flow=flat, weights_fn=fn)
+    assert sol.final.dtype == jnp.float32 and np.all(np.asarray(sol.result) == 0)
+    np.testing.assert_allclose(np.asarray(sol.final), np.asarray(ref.final), atol=1e-4)
+
+
 def test_batch_split_does_not_change_results():
     model = ja.random_model(jax.random.key(19), 8, 2, 3, shared=False, mask="causal")
     X0 = ja.init_tokens(jax.random.key(20), 70, 5, 8)  # float32

@@ -83,8 +83,10 @@ def set_index(model: Model, t, layer_time=1.0) -> jax.Array:
 
 def weights_at(model: Model, t, layer_time=1.0, weights_fn: Callable | None = None) -> Layers:
     """The weight set (leading axis removed) in force at time ``t``."""
-    if weights_fn is not None:
-        return weights_fn(t)
+    if weights_fn is not None:  # in the state's precision (t carries it), or the solver's state changes dtype
+        t = jnp.asarray(t)
+        return jax.tree_util.tree_map(
+            lambda a: a.astype(t.dtype) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating) else a, weights_fn(t))
     if model.shared:
         return model.layers.take(model.schedule[0])
     return model.layers.take(set_index(model, t, layer_time))
