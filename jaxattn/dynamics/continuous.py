@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.runner import (
     Context,
     cast_floats,
@@ -252,8 +253,6 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         >>> sol.observables["diameter"].shape, sol.final.shape, bool(sol.ok.all())
         ((3, 5), (3, 5, 4), True)
     """
-    from jaxattn.analysis.metrics import consensus_observables
-
     if not isinstance(flow, Flow):
         raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED), got {flow!r}")
     validate(model)  # shapes and finite weights, also for a model edited with `replace`

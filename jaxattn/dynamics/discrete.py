@@ -38,6 +38,7 @@ import numpy as np
 
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.kernels import choose, fused_simulate
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.runner import (
     Context,
     cast_floats,
@@ -394,8 +395,6 @@ def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha
         >>> g.shape                                       # d(final diameter)/dβ
         ()
     """
-    from jaxattn.analysis.metrics import consensus_observables
-
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics, got {dynamics!r}")
     X0 = jnp.asarray(X0)
@@ -468,8 +467,6 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         >>> obs.shape, bool(np.allclose(obs, 1.0))
         ((4, 1), True)
     """
-    from jaxattn.analysis.metrics import consensus_observables  # late import: metrics imports this module's users
-
     validate(model)  # shapes and finite weights, also for a model edited with `replace`
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (D1, D3, D4, D5, FAITHFUL, NO_FFN or "

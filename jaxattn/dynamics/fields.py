@@ -43,7 +43,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxattn.dynamics.geometry import SPACES, Geometry
+from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import KERNELS, attend, probabilities
 from jaxattn.model.params import Layers, Model, repeat_kv
@@ -195,8 +195,6 @@ def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer
         >>> jac(X).shape
         (5, 4, 5, 4)
     """
-    from jaxattn.dynamics.geometry import geometry
-
     if not isinstance(flow, Flow):  # e.g. a map (ja.D1): its step is ja.step, not a vector field
         raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED or Flow(...)), got {flow!r}; "
                           "the step map of a discrete model is jaxattn.step")
