@@ -69,8 +69,7 @@ class Dynamics:
     """Which pieces of a block are on (static configuration, hashable).
 
     ``attention`` is the kernel (``'softmax'``, ``'uniform'`` or ``'unnormalised'``, see
-    :func:`jaxattn.model.attention.probabilities`); ``uniform=True`` is kept as a synonym of
-    ``attention='uniform'``. ``drop_ln2`` removes the FFN of a pre-norm model the way the
+    :func:`jaxattn.model.attention.probabilities`). ``drop_ln2`` removes the FFN of a pre-norm model the way the
     GPT-Consensus code does (the block becomes ``x + Attn(LN1 x)``, ``ln_2`` unused); without it a
     pre-norm block with the FFN off still normalises after the update (the power-method paper's
     simplification). See :data:`NO_FFN`. ``rope`` says how attention reads positions (:data:`ROPES`):
@@ -83,7 +82,6 @@ class Dynamics:
     ffn: bool = False
     pre_ln: bool = False
     biases: bool = False
-    uniform: bool = False
     attention: str = "softmax"
     drop_ln2: bool = False  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
     rope: str = "none"  # see ROPES: RoPE on queries and keys by token index 0..n-1
@@ -95,10 +93,6 @@ class Dynamics:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.attention not in KERNELS:
             raise ConfigError(f"attention must be one of {KERNELS}, got {self.attention!r}")
-        if self.uniform and self.attention == "softmax":
-            object.__setattr__(self, "attention", "uniform")
-        if self.uniform != (self.attention == "uniform"):
-            object.__setattr__(self, "uniform", self.attention == "uniform")
 
 
 D1 = Dynamics()
@@ -116,6 +110,12 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None):
     ellipsoid; a traced ``S`` carries its value check into the program)."""
     if dyn.ffn and model.layers.w1 is None:
         raise ConfigError("ffn=True but the model has no FFN weights (synthetic models are attention-only)")
+    if dyn.biases and model.layers.bq is None and model.layers.bo is None:
+        raise ConfigError("biases=True but the model has no biases (random models are drawn without them)")
+    if dyn.pre_ln and model.norm_style != "pre":
+        raise ConfigError("pre_ln=True only applies to pre-norm models (GPT-2, GPT-Neo)")
+    if dyn.norm == "layernorm" and model.layers.ln1_w is None:
+        raise ConfigError("norm='layernorm' but the model has no LayerNorm weights (random models are attention-only)")
     if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
         raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
                           "ffn=False on a pre-norm model")

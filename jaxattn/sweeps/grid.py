@@ -57,7 +57,7 @@ from jaxattn.io.configfile import load_config
 from jaxattn.io.results import device_info, versions
 from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
 from jaxattn.model.params import parse_mask
-from jaxattn.model.sampling import init_tokens, random_model
+from jaxattn.model.sampling import init_tokens, seeded_model
 
 _NUM = (int, float)
 
@@ -324,11 +324,10 @@ def _model_of(p: dict, cache: dict):
     if p["model.source"] == "random":
         spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
                 p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"])
-        if spec not in cache:  # drawn in float32 whatever the run's dtype: a seed names one model
-            cache[spec] = random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), p["model.d"],
-                                       p["model.heads"], p["model.depth"], shared=p["model.shared"],
-                                       weights=p["model.weights"], value=p["model.value"], mask=p["model.mask"],
-                                       scale=p["model.scale"], dtype=jnp.float32)
+        if spec not in cache:
+            cache[spec] = seeded_model(p["seed"], p["model.d"], p["model.heads"], p["model.depth"],
+                                       shared=p["model.shared"], weights=p["model.weights"], value=p["model.value"],
+                                       mask=p["model.mask"], scale=p["model.scale"])
         return cache[spec]
     spec = ("file", p["model.source"])
     if spec not in cache:
