@@ -275,10 +275,15 @@ def cmd_simulate(args, cfg) -> int:
         raise JaxattnError(f"--steps must be a non-negative integer, got {steps!r}")
     dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
                    attention=cfg["attention"], rope=cfg["rope"])
-    # options that would be recorded but change nothing are refused, before anything is written
+    # options that would be recorded but change nothing are refused, before anything is written: what no model
+    # could run (the library's checks), then what this model would ignore
     check_dynamics(model, dyn)
     if cfg["attention"] == "uniform" and cfg["beta"] != SIM_DEFAULTS["beta"]:
         raise JaxattnError("--beta does nothing with --attention uniform (a_ij = 1/n whatever the scores): remove it")
+    if dyn.biases and model.layers.bq is None and model.layers.bo is None:
+        raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
+    if dyn.pre_ln and model.norm_style != "pre":
+        raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
     _check_rope(model, cfg["rope"])
     run = _start_run(cfg, "simulate", own=(STORE,))
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}

@@ -110,12 +110,15 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None):
     ellipsoid; a traced ``S`` carries its value check into the program)."""
     if dyn.ffn and model.layers.w1 is None:
         raise ConfigError("ffn=True but the model has no FFN weights (synthetic models are attention-only)")
-    if dyn.biases and model.layers.bq is None and model.layers.bo is None:
-        raise ConfigError("biases=True but the model has no biases (random models are drawn without them)")
-    if dyn.pre_ln and model.norm_style != "pre":
-        raise ConfigError("pre_ln=True only applies to pre-norm models (GPT-2, GPT-Neo)")
-    if dyn.norm == "layernorm" and model.layers.ln1_w is None:
+    # an attention-only model has none of the pieces these read; a converted one runs FAITHFUL (pre_ln and biases
+    # on) with what its family has: a post-norm model ignores pre_ln, a bias-free one biases
+    lay = model.layers
+    if dyn.norm == "layernorm" and lay.ln1_w is None:
         raise ConfigError("norm='layernorm' but the model has no LayerNorm weights (random models are attention-only)")
+    if dyn.pre_ln and lay.ln1_w is None:
+        raise ConfigError("pre_ln=True but the model has no norm before attention (random models are attention-only)")
+    if dyn.biases and lay.ln1_w is None and all(getattr(lay, b) is None for b in ("bq", "bk", "bv", "bo")):
+        raise ConfigError("biases=True but the model has no biases (random models are drawn without them)")
     if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
         raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
                           "ffn=False on a pre-norm model")
