@@ -127,3 +127,23 @@ def test_uniform_attention_has_one_name():
     with pytest.raises(TypeError):
         attention.probabilities(X0[0], model.layers.take(0), uniform=True)  # type: ignore[call-arg]
     assert ja.D3 == ja.Dynamics(attention="uniform")
+
+
+def test_sweep_grid_leaves_x64_as_it_found_it(tmp_path):
+    """A float64 grid point runs in float64 without switching x64 on for the rest of the caller's process (a
+    fresh interpreter: the tests' own process runs with x64 on)."""
+    import os
+    import subprocess
+    import sys
+
+    code = f"""
+import jax, numpy as np, jaxattn as ja
+cfg = {{"num_init": 2, "chunk": 2, "dtype": "float64", "init": {{"n": 3}},
+        "model": {{"source": "random", "d": 4, "heads": 1, "depth": 1}}}}
+sw = ja.sweep_grid(cfg, {str(tmp_path / "grid")!r}, progress=False)
+print(jax.config.jax_enable_x64, jax.numpy.ones(1).dtype, sw.arrays(0)["observables.diameter"].dtype)
+"""
+    env = {**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "float32", "float64"]  # the point ran in float64, x64 is off again

@@ -452,7 +452,9 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
     cfg = validate_config(load_config(config))
     points = expand(cfg)
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
-        jax.config.update("jax_enable_x64", True)  # asked for in the configuration
+        with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
+            return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
+                              coordinator=coordinator, progress=progress, devices=devices, lanes=lanes, log=log)
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if nproc > 1 and not jax.distributed.is_initialized():
         jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
