@@ -126,7 +126,7 @@ def test_uniform_attention_has_one_name():
     model, X0 = _tiny()
     with pytest.raises(TypeError):
         attention.probabilities(X0[0], model.layers.take(0), uniform=True)  # type: ignore[call-arg]
-    assert ja.D3 == ja.Dynamics(attention="uniform")
+    assert ja.Dynamics(attention="uniform") == ja.D3
 
 
 def test_sweep_grid_leaves_x64_as_it_found_it(tmp_path):
