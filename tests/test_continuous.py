@@ -53,7 +53,7 @@ def test_convergence_order_against_closed_forms(solver, order, dts):
     # a single token's Oja flow on the sphere: x(t) = e^{tF} x0 / ||e^{tF} x0||
     x0 = np.asarray(ja.init_tokens(jax.random.key(2), 4, 1, d, dtype=jnp.float64))
     exact = _oja_single_exact(model, x0[:, 0], t1)
-    errs = [np.abs(np.asarray(ja.solve(model, x0, t1, flow=ja.OJA, solver=solver, dt=dt, ts=[t1]).final[:, 0])
+    errs = [np.abs(np.asarray(ja.solve(model, x0, t1, flow=ja.C2_OJA, solver=solver, dt=dt, ts=[t1]).final[:, 0])
                    - exact).max() for dt in dts]
     assert abs(_fitted_order(dts, errs) - order) < 0.3, errs
 

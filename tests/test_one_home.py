@@ -147,3 +147,43 @@ print(jax.config.jax_enable_x64, jax.numpy.ones(1).dtype, sw.arrays(0)["observab
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "float32", "float64"]  # the point ran in float64, x64 is off again
+
+
+def _d2_step(X, Q, K, V, s, alpha, beta):
+    """MATH.md eq (8), D2: ``x_i <- N(x_i + α Σ_j softmax_j(β s <Q x_i, K x_j>) V x_j)``, loops in NumPy."""
+    n = X.shape[0]
+    Y = np.empty_like(X)
+    for i in range(n):
+        e = np.array([beta * s * (Q @ X[i]) @ (K @ X[j]) for j in range(n)])
+        a = np.exp(e - e.max())
+        a /= a.sum()
+        y = X[i] + alpha * sum(a[j] * (V @ X[j]) for j in range(n))
+        Y[i] = y / np.linalg.norm(y)
+    return Y
+
+
+def test_d2_is_named_and_steps_like_the_paper():
+    """``ja.D2`` (between D1 and D3) runs the single-head map with ``O = I``, step for step as eq (8), and refuses
+    a model that is not single-head with ``O = I``."""
+    d, n = 4, 5
+    model = ja.random_model(jax.random.key(7), d, heads=1, depth=3, shared=False, unit_output=True,
+                            dtype=jnp.float64)
+    X0 = ja.init_tokens(jax.random.key(8), 2, n, d, dtype=jnp.float64)
+    res = ja.simulate(model, X0, 3, dynamics=ja.D2, alpha=0.7, beta=1.3, trajectory=True, dtype=jnp.float64)
+    lay = model.layers
+    for b in range(2):
+        X = np.asarray(X0[b])
+        for k in range(3):
+            g = model.schedule[k]
+            X = _d2_step(X, np.asarray(lay.q[g, 0]), np.asarray(lay.k[g, 0]), np.asarray(lay.v[g, 0]),
+                         float(lay.scale[g]), 0.7, 1.3)
+            np.testing.assert_allclose(np.asarray(res.trajectory[b, k + 1]), X, rtol=0, atol=1e-12)
+    assert ja.D2 != ja.D1 and ja.D2.attention == "softmax" and ja.D2.norm == "l2"
+    for other in (ja.random_model(jax.random.key(7), d, heads=2), ja.random_model(jax.random.key(7), d, heads=1)):
+        with pytest.raises(ConfigError, match="D2"):
+            ja.simulate(other, X0, 1, dynamics=ja.D2)
+
+
+def test_the_oja_flow_is_named_as_a_c2_variant():
+    assert ja.C2_OJA == ja.Flow(space="sphere", attention="uniform")
+    assert not hasattr(ja, "OJA")

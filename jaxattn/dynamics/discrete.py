@@ -4,7 +4,8 @@ One block map covers every model; a :class:`Dynamics` (static, hashable) says wh
 
 =========  ==========================================================================
 D1         ``Dynamics()``: ``x_i <- N(x_i + α Σ_h O_h Σ_j a^h_ij V_h x_j)``
-D2         D1 on a single-head model with ``O = I`` (``random_model(..., unit_output=True)``)
+D2         ``Dynamics(unit_output=True)``: D1 on a single-head model with ``O = I``
+           (``random_model(..., heads=1, unit_output=True)``; any other model is refused)
 D3         ``Dynamics(attention="uniform")``: ``a_ij = 1/n`` (multi-agent Oja)
 D4         ``Dynamics(norm="none")`` on a model with score scale 1 (no normalisation)
 D5         ``Dynamics(norm="ellipsoid")`` with ``S``: ``N_S`` in place of ``N``
@@ -69,7 +70,8 @@ class Dynamics:
     """Which pieces of a block are on (static configuration, hashable).
 
     ``attention`` is the kernel (``'softmax'``, ``'uniform'`` or ``'unnormalised'``, see
-    :func:`jaxattn.model.attention.probabilities`). ``drop_ln2`` removes the FFN of a pre-norm model the way the
+    :func:`jaxattn.model.attention.probabilities`). ``unit_output`` asks for a single-head model with
+    ``O = I`` (:data:`D2`) and refuses any other. ``drop_ln2`` removes the FFN of a pre-norm model the way the
     GPT-Consensus code does (the block becomes ``x + Attn(LN1 x)``, ``ln_2`` unused); without it a
     pre-norm block with the FFN off still normalises after the update (the power-method paper's
     simplification). See :data:`NO_FFN`. ``rope`` says how attention reads positions (:data:`ROPES`):
@@ -85,6 +87,7 @@ class Dynamics:
     attention: str = "softmax"
     drop_ln2: bool = False  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
     rope: str = "none"  # see ROPES: RoPE on queries and keys by token index 0..n-1
+    unit_output: bool = False  # D2: the model must have one head and O = I
 
     def __post_init__(self):
         if self.rope not in ROPES:
@@ -96,6 +99,7 @@ class Dynamics:
 
 
 D1 = Dynamics()
+D2 = Dynamics(unit_output=True)
 D3 = Dynamics(attention="uniform")
 D4 = Dynamics(norm="none")
 D5 = Dynamics(norm="ellipsoid")
@@ -122,11 +126,21 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None):
     if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
         raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
                           "ffn=False on a pre-norm model")
+    if dyn.unit_output and not _unit_output(lay.o):
+        raise ConfigError("unit_output=True (D2) needs a single-head model with O = I, e.g. "
+                          "random_model(key, d, heads=1, unit_output=True)")
     if dyn.norm == "ellipsoid":
         S = check_spd(S, model.d_model)
     if dyn.rope == "on" and model.rope is None and model.layers.d_head < 2:
         raise ConfigError("rope='on' needs heads of at least 2 dimensions")
     return S
+
+
+def _unit_output(o) -> bool:
+    """``O: [G, H, d, d_h]`` is one head with ``O = I`` in every weight set (a traced ``O``: its shape only)."""
+    if o.shape[1] != 1 or o.shape[2] != o.shape[3]:
+        return False
+    return isinstance(o, jax.core.Tracer) or bool(np.all(np.asarray(o) == np.eye(o.shape[2])))
 
 
 def rope_of(model: Model, dyn: Dynamics):
