@@ -23,7 +23,6 @@ from jaxattn.analysis.gradients import (
     layer_sensitivity,
     unshared,
 )
-from jaxattn.analysis.metrics import consensus_observables
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import precompensate, steer
@@ -47,6 +46,7 @@ from jaxattn.dynamics.discrete import (
 )
 from jaxattn.dynamics.faithful import embed, forward, hidden_states
 from jaxattn.dynamics.fields import C1, C2, C2_OJA, C3, C3_RESCALED, Flow, velocity
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.runner import Context
 from jaxattn.errors import CheckpointError, ConfigError, JaxattnError, NonFiniteWarning

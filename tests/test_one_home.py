@@ -24,7 +24,7 @@ def _tiny():
 @pytest.mark.parametrize("dyn,what", [
     (ja.Dynamics(norm="layernorm"), "LayerNorm"),
     (ja.Dynamics(biases=True), "no biases"),
-    (ja.Dynamics(pre_ln=True), "no norm before attention"),
+    (ja.Dynamics(pre_ln=True), "pre-norm models"),
 ])
 def test_simulate_refuses_what_the_model_lacks(dyn, what):
     """The random model has no LayerNorm, biases or pre-norm: the library refuses as the command line does."""

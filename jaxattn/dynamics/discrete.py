@@ -120,7 +120,8 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None):
     if dyn.norm == "layernorm" and lay.ln1_w is None:
         raise ConfigError("norm='layernorm' but the model has no LayerNorm weights (random models are attention-only)")
     if dyn.pre_ln and lay.ln1_w is None:
-        raise ConfigError("pre_ln=True but the model has no norm before attention (random models are attention-only)")
+        raise ConfigError("pre_ln=True applies to pre-norm models (GPT-2, GPT-Neo); this one has no norm weights "
+                          "(random models are attention-only)")
     if dyn.biases and lay.ln1_w is None and all(getattr(lay, b) is None for b in ("bq", "bk", "bv", "bo")):
         raise ConfigError("biases=True but the model has no biases (random models are drawn without them)")
     if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
