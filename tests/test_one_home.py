@@ -150,7 +150,7 @@ print(jax.config.jax_enable_x64, jax.numpy.ones(1).dtype, sw.arrays(0)["observab
 
 
 def _d2_step(X, Q, K, V, s, alpha, beta):
-    """MATH.md eq (8), D2: ``x_i <- N(x_i + α Σ_j softmax_j(β s <Q x_i, K x_j>) V x_j)``, loops in NumPy."""
+    """D2 (the power-method paper, Appendix D, eq (8)): ``x_i <- N(x_i + α Σ_j softmax_j(β s <Q x_i, K x_j>) V x_j)``, loops in NumPy."""
     n = X.shape[0]
     Y = np.empty_like(X)
     for i in range(n):
