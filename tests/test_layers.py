@@ -2,8 +2,7 @@
 
 Every ``jaxattn/**/*.py`` is parsed with ``ast`` (nothing is imported): each import of a jaxattn module, at
 module level or inside a function, must point to the same layer or one below, the graph of those imports has
-no cycle, and a function-local import of a jaxattn module needs a reason listed here (the command line keeps
-``jaxattn --help`` fast by importing what a subcommand needs when it runs).
+no cycle, and a function-local import of a jaxattn module is allowed only where a reason is listed here.
 """
 
 from __future__ import annotations
@@ -20,9 +19,10 @@ ROOT = Path(jaxattn.__file__).parent
 #: face (``jaxattn/__init__.py``) re-exports them all, so only the command line (and users) import it.
 ORDER = ("errors", "model", "dynamics", "analysis", "io", "sweeps", "studies", "jaxattn", "cli")
 
-#: Function-local imports of jaxattn modules that have a reason, by importing module (a folder prefix
-#: ends with a dot): the command line imports a subcommand's machinery only when it runs.
-LOCAL_ALLOWED = {"jaxattn.cli.": "import time of `jaxattn --help` and of the other subcommands"}
+#: Function-local imports of jaxattn modules that have a reason, by importing module (a folder prefix ends with
+#: a dot). The command line imports a subcommand's machinery when that subcommand runs; this keeps
+#: `jaxattn --help` fast only once the package face stops importing every layer (today it imports them all).
+LOCAL_ALLOWED = {"jaxattn.cli.": "a subcommand's machinery is imported when it runs"}
 
 
 def _module_name(path: Path) -> str:

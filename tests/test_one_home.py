@@ -150,7 +150,8 @@ print(jax.config.jax_enable_x64, jax.numpy.ones(1).dtype, sw.arrays(0)["observab
 
 
 def _d2_step(X, Q, K, V, s, alpha, beta):
-    """D2 (the power-method paper, Appendix D, eq (8)): ``x_i <- N(x_i + α Σ_j softmax_j(β s <Q x_i, K x_j>) V x_j)``, loops in NumPy."""
+    """D2 (the power-method paper, Appendix D, eq (8)), loops in NumPy:
+    ``x_i <- N(x_i + α Σ_j softmax_j(β s <Q x_i, K x_j>) V x_j)``."""
     n = X.shape[0]
     Y = np.empty_like(X)
     for i in range(n):
@@ -185,5 +186,5 @@ def test_d2_is_named_and_steps_like_the_paper():
 
 
 def test_the_oja_flow_is_named_as_a_c2_variant():
-    assert ja.C2_OJA == ja.Flow(space="sphere", attention="uniform")
+    assert ja.Flow(space="sphere", attention="uniform") == ja.C2_OJA
     assert not hasattr(ja, "OJA")
