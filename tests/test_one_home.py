@@ -188,3 +188,16 @@ def test_d2_is_named_and_steps_like_the_paper():
 def test_the_oja_flow_is_named_as_a_c2_variant():
     assert ja.Flow(space="sphere", attention="uniform") == ja.C2_OJA
     assert not hasattr(ja, "OJA")
+
+
+def test_attention_choices_are_the_library_constant():
+    """The command line and the sweep schema offer the library's kernels, not a retyped list."""
+    import jaxattn.cli as cli
+    from jaxattn.sweeps.grid import SCHEMA
+
+    assert cli.ATTENTION_KERNELS is attention.KERNELS
+    assert SCHEMA["dynamics"]["attention"].choices is attention.KERNELS
+    parser = cli.build_parser()
+    sim = next(a for a in parser._subparsers._group_actions[0].choices["simulate"]._actions
+               if a.dest == "attention")
+    assert tuple(sim.choices) == attention.KERNELS

@@ -56,6 +56,7 @@ from jaxattn.io.checkpoints import load_any
 from jaxattn.io.configfile import load_config
 from jaxattn.io.results import device_info, versions
 from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
+from jaxattn.model.attention import KERNELS as ATTENTION_KERNELS
 from jaxattn.model.params import parse_mask
 from jaxattn.model.sampling import init_tokens, seeded_model
 
@@ -125,7 +126,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "dynamics": {
         "kind": Key((str,), "discrete", choices=("discrete", "continuous"), help="maps (layers) or flows"),
-        "attention": Key((str,), "softmax", choices=("softmax", "uniform", "unnormalised"), help="attention kernel"),
+        "attention": Key((str,), "softmax", choices=ATTENTION_KERNELS, help="attention kernel"),
         "beta": Key(_NUM, 1.0, check=_finite, help="inverse temperature"),
         "norm": Key((str,), "l2", choices=("l2", "none", "layernorm"), help="discrete: normalisation"),
         "alpha": Key(_NUM, 1.0, check=_finite, help="discrete: step size"),
