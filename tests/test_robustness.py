@@ -213,7 +213,7 @@ def test_bad_initial_states(X0, match):
     (dict(steps=True), "steps must be"),
     (dict(batch_size=2.5), "batch_size must be"),
     (dict(alpha=np.ones(3)), "alpha must be a finite number"),
-    (dict(beta=float("nan")), "beta must be finite"),
+    (dict(beta=float("nan")), "beta must be a finite number"),
 ])
 def test_bad_arguments(kw, match):
     model = ja.random_model(jax.random.key(0), 4, 2, 1)

@@ -54,10 +54,10 @@ def test_consensus_jacobian_matches_closed_form(seed):
     key = jax.random.key(seed)
     d, n = 4, 3
     errs = []
-    # random symmetric V: single head D2 (softmax), D3 (uniform), and the flows C2 / OJA
+    # random symmetric V: single head D2 (softmax), D3 (uniform), and the flows C2 / C2_OJA
     V = _goe(jax.random.fold_in(key, 1), d)
     m = _single_head(jax.random.fold_in(key, 2), V, d)
-    for kind, alpha in [(ja.D1, 0.4), (ja.D3, 0.4), (ja.C2, None), (ja.OJA, None)]:
+    for kind, alpha in [(ja.D1, 0.4), (ja.D3, 0.4), (ja.C2, None), (ja.C2_OJA, None)]:
         e, ks, _ = _consensus_errors(st.System(m, kind, alpha or 1.0, beta=2.0), n, alpha)
         assert len(ks) >= 3
         errs += e
@@ -108,7 +108,7 @@ def test_only_principal_consensus_stable_below_the_step_bound(kind):
     assert not lin.stable.any()
     assert lin.growth[ks.tolist().index(0)] > 1  # a common mode (1 + αλ_3)/(1 + αλ_1) < −1
     # the flow: only the principal consensus, for any step
-    _, ks, lin = _consensus_errors(st.System(m, ja.C2 if kind == "D1" else ja.OJA), n, None)
+    _, ks, lin = _consensus_errors(st.System(m, ja.C2 if kind == "D1" else ja.C2_OJA), n, None)
     assert lin.stable.tolist() == [k == 0 for k in ks] and len(ks) == d
 
 

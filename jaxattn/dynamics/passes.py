@@ -30,6 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.runner import cast_floats, check_weights, dtype_of, resolve_dtype, run
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import MASK_DTYPE, Layers, Model, parse_mask, validate
@@ -95,8 +96,6 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
         >>> res.observables["diameter"].shape, res.final.shape      # the input, then 2 passes of 3 blocks
         ((4, 7), (4, 5, 8))
     """
-    from jaxattn.analysis.metrics import consensus_observables
-
     positive_int("passes", passes)
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (jaxattn.FAITHFUL, jaxattn.NO_FFN, jaxattn.D1, ...), "

@@ -46,9 +46,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis import metrics
+from jaxattn.dynamics.continuous import SOLVERS, solve
+from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
+from jaxattn.dynamics.fields import Flow
+from jaxattn.dynamics.kernels import choose
+from jaxattn.dynamics.runner import lanes_for, mesh_of, replicate
 from jaxattn.errors import ConfigError, NonFiniteWarning
+from jaxattn.io.checkpoints import load_any
 from jaxattn.io.configfile import load_config
+from jaxattn.io.results import device_info, versions
 from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
+from jaxattn.model.attention import KERNELS as ATTENTION_KERNELS
+from jaxattn.model.params import parse_mask
+from jaxattn.model.sampling import init_tokens, seeded_model
 
 _NUM = (int, float)
 
@@ -116,7 +126,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "dynamics": {
         "kind": Key((str,), "discrete", choices=("discrete", "continuous"), help="maps (layers) or flows"),
-        "attention": Key((str,), "softmax", choices=("softmax", "uniform", "unnormalised"), help="attention kernel"),
+        "attention": Key((str,), "softmax", choices=ATTENTION_KERNELS, help="attention kernel"),
         "beta": Key(_NUM, 1.0, check=_finite, help="inverse temperature"),
         "norm": Key((str,), "l2", choices=("l2", "none", "layernorm"), help="discrete: normalisation"),
         "alpha": Key(_NUM, 1.0, check=_finite, help="discrete: step size"),
@@ -294,15 +304,11 @@ def expand(cfg: dict) -> list[dict]:
 
 
 def _check_point(p: dict) -> None:
-    from jaxattn.model.params import parse_mask
-
     if p["model.source"] == "random":
         if p["model.d"] % p["model.heads"]:
             raise ConfigError(f"model.d = {p['model.d']} is not divisible by model.heads = {p['model.heads']}")
         parse_mask(p["model.mask"])
     if p["dynamics.kind"] == "continuous":
-        from jaxattn.dynamics.continuous import SOLVERS
-
         if p["dynamics.solver"] not in SOLVERS:
             raise ConfigError(f"dynamics.solver: must be one of {', '.join(SOLVERS)}, got {p['dynamics.solver']!r}")
         if p["dynamics.rescaled"] and p["dynamics.space"] != "flat":
@@ -316,21 +322,16 @@ def _check_point(p: dict) -> None:
 
 # ---------------------------------------------------------------------------- execution
 def _model_of(p: dict, cache: dict):
-    from jaxattn.model.sampling import random_model
-
     if p["model.source"] == "random":
         spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
                 p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"])
-        if spec not in cache:  # drawn in float32 whatever the run's dtype: a seed names one model
-            cache[spec] = random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), p["model.d"],
-                                       p["model.heads"], p["model.depth"], shared=p["model.shared"],
-                                       weights=p["model.weights"], value=p["model.value"], mask=p["model.mask"],
-                                       scale=p["model.scale"], dtype=jnp.float32)
+        if spec not in cache:
+            cache[spec] = seeded_model(p["seed"], p["model.d"], p["model.heads"], p["model.depth"],
+                                       shared=p["model.shared"], weights=p["model.weights"], value=p["model.value"],
+                                       mask=p["model.mask"], scale=p["model.scale"])
         return cache[spec]
     spec = ("file", p["model.source"])
     if spec not in cache:
-        from jaxattn.io.checkpoints import load_any
-
         cache[spec] = load_any(p["model.source"])
     return cache[spec]
 
@@ -338,17 +339,11 @@ def _model_of(p: dict, cache: dict):
 def _rows(chunk: int, num_init: int, lanes: int | None, devices) -> int:
     """Conditions computed per chunk of a point: the chunk, or fewer when the whole point is smaller,
     rounded up to whole blocks of the runner (``lanes`` per device)."""
-    from jaxattn.dynamics.runner import lanes_for
-
     width = lanes_for(num_init, lanes) * max(1, len(devices))
     return min(chunk, -(-num_init // width) * width)
 
 
 def _run_chunk(p: dict, model, X0, devices, lanes):
-    from jaxattn.dynamics.continuous import solve
-    from jaxattn.dynamics.discrete import Dynamics, simulate
-    from jaxattn.dynamics.fields import Flow
-
     default = tuple(p["observables"]) == ("diameter", "cos_consensus")  # the fused kernel computes these on chip
     obs = None if default else Observables(tuple(p["observables"]))
     dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
@@ -375,9 +370,6 @@ def _kernel_choice(p: dict, model) -> str:
     """The path a point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
     if p["dynamics.kind"] == "continuous":
         return "diffrax"
-    from jaxattn.dynamics.discrete import Dynamics
-    from jaxattn.dynamics.kernels import choose
-
     dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
                    biases=p["dynamics.biases"], attention=p["dynamics.attention"])
     default = tuple(p["observables"]) == ("diameter", "cos_consensus")
@@ -389,8 +381,6 @@ def saved_times(p: dict, depth: int) -> np.ndarray:
     """The times (maps: step indices) at which a point saves its observables."""
     if p["dynamics.kind"] == "continuous":
         return np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"])
-    from jaxattn.dynamics.discrete import saved_steps
-
     steps = depth if p["dynamics.steps"] is None else p["dynamics.steps"]
     return saved_steps(steps, p["dynamics.save"]).astype(np.float64)
 
@@ -460,12 +450,12 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
     """
     from tqdm.auto import tqdm
 
-    from jaxattn.io.results import device_info, versions
-
     cfg = validate_config(load_config(config))
     points = expand(cfg)
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
-        jax.config.update("jax_enable_x64", True)  # asked for in the configuration
+        with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
+            return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
+                              coordinator=coordinator, progress=progress, devices=devices, lanes=lanes, log=log)
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if nproc > 1 and not jax.distributed.is_initialized():
         jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
@@ -506,9 +496,6 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
                 resumed += size
                 bar.update(size)
                 continue
-            from jaxattn.dynamics.runner import mesh_of, replicate
-            from jaxattn.model.sampling import init_tokens
-
             m = _model_of(p, models)
             dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
             key = id(m), str(dtype)
