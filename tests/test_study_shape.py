@@ -1,4 +1,5 @@
-"""Every study has one public shape (``Config`` and ``run``) and leaves the caller's JAX settings as it found them."""
+"""Every study has one public shape: ``Config`` and ``run`` (that each leaves ``jax_enable_x64`` as it found it is
+tested with its command: test_clusters, test_stability, test_consensus)."""
 
 import inspect
 
@@ -7,9 +8,9 @@ import pytest
 
 import jaxattn as ja
 from jaxattn.errors import ConfigError
-from jaxattn.studies import STUDIES, clusters, consensus, stability
+from jaxattn.studies import STUDIES, clusters, stability
 
-# the smallest runs of the model-free studies (seconds)
+# configurations of the model-free studies (refused before they run)
 TINY = {
     "clusters": clusters.Config(n=3, n_1d=2, t1=0.5, num=2, table_n="3", table_d="2", table_beta="1", good_d="1",
                                 good_samples=10, figures=False),
@@ -37,39 +38,3 @@ def test_model_free_studies_refuse_a_model_and_model_studies_need_one(tmp_path):
         with pytest.raises(ConfigError, match="study runs on a model"):
             STUDIES[name].run(tmp_path / name)
     assert not any(tmp_path.iterdir())  # refused before writing anything
-
-
-@pytest.fixture
-def x64_off():
-    """The user's default: ``jax_enable_x64`` off (the tests' conftest turns it on), restored afterwards."""
-    jax.config.update("jax_enable_x64", False)
-    try:
-        yield
-    finally:
-        jax.config.update("jax_enable_x64", True)
-
-
-@pytest.mark.parametrize("name", ["clusters", "stability"])
-def test_a_float64_study_leaves_x64_as_it_was(name, x64_off, tmp_path):
-    """The studies switched jax_enable_x64 on for the rest of the process; now they enable it in a scope."""
-    say = []
-    tables = STUDIES[name].run(tmp_path / name, TINY[name], progress=say.append)
-    assert jax.config.jax_enable_x64 is False
-    assert tables and say  # it ran, in float64 (the studies refuse nothing here), with its stage messages
-    # and so does the earlier name
-    STUDIES[name].run_study(tmp_path / f"{name}_again", TINY[name])
-    assert jax.config.jax_enable_x64 is False
-
-
-def test_the_float64_consensus_study_leaves_x64_as_it_was(x64_off, tmp_path):
-    pytest.importorskip("transformers")
-    from . import hf_models
-
-    folder = tmp_path / "gpt2"
-    hf_models.build("gpt2", folder)
-    model = ja.load(ja.convert(str(folder), str(folder / "gpt2.safetensors")))
-    cfg = consensus.Config(passes=1, prompts=2, tokens=3, dtype="float64", synthetic_num=2, synthetic_n=3, t1=1.0,
-                           figures=False)
-    tables = consensus.run(tmp_path / "c", cfg, model=model)
-    assert jax.config.jax_enable_x64 is False
-    assert len(tables["summary"]) == 4
