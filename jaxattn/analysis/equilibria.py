@@ -212,7 +212,7 @@ def residual(system: System, X) -> np.ndarray:
     return np.asarray(r)[:A.shape[0]]
 
 
-# ------------------------------------------------------------------ tangent spaces, Newton
+# ------------------------------------------------------------------ tangent spaces
 
 def tangent_basis(X: jax.Array) -> jax.Array:
     """Orthonormal basis of ``x_i^⊥`` for every token: ``[n, d] -> [n, d, d−1]``.
@@ -227,7 +227,6 @@ def tangent_basis(X: jax.Array) -> jax.Array:
         return q[:, 1:]
 
     return jax.vmap(one)(X)
-
 
 
 def attention_rank(system: System, X, *, rtol: float = 1e-8) -> np.ndarray:
