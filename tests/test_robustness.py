@@ -328,7 +328,7 @@ def test_an_interrupted_study_leaves_its_directory_as_it_found_it(tmp_path, monk
         atomic_write_text(out / "half.csv", "partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study, "run_study", interrupted)
+    monkeypatch.setattr(study, "run", interrupted)
     for out in (tmp_path / "new", tmp_path / "empty"):
         if out.name == "empty":
             out.mkdir()
