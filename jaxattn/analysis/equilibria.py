@@ -71,10 +71,6 @@ class System:
         """``F = Σ_h O_h V_h`` ``[d, d]`` float64."""
         return layer_matrices(self.model)[self.model.schedule[0]]
 
-    def rhs(self, X: jax.Array) -> jax.Array:
-        """``map(X)`` or ``f(X)`` for one configuration ``[n, d] -> [n, d]``."""
-        return system_rhs(self.kind, self.model, X, self.alpha, self.beta)
-
 
 def system_rhs(kind: Kind, model: Model, X, alpha, beta):
     """``map(X)`` of a map or ``f(X)`` of a flow, for one configuration ``[n, d]``."""
@@ -121,7 +117,7 @@ def clustering(points, assignment: Sequence[int]) -> jax.Array:
 
 def polygon(n: int, U, phase: float = 0.0) -> jax.Array:
     """``n`` tokens evenly spaced on the great circle spanned by the two columns of ``U: [d, 2]``
-    (orthonormalised). For ``n ≥ 2`` their mean vanishes: a polygonal equilibrium of D3 / OJA."""
+    (orthonormalised). For ``n ≥ 2`` their mean vanishes: a polygonal equilibrium of D3 / C2_OJA."""
     U = np.linalg.qr(np.asarray(U, np.float64))[0]
     th = phase + 2 * np.pi * np.arange(n) / n
     return jnp.asarray(np.cos(th)[:, None] * U[None, :, 0] + np.sin(th)[:, None] * U[None, :, 1])

@@ -19,7 +19,10 @@ from jaxattn.analysis._inputs import batched, real_array, tolerance
 
 
 def _pairwise(X: jax.Array) -> jax.Array:
-    """Euclidean distances ``[n, n]`` (exact zeros on the diagonal, no NaN gradient at 0)."""
+    """Euclidean distances ``[n, n]`` (exact zeros on the diagonal, no NaN gradient at 0).
+
+    From differences, not the Gram form of :func:`jaxattn.dynamics.observables.pairwise_distances`:
+    a distance compared with a tolerance must not carry the Gram form's cancellation error."""
     diff = X[:, None, :] - X[None, :, :]
     sq = jnp.sum(diff * diff, axis=-1)
     return jnp.sqrt(jnp.where(sq > 0, sq, 0.0))

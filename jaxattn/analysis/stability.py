@@ -8,7 +8,7 @@ tangent bases), :mod:`jaxattn.analysis.newton` (:func:`refine`), :mod:`jaxattn.a
 
 A :class:`System` is a time-invariant (shared-weight) model with either a discrete map on the unit
 sphere (:class:`jaxattn.Dynamics` with ``norm='l2'``: D1, D2, D3) or a flow on it
-(:class:`jaxattn.Flow` with ``space='sphere'``: C2, OJA). Its right-hand side is
+(:class:`jaxattn.Flow` with ``space='sphere'``: C2, C2_OJA). Its right-hand side is
 ``map(X)`` or ``f(X)`` for one configuration ``X: [n, d]``.
 
 Equilibria
@@ -22,7 +22,7 @@ With ``F = Σ_h O_h V_h`` and a real unit eigenvector ``F v = λ v``:
 * clustering: tokens sitting on a few points (:func:`clustering`);
 * polygonal: the update ``Σ_j a_ij F x_j`` vanishes for every token (:func:`polygon` builds the
   regular polygon on a great circle, whose mean is zero: an equilibrium of the uniform-attention
-  models D3 and OJA).
+  models D3 and C2_OJA).
 
 For a map the consensus at ``v`` is a fixed point only when ``1 + αλ > 0`` (otherwise the step
 sends ``v`` to ``−v``: a 2-cycle); bipartite consensus needs ``1 + αλ s_i c_i > 0`` for every

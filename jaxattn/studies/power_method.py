@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.analysis.closed_forms import consensus_step_bound
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
@@ -151,15 +152,14 @@ def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
     rows = []
     for g in range(spec.eigvals.shape[0]):
         lam = spec.eigvals[g]
-        most_negative = abs(lam.real.min())
         rows.append({"weight_set": g, "case": int(spec.case[g]), "lambda1_re": float(lam[0].real),
                      "lambda1_im": float(lam[0].imag),
                      "lambda2_re": float(lam[1].real) if len(lam) > 1 else float("nan"),
                      "lambda2_im": float(lam[1].imag) if len(lam) > 1 else float("nan"), "gap": float(spec.gap[g]),
                      "v1_v2_collinearity": float(spec.collinearity[g]), "spectral_radius": float(np.abs(lam).max()),
                      "most_negative_re": float(lam.real.min()), "trace": float(np.trace(spec.F[g])),
-                     "alpha_bound": float(2 / (most_negative - lam[0].real)) if most_negative > lam[0].real
-                     else float("inf")})
+                     # of the spectrum's real parts whatever order the spectrum was sorted in
+                     "alpha_bound": consensus_step_bound(lam)})
     return rows
 
 
