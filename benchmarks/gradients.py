@@ -9,7 +9,13 @@ Three programs per length, each jitted and timed warm (best of 3):
 * ``grad``: ``jax.grad`` of that loss with respect to every weight of the model, through jaxattn's map core
   (a two-level rematerialised scan: the gradient stores about 2·√L states);
 * ``grad, no remat``: the same map written as a plain ``lax.scan`` over ``jaxattn.step`` (what a user would
-  write without the core), differentiated as is — JAX then stores every step's intermediates.
+  write without the core), differentiated as is — JAX then stores every step's intermediates (above
+  ``--plain-max`` steps only compiled for its memory, not run: it would need gigabytes);
+* ``one block``: the gradient of a single block against its forward pass (no scan, nothing
+  rematerialised): the floor no arrangement of the scan can go under.
+
+Times are the best of 3 warm calls, in CPU seconds of the process (``time.process_time``: all of XLA's
+threads) as well as wall seconds, so the ratios hold on a machine shared with other jobs.
 
 Memory is XLA's own buffer assignment for the compiled program (``compiled.memory_analysis()``: temporary
 buffers plus outputs), deterministic and independent of the allocator. Targets (issue 19): gradient memory
@@ -34,14 +40,16 @@ import numpy as np
 import jaxattn as ja
 
 
-def _best(f, *args, repeat: int = 3) -> float:
+def _best(f, *args, repeat: int = 3) -> tuple[float, float]:
+    """Best (wall, CPU) seconds of ``repeat`` warm calls."""
     jax.block_until_ready(f(*args))  # compile
-    times = []
+    wall, cpu = [], []
     for _ in range(repeat):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         jax.block_until_ready(f(*args))
-        times.append(time.perf_counter() - t)
-    return min(times)
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return min(wall), min(cpu)
 
 
 def _memory(f, *args) -> int:
@@ -49,9 +57,22 @@ def _memory(f, *args) -> int:
     return int(m.temp_size_in_bytes + m.output_size_in_bytes)
 
 
-def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, heads: int = 4, depth: int = 24):
+def one_block(model, X0) -> dict:
+    """The gradient of one block against its forward pass: the cost of the backward pass itself."""
+    def loss(m):
+        return jax.vmap(ja.metrics.diameter)(jax.vmap(lambda x: ja.step(x, 0, m, ja.D1, 0.1, 1.0))(X0)).mean()
+
+    (fw, fc), (gw, gc) = _best(jax.jit(loss), model, repeat=10), _best(jax.jit(jax.grad(loss)), model, repeat=10)
+    return dict(forward_s=fw, forward_cpu_s=fc, grad_s=gw, grad_cpu_s=gc, grad_over_forward_cpu=gc / fc)
+
+
+def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, heads: int = 4, depth: int = 24,
+            plain_max: int = 240):
     model = ja.random_model(jax.random.key(0), d, heads, depth, shared=False, dtype=jnp.float32)
     X0 = ja.init_tokens(jax.random.key(1), B, n, d)
+    block = one_block(model, X0)
+    print(f"one block: forward {block['forward_cpu_s'] * 1e3:.2f} ms CPU, gradient {block['grad_cpu_s'] * 1e3:.2f} ms "
+          f"CPU ({block['grad_over_forward_cpu']:.2f}x)", flush=True)
     rows = []
     for steps in steps_list:
         def loss(m, steps=steps):
@@ -67,36 +88,43 @@ def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, h
 
         fwd = jax.jit(loss)
         grad = jax.jit(jax.grad(loss))
-        grad_plain = jax.jit(jax.grad(plain_loss))
-        g1, g2 = grad(model), grad_plain(model)
-        err = max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
-                  for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2), strict=True))
-        row = dict(steps=steps, B=B, forward_s=_best(fwd, model), grad_s=_best(grad, model),
-                   grad_plain_s=_best(grad_plain, model), forward_bytes=_memory(loss, model),
-                   grad_bytes=_memory(jax.grad(loss), model), grad_plain_bytes=_memory(jax.grad(plain_loss), model),
-                   grads_agree_rel=err)
+        row = dict(steps=steps, B=B, forward_bytes=_memory(loss, model), grad_bytes=_memory(jax.grad(loss), model),
+                   grad_plain_bytes=_memory(jax.grad(plain_loss), model))
+        row["forward_s"], row["forward_cpu_s"] = _best(fwd, model)
+        row["grad_s"], row["grad_cpu_s"] = _best(grad, model)
+        if steps <= plain_max:
+            grad_plain = jax.jit(jax.grad(plain_loss))
+            g1, g2 = grad(model), grad_plain(model)
+            row["grads_agree_rel"] = max(
+                float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+                for a, b in zip(jax.tree_util.tree_leaves(g1), jax.tree_util.tree_leaves(g2), strict=True))
+            row["grad_plain_s"], row["grad_plain_cpu_s"] = _best(grad_plain, model)
         row["grad_over_forward_time"] = row["grad_s"] / row["forward_s"]
+        row["grad_over_forward_cpu"] = row["grad_cpu_s"] / row["forward_cpu_s"]
         rows.append(row)
-        print(f"steps {steps:5d}: forward {row['forward_s']:.3f} s {row['forward_bytes'] / 2**20:8.1f} MiB | "
-              f"grad {row['grad_s']:.3f} s ({row['grad_over_forward_time']:.2f}x) {row['grad_bytes'] / 2**20:8.1f} MiB"
-              f" | no remat {row['grad_plain_s']:.3f} s {row['grad_plain_bytes'] / 2**20:8.1f} MiB | "
-              f"gradients agree to {err:.1e}", flush=True)
+        plain = (f"{row['grad_plain_cpu_s']:.3f} s CPU, agree to {row['grads_agree_rel']:.1e}"
+                 if "grad_plain_s" in row else "not run")
+        print(f"steps {steps:5d}: forward {row['forward_cpu_s']:.3f} s CPU {row['forward_bytes'] / 2**20:8.1f} MiB | "
+              f"grad {row['grad_cpu_s']:.3f} s CPU ({row['grad_over_forward_cpu']:.2f}x; wall "
+              f"{row['grad_over_forward_time']:.2f}x) {row['grad_bytes'] / 2**20:8.1f} MiB | no remat "
+              f"{row['grad_plain_bytes'] / 2**20:8.1f} MiB, {plain}", flush=True)
     for a, b in itertools.pairwise(rows):  # how memory grows from one length to the next
         b["grad_memory_growth"] = b["grad_bytes"] / a["grad_bytes"]
         b["steps_growth"] = b["steps"] / a["steps"]
-    return rows
+    return rows, block
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", default="24,240,2400")
+    p.add_argument("--plain-max", type=int, default=240, help="longest map whose no-remat gradient is run")
     p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results_gradients.json"))
     args = p.parse_args(argv)
-    rows = measure(tuple(int(s) for s in args.steps.split(",")))
+    rows, block = measure(tuple(int(s) for s in args.steps.split(",")), plain_max=args.plain_max)
     info = dict(device=str(jax.devices()[0].device_kind), backend=jax.default_backend(), jax=jax.__version__,
                 cpus=os.cpu_count(), numpy=np.__version__)
     with open(args.out, "w") as f:
-        json.dump(dict(info=info, rows=rows), f, indent=2)
+        json.dump(dict(info=info, one_block=block, rows=rows), f, indent=2)
 
 
 if __name__ == "__main__":

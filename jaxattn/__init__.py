@@ -24,7 +24,6 @@ from jaxattn.analysis.gradients import (
     layer_sensitivity,
     unshared,
 )
-from jaxattn.analysis.metrics import consensus_observables
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import precompensate, steer
@@ -32,6 +31,7 @@ from jaxattn.dynamics import geometry, prompts
 from jaxattn.dynamics.continuous import Solution, solve
 from jaxattn.dynamics.discrete import (
     D1,
+    D2,
     D3,
     D4,
     D5,
@@ -46,7 +46,8 @@ from jaxattn.dynamics.discrete import (
     step,
 )
 from jaxattn.dynamics.faithful import embed, forward, hidden_states
-from jaxattn.dynamics.fields import C1, C2, C3, C3_RESCALED, OJA, Flow, velocity
+from jaxattn.dynamics.fields import C1, C2, C2_OJA, C3, C3_RESCALED, Flow, velocity
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.runner import Context
@@ -73,16 +74,17 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 __all__ = [
     "C1",
     "C2",
+    "C2_OJA",
     "C3",
     "C3_RESCALED",
     "D1",
+    "D2",
     "D3",
     "D4",
     "D5",
     "FAITHFUL",
     "KERNELS",
     "NO_FFN",
-    "OJA",
     "Batch",
     "CheckpointError",
     "ClustersConfig",

@@ -25,3 +25,17 @@ def positive_int(name: str, value, error: type[JaxattnError] = ConfigError) -> i
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise error(f"{name} must be a positive integer, got {value!r}")
     return int(value)
+
+
+def real(name: str, value, *, positive: bool = False, error: type[JaxattnError] = ConfigError) -> float:
+    """``value`` as a ``float`` if it is a finite real number (> 0 with ``positive``; booleans, arrays and
+    strings refused), else ``error``: the one host-side check of a number option."""
+    import numpy as np
+
+    try:
+        f = float(value) if not isinstance(value, (bool, str)) and np.ndim(value) == 0 else None
+    except (TypeError, ValueError):
+        f = None
+    if f is None or not np.isfinite(f) or (positive and f <= 0):
+        raise error(f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}")
+    return f

@@ -9,7 +9,7 @@ GPU machines are lent rarely and briefly, so one call must answer every open que
    float32 and float64, with n and d up to the kernel's limits, on the real backend;
 3. ``precision``: float32 ``"highest"``, TF32 and bf16 products against float64 — max and median error
    of the final states and of each default observable — for W1 and a MiniLM-shaped model;
-4. ``bench_run``, ``bench_flows``, ``bench_kernel``, ``bench_consensus``: the benchmark suite
+4. ``bench_run``, ``bench_flows``, ``bench_kernel``, ``bench_consensus``, ``bench_gradients``: the benchmark suite
    (``benchmarks/*.py``) at GPU sizes, against torch eager, ``torch.compile``, SDPA and Hugging Face
    where torch has CUDA, each checked to agree before it is timed, with achieved FLOP/s and the
    fraction of the device's peak;
@@ -400,6 +400,15 @@ def stage_bench_kernel(ctx: Ctx) -> dict:
     return res
 
 
+def stage_bench_gradients(ctx: Ctx) -> dict:
+    grads = _bench_module("gradients")
+    if ctx.reduced:
+        rows, block = grads.measure((2, 8), B=2, n=3, d=4, heads=1, depth=2, plain_max=8)
+    else:
+        rows, block = grads.measure((24, 240, 2400), plain_max=240)
+    return {"one_block": block, "rows": rows}
+
+
 def stage_bench_consensus(ctx: Ctx) -> dict:
     if not (_has("torch") and _has("transformers")):
         return {"error": "torch and transformers are needed (the Hugging Face side)"}
@@ -491,6 +500,8 @@ STAGES: dict[str, Stage] = {
     "bench_flows": Stage(stage_bench_flows, 30, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq"),
     "bench_kernel": Stage(stage_bench_kernel, 60, REDUCED_BUDGET, "benchmarks/kernel.py: fused against plain, timed"),
     "bench_consensus": Stage(stage_bench_consensus, 30, REDUCED_BUDGET, "benchmarks/consensus_passes.py"),
+    "bench_gradients": Stage(stage_bench_gradients, 30, REDUCED_BUDGET,
+                             "benchmarks/gradients.py: a gradient through 24 to 2,400 steps against the forward pass"),
     "suite": Stage(stage_suite, 120, REDUCED_BUDGET, "the test suite on this backend"),
 }
 

@@ -26,6 +26,25 @@ def gpt2_file(tmp_path_factory):
     return ja.convert(str(folder), str(folder / "gpt2.safetensors"))
 
 
+def test_a_float64_study_leaves_x64_as_it_was(gpt2_file, tmp_path):
+    """The study switched jax_enable_x64 on for the rest of the process with dtype float64; now it enables it in a
+    scope (only the command may switch it on, for its own process)."""
+    import jax
+
+    from jaxattn.studies import consensus
+
+    model = ja.load(gpt2_file)
+    cfg = consensus.Config(passes=1, prompts=2, tokens=3, dtype="float64", synthetic=False, figures=False)
+    jax.config.update("jax_enable_x64", False)  # the user's default (the tests' conftest turns it on)
+    try:
+        tables = consensus.run(tmp_path / "c", cfg, model=model)
+        assert jax.config.jax_enable_x64 is False
+    finally:
+        jax.config.update("jax_enable_x64", True)
+    assert [r["run"] for r in tables["summary"]] == ["ffn_periodic", "ffn_redrawn", "no_ffn_periodic", "no_ffn_redrawn"]
+    assert all(np.isfinite(r["first_token_end"]) for r in tables["summary"])
+
+
 def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
     out = tmp_path / "c"
     rc = main(["consensus", str(gpt2_file), "--passes", "4", "--prompts", "6", "--tokens", "9", "--synthetic-num", "6",

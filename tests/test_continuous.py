@@ -7,6 +7,7 @@ import pytest
 import scipy.linalg
 
 import jaxattn as ja
+from jaxattn.analysis.observables import consensus_energy
 from jaxattn.dynamics.discrete import saved_steps
 from jaxattn.errors import ConfigError
 
@@ -53,7 +54,7 @@ def test_convergence_order_against_closed_forms(solver, order, dts):
     # a single token's Oja flow on the sphere: x(t) = e^{tF} x0 / ||e^{tF} x0||
     x0 = np.asarray(ja.init_tokens(jax.random.key(2), 4, 1, d, dtype=jnp.float64))
     exact = _oja_single_exact(model, x0[:, 0], t1)
-    errs = [np.abs(np.asarray(ja.solve(model, x0, t1, flow=ja.OJA, solver=solver, dt=dt,
+    errs = [np.abs(np.asarray(ja.solve(model, x0, t1, flow=ja.C2_OJA, solver=solver, dt=dt,
                                        save=ja.Save(ts=[t1])).final[:, 0])
                    - exact).max() for dt in dts]
     assert abs(_fitted_order(dts, errs) - order) < 0.3, errs
@@ -122,10 +123,8 @@ def test_causal_first_token_fixed_and_others_converge_to_it():
 
 
 def _energy(t, X, ctx):
-    """The consensus paper's interaction energy Σ_ij exp(β s <Qx_i, Kx_j>) / (2βs)."""
-    q, k, beta_s = ctx.aux
-    G = (X @ q.T) @ (X @ k.T).T
-    return jnp.sum(jnp.exp(beta_s * G)) / (2 * beta_s)
+    """The consensus paper's interaction energy Σ_ij exp(β s <Qx_i, Kx_j>) / (2βs), as the library's observable."""
+    return consensus_energy(t, X, ctx)["energy"]
 
 
 @pytest.mark.parametrize("attention", ["softmax", "unnormalised"])
@@ -137,8 +136,9 @@ def test_gradient_flow_energy_is_monotone(attention):
     v = np.einsum("ghkd,ghke->ghde", q, q)  # QᵀK with K = Q
     model = ja.from_heads(q, q, v, np.eye(d)[None, None], scale=1.0)
     X0 = ja.init_tokens(jax.random.key(12), 16, n, d, dtype=jnp.float64)
-    save = ja.Save(observe=_energy, aux=(q[0, 0], q[0, 0], jnp.asarray(beta)), ts=np.linspace(0, 5, 41))
-    sol = ja.solve(model, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, save=save, rtol=1e-9, atol=1e-11)
+    aux = {"q": q[0, 0], "k": q[0, 0], "beta_s": jnp.asarray(beta)}
+    sol = ja.solve(model, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta,
+                   save=ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41)), rtol=1e-9, atol=1e-11)
     E = np.asarray(sol.observables)
     assert np.all(np.diff(E, axis=1) > -1e-9 * np.abs(E[:, 1:])), np.diff(E, axis=1).min()
     assert np.all(E[:, -1] > E[:, 0])
@@ -146,8 +146,7 @@ def test_gradient_flow_energy_is_monotone(attention):
     other = ja.from_heads(q, q, np.asarray(ja.random_model(jax.random.key(13), d, 1, 1).layers.v),
                           np.eye(d)[None, None], scale=1.0)
     E2 = np.asarray(ja.solve(other, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta,
-                             save=ja.Save(observe=_energy, aux=(q[0, 0], q[0, 0], jnp.asarray(beta)),
-                                          ts=np.linspace(0, 5, 41))).observables)
+                             save=ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41))).observables)
     assert np.diff(E2, axis=1).min() < -1e-6
 
 
@@ -209,6 +208,22 @@ def test_smooth_weight_function():
     sol = ja.solve(model, X0, t1, flow=ja.Flow(space="flat", attention="uniform"), weights_fn=fn,
                    rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(np.asarray(sol.final), want, atol=1e-8)
+
+
+def test_weight_function_in_another_precision_runs_in_the_tokens_precision():
+    """A float64 ``weights_fn`` with float32 tokens: the weights are cast to the state's precision
+    (it used to fail inside diffrax with a dtype mismatch of the solver's state)."""
+    d, n = 4, 3
+    model = _shared_model(jax.random.key(17), d)
+    lw0 = model.layers.take(0)
+    assert lw0.v.dtype == jnp.float64
+    fn = lambda t: lw0.replace(v=lw0.v * (1 + jnp.sin(t) / 2))
+    X0 = ja.init_tokens(jax.random.key(18), 2, n, d, kind="gaussian", dtype=jnp.float32)
+    flat = ja.Flow(space="flat", attention="uniform")
+    sol = ja.solve(model, X0, 1.0, flow=flat, weights_fn=fn)
+    ref = ja.solve(model, np.asarray(X0, np.float64), 1.0, flow=flat, weights_fn=fn)
+    assert sol.final.dtype == jnp.float32 and np.all(np.asarray(sol.result) == 0)
+    np.testing.assert_allclose(np.asarray(sol.final), np.asarray(ref.final), atol=1e-4)
 
 
 def test_batch_split_does_not_change_results():

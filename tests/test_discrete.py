@@ -44,7 +44,7 @@ def test_matches_numpy_reference(mask, heads, shared, biases, dyn, norm):
     key = jax.random.key(100 + CASES.index((mask, heads, shared, biases)))  # the same model in every process
     model = ja.random_model(key, d, heads, depth, shared=shared, mask=mask, biases=biases)
     if biases:
-        dyn = ja.Dynamics(norm=dyn.norm, uniform=dyn.uniform, biases=True)
+        dyn = ja.Dynamics(norm=dyn.norm, attention=dyn.attention, biases=True)
     S = None
     if norm == "ellipsoid":
         A = np.random.default_rng(1).normal(size=(d, d))
@@ -57,7 +57,7 @@ def test_matches_numpy_reference(mask, heads, shared, biases, dyn, norm):
     sets = weight_sets(model)
     for b in range(X0.shape[0]):
         want = ref.simulate(X0[b], sets, model.schedule, steps, alpha=alpha, beta=beta, norm=norm, S=S,
-                            biases=biases, uniform=dyn.uniform)
+                            biases=biases, uniform=dyn.attention == "uniform")
         np.testing.assert_allclose(np.asarray(res.trajectory[b]), want, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(np.asarray(res.final), np.asarray(res.trajectory[:, -1]))
 

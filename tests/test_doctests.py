@@ -67,11 +67,45 @@ def test_doctests(module):
     assert result.failed == 0, "".join(report)
 
 
+#: Pages whose examples are written as doctests (``>>>`` in a fenced block): they run like the docstrings'.
+PAGES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md") if ">>> " in p.read_text())
+
+
+def _page_doctest(page: str) -> doctest.DocTest:
+    """The page's examples as one doctest; a fence line ends the expected output before it, as a blank line
+    would (it is replaced by one, so line numbers in a failure report are the page's)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    text = re.sub(r"(?m)^[ \t]*```.*$", "", text)
+    return doctest.DocTestParser().get_doctest(text, {}, page, str(ROOT / page), 0)
+
+
+def test_pages_with_examples():
+    assert "docs/extending.md" in PAGES
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_examples(page):
+    """The examples of a documentation page run as written, in one namespace from top to bottom, under the
+    dtype and rank promotion of a user's session (standard, allowed): the suite's strict ones are for the
+    library's own code paths."""
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    report: list[str] = []
+    test = _page_doctest(page)
+    assert test.examples, f"{page} has no examples"
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+        runner.run(test, out=report.append)
+    assert runner.summarize(verbose=False).failed == 0, "".join(report)
+
+
 def test_api_reference_lists_every_public_name():
-    api = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
-    listed = {p.rsplit(".", 1)[-1] for p in re.findall(r"^::: jaxattn\.([\w.]+)\s*$", api, flags=re.MULTILINE)}
-    missing = [name for name in jaxattn.__all__ if name not in listed]
-    assert not missing, f"docs/api.md lacks ::: jaxattn.<name> for {missing}"
+    """Every public name has its entry on one page of docs/api/ (by concept), and only one."""
+    entries = [p for page in sorted((ROOT / "docs" / "api").glob("*.md"))
+               for p in re.findall(r"^::: jaxattn\.([\w.]+)\s*$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)]
+    names = {p.rsplit(".", 1)[-1] for p in entries}  # a public name may be documented under its module's path
+    missing = [name for name in jaxattn.__all__ if name not in names]
+    assert not missing, f"no page of docs/api/ has ::: jaxattn.<name> for {missing}"
+    doubled = sorted({name for name in entries if entries.count(name) > 1})
+    assert not doubled, f"docs/api/ documents these more than once: {doubled}"
 
 
 def _repository_files() -> list[Path]:

@@ -56,6 +56,9 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     (row,) = r["bench_kernel"]["rows"]
     assert r["bench_kernel"]["interpret"] and row["max_abs_diff"] < 1e-4 and "speedup" in row
     assert r["bench_consensus"]["max_abs_diff_first_token_measure"] < 1e-3
+    g = r["bench_gradients"]
+    assert [row["steps"] for row in g["rows"]] == [2, 8] and g["one_block"]["grad_over_forward_cpu"] > 0
+    assert all(row["grads_agree_rel"] < 1e-4 and row["grad_bytes"] > 0 for row in g["rows"]), g
     assert r["suite"]["passed"] == 1 and r["suite"]["failures"] == 0 and r["suite"]["returncode"] == 0
     assert s["verdict"]["fused_kernel"].startswith("no GPU: nothing proven")
     md = (tmp_path / "gc" / "summary.md").read_text()

@@ -197,7 +197,7 @@ def test_clusters_summary_line_reports_the_reports_clusters(tmp_path, monkeypatc
     import jaxattn.studies.clusters as study
 
     row = {"n": 10, "d": 2, "beta": 1.0, "clusters_mean": 2.5, "gap_clusters_mean": 3.25, "hull_vertices_mean": 5.0}
-    monkeypatch.setattr(study, "run_study", lambda out, cfg, progress=None: {"pictures": [], "counts": [row]})
+    monkeypatch.setattr(study, "run", lambda out, cfg, progress=None: {"pictures": [], "counts": [row]})
     assert main(["clusters", "--out", str(tmp_path / "c"), "--no-progress"]) == 0
     line = capsys.readouterr().out.splitlines()[0]
     assert "clusters 2.500 (tolerance-free 3.250" in line, line

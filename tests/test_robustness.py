@@ -213,7 +213,7 @@ def test_bad_initial_states(X0, match):
     (dict(steps=True), "steps must be"),
     (dict(batch=ja.Batch(size=3), save="last"), r"save must be a jaxattn.Save, got 'last' \(steps to save are"),
     (dict(alpha=np.ones(3)), "alpha must be a finite number"),
-    (dict(beta=float("nan")), "beta must be finite"),
+    (dict(beta=float("nan")), "beta must be a finite number"),
 ])
 def test_bad_arguments(kw, match):
     model = ja.random_model(jax.random.key(0), 4, 2, 1)
@@ -328,7 +328,7 @@ def test_an_interrupted_study_leaves_its_directory_as_it_found_it(tmp_path, monk
         atomic_write_text(out / "half.csv", "partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study, "run_study", interrupted)
+    monkeypatch.setattr(study, "run", interrupted)
     for out in (tmp_path / "new", tmp_path / "empty"):
         if out.name == "empty":
             out.mkdir()

@@ -191,7 +191,7 @@ def test_an_interrupted_study_removes_only_its_own_files(tmp_path, monkeypatch):
         (out.parents[1] / "theirs.txt").write_text("written meanwhile by someone else")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(study, "run_study", interrupted)
+    monkeypatch.setattr(study, "run", interrupted)
     assert main([*CLUSTERS, "--out", str(out)]) == 130
     assert [p.name for p in (tmp_path / "a").iterdir()] == ["theirs.txt"]  # the folders start created are gone
 
@@ -209,8 +209,8 @@ def test_out_under_a_file_is_refused_before_any_computation(argv, tmp_path, monk
     def computes(*a, **k):
         raise AssertionError("computed before checking --out")
 
-    for mod, name in ((sweep_mod, "sweep"), (power_method, "run_study"), (clusters, "run_study"),
-                      (stability, "run_study"), (grid, "sweep_grid"), (ckpt, "convert")):
+    for mod, name in ((sweep_mod, "sweep"), (power_method, "run_study"), (clusters, "run"),
+                      (stability, "run"), (grid, "sweep_grid"), (ckpt, "convert")):
         monkeypatch.setattr(mod, name, computes)
     monkeypatch.setattr("jaxattn.cli.sweep.execute", computes)
     afile = tmp_path / "afile"

@@ -201,7 +201,7 @@ def test_options_that_matter_or_keep_their_default_are_accepted():
 def test_simulate_and_solve_refuse_beta_with_uniform_attention(tmp_path, capsys):
     from jaxattn.cli import main
 
-    for argv in (["simulate", "--uniform-attention", "--beta", "5"],
+    for argv in (["simulate", "--attention", "uniform", "--beta", "5"],
                  ["solve", "--attention", "uniform", "--beta", "5"]):
         assert main([*argv, "--num-init", "2", "--n", "3", "--out", str(tmp_path / argv[0])]) == 2
         err = capsys.readouterr().err

@@ -1,5 +1,6 @@
 """Equilibria and stability (jaxattn.analysis.stability) against closed forms, and `jaxattn stability`."""
 
+import contextlib
 import csv
 import json
 
@@ -18,6 +19,18 @@ from jaxattn.studies.skeleton import md_cell
 def _csv_rows(path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
+
+
+@contextlib.contextmanager
+def _x64_off():
+    """The user's default, ``jax_enable_x64`` off (the tests' conftest turns it on), restored afterwards; the study
+    must leave it off (it enables float64 in a scope, never for the rest of the process)."""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        yield
+        assert jax.config.jax_enable_x64 is False, "the study switched jax_enable_x64 on for the whole process"
+    finally:
+        jax.config.update("jax_enable_x64", True)
 
 
 def _match(a, b) -> float:
@@ -54,10 +67,10 @@ def test_consensus_jacobian_matches_closed_form(seed):
     key = jax.random.key(seed)
     d, n = 4, 3
     errs = []
-    # random symmetric V: single head D2 (softmax), D3 (uniform), and the flows C2 / OJA
+    # random symmetric V: single head D2 (softmax), D3 (uniform), and the flows C2 / C2_OJA
     V = _goe(jax.random.fold_in(key, 1), d)
     m = _single_head(jax.random.fold_in(key, 2), V, d)
-    for kind, alpha in [(ja.D1, 0.4), (ja.D3, 0.4), (ja.C2, None), (ja.OJA, None)]:
+    for kind, alpha in [(ja.D1, 0.4), (ja.D3, 0.4), (ja.C2, None), (ja.C2_OJA, None)]:
         e, ks, _ = _consensus_errors(st.System(m, kind, alpha or 1.0, beta=2.0), n, alpha)
         assert len(ks) >= 3
         errs += e
@@ -108,7 +121,7 @@ def test_only_principal_consensus_stable_below_the_step_bound(kind):
     assert not lin.stable.any()
     assert lin.growth[ks.tolist().index(0)] > 1  # a common mode (1 + αλ_3)/(1 + αλ_1) < −1
     # the flow: only the principal consensus, for any step
-    _, ks, lin = _consensus_errors(st.System(m, ja.C2 if kind == "D1" else ja.OJA), n, None)
+    _, ks, lin = _consensus_errors(st.System(m, ja.C2 if kind == "D1" else ja.C2_OJA), n, None)
     assert lin.stable.tolist() == [k == 0 for k in ks] and len(ks) == d
 
 
@@ -235,8 +248,9 @@ def test_bad_input_is_refused():
 
 def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     out = tmp_path / "s"
-    rc = main(["stability", "--out", str(out), "--tokens", "3,4", "--models", "3", "--basin-num", "12",
-               "--basin-n", "4", "--perturb-num", "3", "--search", "30", "--no-progress"])
+    with _x64_off():
+        rc = main(["stability", "--out", str(out), "--tokens", "3,4", "--models", "3", "--basin-num", "12",
+                   "--basin-n", "4", "--perturb-num", "3", "--search", "30", "--no-progress"])
     assert rc == 0, capsys.readouterr().err
     names = {p.name for p in out.iterdir()}
     assert {"config.json", "counts.csv", "counts_summary.csv", "basins.csv", "trajectories.csv", "report.md"} <= names

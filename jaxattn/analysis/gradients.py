@@ -22,7 +22,7 @@ from jaxattn.analysis.spectral import spectrum
 from jaxattn.analysis.steering import _unit, entering_states
 from jaxattn.dynamics.discrete import D1, Dynamics, Simulation, simulate
 from jaxattn.dynamics.options import Batch, Save
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, validate
 
 
@@ -372,8 +372,7 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
     """
     import optimistix as optx
 
-    if not (beta0 > 0 and math.isfinite(beta0)):
-        raise ConfigError(f"beta0 must be finite and > 0, got {beta0!r}")
+    real("beta0", beta0, positive=True)
     f = batch_observable(model, X0, steps, observable, dynamics=dynamics, alpha=alpha, batch_size=batch_size,
                          dtype=dtype)
     ftype = jnp.asarray(X0).dtype if dtype is None else jnp.dtype(dtype)

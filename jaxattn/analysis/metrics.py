@@ -9,30 +9,15 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxattn.dynamics.observables import (  # noqa: F401  (re-exported: the metrics in one place)
+    consensus_observables,
+    cos_consensus,
+    diameter,
+    pairwise_distances,
+)
 from jaxattn.model.nn import l2
 
 _unit = l2  # tokens as unit vectors
-
-
-def pairwise_distances(X: jax.Array) -> jax.Array:
-    """``[n, n]`` Euclidean distances ``||x_i - x_j||``.
-
-    Gram form on centred tokens: ``||y_i||² + ||y_j||² − 2<y_i, y_j>`` with ``y = x − mean(x)``.
-    Centring keeps the cancellation relative to the spread of the tokens, so distances near
-    consensus stay accurate, without the ``[n, n, d]`` array of differences (3x faster in sweeps).
-    """
-    Y = X - X.mean(axis=0, keepdims=True)
-    s = jnp.sum(Y * Y, axis=-1)
-    sq = s[:, None] + s[None, :] - 2.0 * (Y @ Y.T)
-    # sqrt has an infinite derivative at 0 (the diagonal, tokens at consensus): differentiate only the
-    # positive entries, so that gradients of distance observables are finite (the values are unchanged)
-    pos = sq > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
-
-
-def diameter(X: jax.Array) -> jax.Array:
-    """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus)."""
-    return pairwise_distances(X).max()
 
 
 def mean_distance(X: jax.Array) -> jax.Array:
@@ -41,27 +26,10 @@ def mean_distance(X: jax.Array) -> jax.Array:
     return pairwise_distances(X).sum() / max(n * (n - 1), 1)
 
 
-def cos_consensus(X: jax.Array) -> jax.Array:
-    """``1 - mean_{i≠j} cos(x_i, x_j)``: 0 exactly at consensus (all tokens parallel)."""
-    U = _unit(X)
-    n = X.shape[0]
-    if n == 1:  # a single token is at consensus
-        return jnp.zeros((), X.dtype)
-    # Σ_{i≠j} <u_i, u_j> = ||Σ_i u_i||² − Σ_i ||u_i||²: O(n d) instead of the O(n² d) Gram matrix
-    m = U.sum(axis=0)
-    return 1.0 - (m @ m - jnp.sum(U * U)) / (n * (n - 1))
-
-
 def first_token_consensus(X: jax.Array) -> jax.Array:
     """``1 - (1/n) Σ_j cos(x_1, x_j)``: the GPT-Consensus code's measure (convergence to token 1)."""
     U = _unit(X)
     return 1.0 - jnp.mean(U @ U[0])
-
-
-def consensus_observables(t, X: jax.Array, ctx=None) -> dict:
-    """Default observables of :func:`jaxattn.simulate` and :func:`jaxattn.solve` (signature
-    ``(t, X, ctx)``): diameter and cosine consensus."""
-    return {"diameter": diameter(X), "cos_consensus": cos_consensus(X)}
 
 
 def rho(X: jax.Array, v: jax.Array) -> jax.Array:

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, repeat_kv
 
 ORDERS = ("real", "modulus", "step")
@@ -35,17 +35,6 @@ def layer_matrices(model: Model) -> np.ndarray:
     o = np.asarray(model.layers.o, np.float64)
     v = np.asarray(repeat_kv(model.layers.replace(v=np.asarray(model.layers.v, np.float64))).v)  # GQA: V_{g(h)}
     return np.einsum("ghdk,ghke->gde", o, v)
-
-
-def _finite(name: str, v) -> float:
-    """A finite real number, else one clear error (a NaN α would silently order by another key)."""
-    try:
-        f = float(v) if not isinstance(v, bool) and np.ndim(v) == 0 else None
-    except (TypeError, ValueError):
-        f = None
-    if f is None or not np.isfinite(f):
-        raise ConfigError(f"{name} must be a finite number, got {v!r}")
-    return f
 
 
 def _order_keys(lam: np.ndarray, order: str, alpha: float) -> np.ndarray:
@@ -71,7 +60,7 @@ def eig_sorted(F: np.ndarray, order: str = "real", alpha: float = 1.0):
     Ties in the key (a conjugate pair) put the eigenvalue with positive imaginary part first,
     so a complex pair is always adjacent. Returns ``(lam [..., d], vecs [..., d, d])``.
     """
-    alpha = _finite("alpha", alpha)
+    alpha = real("alpha", alpha)
     if order not in ORDERS:
         raise ConfigError(f"order must be one of {ORDERS}, got {order!r}")
     F = np.asarray(F, np.float64)
@@ -172,7 +161,7 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
     """
     for name, v in (("alpha", alpha), ("gap_tol", gap_tol), ("collinear_tol", collinear_tol),
                     ("imag_tol", imag_tol)):
-        _finite(name, v)
+        real(name, v)
     F = layer_matrices(model_or_F) if isinstance(model_or_F, Model) else _as_matrices(model_or_F)
     if F.ndim == 2:
         F = F[None]

@@ -16,9 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
+from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.options import Batch
 from jaxattn.dynamics.runner import check_scalar, traced
 from jaxattn.errors import ConfigError
+from jaxattn.model import nn
 from jaxattn.model.params import Model, validate
 
 
@@ -152,8 +154,6 @@ def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: flo
     Pre-norm (GPT-2, GPT-Neo): the output is ``c u' + FFN(Norm2(u'))`` and the bounded FFN term
     vanishes against ``c``, so ``u`` itself is returned.
     """
-    from jaxattn.model import nn
-
     lay = model.layers
     if lay.w1 is None:
         raise ConfigError("precompensation needs a model with FFN weights")
@@ -194,8 +194,6 @@ def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1
                     precision: str = "highest"):
     """The states ``[B, n, d]`` entering ``block`` from ``X0``: the blocks before the steered one do not
     depend on the gain, so a sweep over gains runs them once (``X0`` itself for the first block)."""
-    from jaxattn.dynamics.discrete import D1, simulate
-
     b = block % model.depth
     if b == 0:
         return X0
@@ -211,8 +209,6 @@ def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int =
     unit direction ``along`` (default ``u``), the model and the steering information. ``dynamics``
     defaults to D1. ``entering``: the states entering ``block`` (:func:`entering_states`), when several
     gains share them; only the blocks from ``block`` on then run. ``precision``: :func:`jaxattn.simulate`'s."""
-    from jaxattn.dynamics.discrete import D1, simulate
-
     u_n = _unit(u, model.d_model, "u")
     ms, info = steer(model, u_n, gamma, w, block=block)
     b = block % ms.depth

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jaxattn.cli._study import formatter
-from jaxattn.errors import JaxattnError, positive_int
+from jaxattn.errors import JaxattnError, positive_int, real
+from jaxattn.model.attention import KERNELS as ATTENTION_KERNELS
 
 EXIT_BAD_INPUT = 2
 
@@ -89,6 +90,8 @@ def _replayed(run: dict, defaults: dict) -> dict:
     if "model" in defaults and isinstance(run.get("model"), str):
         cfg.setdefault("model", run["model"])
     dims = run.get("model_dims")
+    if run["config"].get("uniform_attention") and "attention" in defaults:  # runs before --attention
+        cfg.setdefault("attention", "uniform")
     if cfg.get("model", "random") != "random":
         cfg = {k: v for k, v in cfg.items() if k not in RANDOM_ONLY}
     elif isinstance(dims, dict):
@@ -108,19 +111,18 @@ def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
 
 
 def _check_number(name: str, v) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise JaxattnError(f"--{name} must be a finite number, got {v!r}")
+    real(f"--{name}", v, error=JaxattnError)
 
 
 # ---------------------------------------------------------------- simulate
 SIM_DEFAULTS = dict(
     model="random", n=10, d=64, heads=4, depth=12, shared=True, weights="gaussian", value="random", mask="full",
     steps=None, num_init=1000, seed=0, alpha=1.0, beta=1.0, init="sphere", norm="l2", ffn=False, pre_ln=False,
-    biases=False, uniform_attention=False, rope="none", dtype="float32", matmul_precision="highest", chunk=None,
+    biases=False, attention="softmax", scale=None, rope="none", dtype="float32", matmul_precision="highest", chunk=None,
     out="runs/simulate", progress=True, keep_final=False, overwrite=False,
 )
 #: Options that only describe a random model (refused with a converted one: it brings its own).
-RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask")
+RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask", "scale")
 
 
 def _add_simulate(sub):
@@ -143,6 +145,8 @@ def _add_simulate(sub):
     g.add_argument("--value", choices=["random", "identity"],
                    help=f"random model: value/output matrices [{d['value']}]")
     g.add_argument("--mask", help=f"random model: 'full', 'causal' or 'local:W' [{d['mask']}]")
+    g.add_argument("--scale", type=float, help="random model: score scale s of <Q x_i, K x_j> (the clustering papers "
+                                               "use 1) [1/sqrt(d_h)]")
     g = p.add_argument_group("dynamics")
     g.add_argument("--steps", type=int, help="number of steps (default: the model's depth; more prolongs it)")
     g.add_argument("--alpha", type=float, help=f"step size α [{d['alpha']}]")
@@ -154,8 +158,9 @@ def _add_simulate(sub):
                    help=f"pre-norm models (GPT-2, GPT-Neo): keep ln_1 before attention [{d['pre_ln']}]")
     g.add_argument("--biases", action=argparse.BooleanOptionalAction, default=None,
                    help=f"include biases (converted models) [{d['biases']}]")
-    g.add_argument("--uniform-attention", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"uniform attention a_ij = 1/n (the Oja model D3) [{d['uniform_attention']}]")
+    g.add_argument("--attention", choices=ATTENTION_KERNELS,
+                   help=f"attention kernel: softmax, uniform a_ij = 1/n (the Oja model D3) or unnormalised "
+                        f"exp(scores)/n (the clustering papers' code) [{d['attention']}]")
     g.add_argument("--rope", choices=["none", "model", "on"],
                    help=f"positions in attention: 'none' position-free (tokens exchangeable), 'model' the model's own "
                         f"RoPE (Llama, GPT-NeoX...), 'on' the model's or the standard RoPE (θ = 10⁴) [{d['rope']}]")
@@ -196,21 +201,15 @@ def _dtype(name: str):
 
 def load_model_arg(spec: str, cfg: dict):
     """Resolve ``--model``: 'random', 'minilm' or a converted file."""
-    import jax
-
-    from jaxattn.model.sampling import random_model
+    from jaxattn.model.sampling import seeded_model
 
     if spec == "random":
         for k in ("d", "heads", "depth"):
             positive_int(f"--{k}", cfg.get(k), JaxattnError)
-        import jax.numpy as jnp
-
         if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or not 0 <= cfg["seed"] < 2**63:
             raise JaxattnError(f"--seed must be an integer in [0, 2^63), got {cfg['seed']!r}")
-        # drawn in float32 whatever --dtype: one seed names one model
-        return random_model(jax.random.fold_in(jax.random.key(cfg["seed"]), 2**31 - 1), cfg["d"], cfg["heads"],
-                            cfg["depth"], shared=cfg["shared"], weights=cfg["weights"], value=cfg["value"],
-                            mask=cfg["mask"], dtype=jnp.float32)
+        return seeded_model(cfg["seed"], cfg["d"], cfg["heads"], cfg["depth"], shared=cfg["shared"],
+                            weights=cfg["weights"], value=cfg["value"], mask=cfg["mask"], scale=cfg.get("scale"))
     given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
     if given:
         raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "
@@ -268,23 +267,24 @@ def cmd_simulate(args, cfg) -> int:
             positive_int(f"--{k.replace('_', '-')}", cfg[k], JaxattnError)
     for k in ("alpha", "beta"):
         _check_number(k, cfg[k])
+    if cfg["scale"] is not None:
+        real("--scale", cfg["scale"], positive=True, error=JaxattnError)
     out = Path(cfg["out"])
     model = load_model_arg(cfg["model"], cfg)
     steps = model.depth if cfg["steps"] is None else cfg["steps"]
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
         raise JaxattnError(f"--steps must be a non-negative integer, got {steps!r}")
     dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
-                   uniform=cfg["uniform_attention"], rope=cfg["rope"])
-    # options that would be recorded but change nothing are refused, before anything is written
+                   attention=cfg["attention"], rope=cfg["rope"])
+    # options that would be recorded but change nothing are refused, before anything is written: what no model
+    # could run (the library's checks), then what this model would ignore
     check_dynamics(model, dyn)
-    if cfg["uniform_attention"] and cfg["beta"] != SIM_DEFAULTS["beta"]:
-        raise JaxattnError("--beta does nothing with --uniform-attention (a_ij = 1/n whatever the scores): remove it")
+    if cfg["attention"] == "uniform" and cfg["beta"] != SIM_DEFAULTS["beta"]:
+        raise JaxattnError("--beta does nothing with --attention uniform (a_ij = 1/n whatever the scores): remove it")
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":
         raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
-    if cfg["norm"] == "layernorm" and model.layers.ln1_w is None:
-        raise JaxattnError("--norm layernorm: this model has no LayerNorm weights (random models are attention-only)")
     _check_rope(model, cfg["rope"])
     run = _start_run(cfg, "simulate", own=(STORE,))
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
-from jaxattn.studies.clusters import ClustersConfig
+from jaxattn.studies import clusters as study
 from jaxattn.studies.skeleton import config_defaults
 
-DEFAULTS = config_defaults(ClustersConfig, out="runs/clusters", progress=True, overwrite=False)
+DEFAULTS = config_defaults(study.Config, out="runs/clusters", progress=True, overwrite=False)
 
 
 def register(sub) -> None:
@@ -40,10 +40,8 @@ def register(sub) -> None:
 
 
 def run(args, cfg) -> int:
-    from jaxattn.studies.clusters import run_study
-
-    study = config_of(ClustersConfig, cfg)
-    tables = run_in_out("clusters", cfg, lambda out, say: run_study(out, study, progress=say))
+    config = config_of(study.Config, cfg)
+    tables = run_in_out("clusters", cfg, lambda out, say: study.run(out, config, progress=say))
     for r in tables["pictures"]:
         print(f"{r['setting']:<12} top eigenvalue {r['top_eigenvalue']:<12} clusters {r['clusters']:>3} "
               f"(tolerance-free {r['gap_clusters']})")

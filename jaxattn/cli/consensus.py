@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+import jax
+
 from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
 from jaxattn.dynamics.runner import DTYPES
-from jaxattn.studies.consensus import ConsensusConfig
+from jaxattn.io.checkpoints import load_any
+from jaxattn.studies import consensus as study
 from jaxattn.studies.skeleton import config_defaults
 
-DEFAULTS = config_defaults(ConsensusConfig, model="minilm", out="runs/consensus", progress=True, overwrite=False)
+DEFAULTS = config_defaults(study.Config, model="minilm", out="runs/consensus", progress=True, overwrite=False)
 
 
 def register(sub) -> None:
@@ -45,18 +48,14 @@ def register(sub) -> None:
 
 
 def run(args, cfg) -> int:
-    import jax
-
-    from jaxattn.io.checkpoints import load_any
-    from jaxattn.studies.consensus import run_study
-
-    study = config_of(ConsensusConfig, cfg)
-    jax.config.update("jax_enable_x64", True)  # the theorem settings run in float64; --dtype sets the passes
+    config = config_of(study.Config, cfg)
+    # the command's own process: the theorem settings run in float64 whatever --dtype sets for the passes
+    jax.config.update("jax_enable_x64", True)
     model = load_any(cfg["model"])
-    tables = run_in_out("consensus", cfg, lambda out, say: run_study(model, out, study, model_name=str(cfg["model"]),
-                                                                     progress=say))
+    tables = run_in_out("consensus", cfg, lambda out, say: study.run(out, config, model=model,
+                                                                     model_name=str(cfg["model"]), progress=say))
     for r in tables["summary"]:
         print(f"{r['run']:<16} first-token measure {r['first_token_start']:.4f} -> {r['first_token_end']:.4g} "
-              f"after {study.passes} passes")
+              f"after {config.passes} passes")
     print(f"report       {cfg['out']}/report.md")
     return 0

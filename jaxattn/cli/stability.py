@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
+from jaxattn.studies import stability as study
 from jaxattn.studies.skeleton import config_defaults
-from jaxattn.studies.stability import StabilityConfig
 
-DEFAULTS = config_defaults(StabilityConfig, out="runs/stability", progress=True, overwrite=False)
+DEFAULTS = config_defaults(study.Config, out="runs/stability", progress=True, overwrite=False)
 
 
 def register(sub) -> None:
@@ -46,13 +46,8 @@ def register(sub) -> None:
 
 
 def run(args, cfg) -> int:
-    import jax
-
-    from jaxattn.studies.stability import run_study
-
-    study = config_of(StabilityConfig, cfg)
-    jax.config.update("jax_enable_x64", True)  # Jacobians compared at 1e-10 need float64
-    tables = run_in_out("stability", cfg, lambda out, say: run_study(out, study, progress=say))
+    config = config_of(study.Config, cfg)  # the study runs in float64 itself (a scoped jax.enable_x64)
+    tables = run_in_out("stability", cfg, lambda out, say: study.run(out, config, progress=say))
     for r in tables["counts_summary"]:
         print(f"{r['time']:<10} n = {r['n']:<3} mean stable equilibria {r['mean_stable']:.2f}  "
               f"multistable models {r['multistable']:.2f}  analytic = numerical {r['agreement']}")

@@ -10,10 +10,6 @@ from pathlib import Path
 from jaxattn.errors import ConfigError
 
 
-def _formatter(prog):
-    return argparse.HelpFormatter(prog, max_help_position=34, width=100)
-
-
 def add_process_options(p) -> None:
     g = p.add_argument_group("several processes (one per host, jax.distributed)")
     g.add_argument("--process-id", type=int,

@@ -26,6 +26,7 @@ import numpy as np
 
 from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.dynamics.runner import (
     Context,
@@ -200,7 +201,7 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, sa
         X0: ``[B, n, d]`` initial configurations (``[n, d]`` is taken as ``B = 1``). On the sphere
             or ellipsoid they should lie on it (they are not projected).
         t1: final time (> ``t0``).
-        flow: which model (:data:`jaxattn.C1`, :data:`C2`, :data:`OJA`, :data:`C3`,
+        flow: which model (:data:`jaxattn.C1`, :data:`C2`, :data:`C2_OJA`, :data:`C3`,
             :data:`C3_RESCALED` or any :class:`jaxattn.Flow`).
         beta: inverse temperature multiplying the scores. S: ``[d, d]`` for the ellipsoid (C1).
         save: what is kept (:class:`jaxattn.Save`): the times ``ts`` at which the observable (and the
@@ -251,10 +252,8 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, sa
         >>> sol.observables["diameter"].shape, sol.final.shape, bool(sol.ok.all())
         ((3, 5), (3, 5, 4), True)
     """
-    from jaxattn.analysis.metrics import consensus_observables
-
     if not isinstance(flow, Flow):
-        raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED), got {flow!r}")
+        raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, C2_OJA, C3, C3_RESCALED), got {flow!r}")
     validate(model)  # shapes and finite weights, also for a model edited with `replace`
     save = check_save(save, "solve", kind="flow")
     batch = check_batch(batch, "solve")

@@ -4,7 +4,8 @@ One block map covers every model; a :class:`Dynamics` (static, hashable) says wh
 
 =========  ==========================================================================
 D1         ``Dynamics()``: ``x_i <- N(x_i + α Σ_h O_h Σ_j a^h_ij V_h x_j)``
-D2         D1 on a single-head model with ``O = I`` (``random_model(..., unit_output=True)``)
+D2         ``Dynamics(unit_output=True)``: D1 on a single-head model with ``O = I``
+           (``random_model(..., heads=1, unit_output=True)``; any other model is refused)
 D3         ``Dynamics(attention="uniform")``: ``a_ij = 1/n`` (multi-agent Oja)
 D4         ``Dynamics(norm="none")`` on a model with score scale 1 (no normalisation)
 D5         ``Dynamics(norm="ellipsoid")`` with ``S``: ``N_S`` in place of ``N``
@@ -38,6 +39,7 @@ import numpy as np
 
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.kernels import choose, fused_simulate
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.dynamics.runner import (
     Context,
@@ -69,8 +71,8 @@ class Dynamics:
     """Which pieces of a block are on (static configuration, hashable).
 
     ``attention`` is the kernel (``'softmax'``, ``'uniform'`` or ``'unnormalised'``, see
-    :func:`jaxattn.model.attention.probabilities`); ``uniform=True`` is kept as a synonym of
-    ``attention='uniform'``. ``drop_ln2`` removes the FFN of a pre-norm model the way the
+    :func:`jaxattn.model.attention.probabilities`). ``unit_output`` asks for a single-head model with
+    ``O = I`` (:data:`D2`) and refuses any other. ``drop_ln2`` removes the FFN of a pre-norm model the way the
     GPT-Consensus code does (the block becomes ``x + Attn(LN1 x)``, ``ln_2`` unused); without it a
     pre-norm block with the FFN off still normalises after the update (the power-method paper's
     simplification). See :data:`NO_FFN`. ``rope`` says how attention reads positions (:data:`ROPES`):
@@ -83,10 +85,10 @@ class Dynamics:
     ffn: bool = False
     pre_ln: bool = False
     biases: bool = False
-    uniform: bool = False
     attention: str = "softmax"
     drop_ln2: bool = False  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
     rope: str = "none"  # see ROPES: RoPE on queries and keys by token index 0..n-1
+    unit_output: bool = False  # D2: the model must have one head and O = I
 
     def __post_init__(self):
         if self.rope not in ROPES:
@@ -95,13 +97,10 @@ class Dynamics:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
         if self.attention not in KERNELS:
             raise ConfigError(f"attention must be one of {KERNELS}, got {self.attention!r}")
-        if self.uniform and self.attention == "softmax":
-            object.__setattr__(self, "attention", "uniform")
-        if self.uniform != (self.attention == "uniform"):
-            object.__setattr__(self, "uniform", self.attention == "uniform")
 
 
 D1 = Dynamics()
+D2 = Dynamics(unit_output=True)
 D3 = Dynamics(attention="uniform")
 D4 = Dynamics(norm="none")
 D5 = Dynamics(norm="ellipsoid")
@@ -116,14 +115,34 @@ def check_dynamics(model: Model, dyn: Dynamics, S=None):
     ellipsoid; a traced ``S`` carries its value check into the program)."""
     if dyn.ffn and model.layers.w1 is None:
         raise ConfigError("ffn=True but the model has no FFN weights (synthetic models are attention-only)")
+    # an attention-only model has none of the pieces these read; a converted one runs FAITHFUL (pre_ln and biases
+    # on) with what its family has: a post-norm model ignores pre_ln, a bias-free one biases
+    lay = model.layers
+    if dyn.norm == "layernorm" and lay.ln1_w is None:
+        raise ConfigError("norm='layernorm' but the model has no LayerNorm weights (random models are attention-only)")
+    if dyn.pre_ln and lay.ln1_w is None:
+        raise ConfigError("pre_ln=True applies to pre-norm models (GPT-2, GPT-Neo); this one has no norm weights "
+                          "(random models are attention-only)")
+    if dyn.biases and lay.ln1_w is None and all(getattr(lay, b) is None for b in ("bq", "bk", "bv", "bo")):
+        raise ConfigError("biases=True but the model has no biases (random models are drawn without them)")
     if dyn.drop_ln2 and (dyn.ffn or model.norm_style != "pre"):
         raise ConfigError("drop_ln2 removes the FFN sublayer of a pre-norm model (GPT-2, GPT-Neo): use it with "
                           "ffn=False on a pre-norm model")
+    if dyn.unit_output and not _unit_output(lay.o):
+        raise ConfigError("unit_output=True (D2) needs a single-head model with O = I, e.g. "
+                          "random_model(key, d, heads=1, unit_output=True)")
     if dyn.norm == "ellipsoid":
         S = check_spd(S, model.d_model)
     if dyn.rope == "on" and model.rope is None and model.layers.d_head < 2:
         raise ConfigError("rope='on' needs heads of at least 2 dimensions")
     return S
+
+
+def _unit_output(o) -> bool:
+    """``O: [G, H, d, d_h]`` is one head with ``O = I`` in every weight set (a traced ``O``: its shape only)."""
+    if o.shape[1] != 1 or o.shape[2] != o.shape[3]:
+        return False
+    return isinstance(o, jax.core.Tracer) or bool(np.all(np.asarray(o) == np.eye(o.shape[2])))
 
 
 def rope_of(model: Model, dyn: Dynamics):
@@ -401,8 +420,6 @@ def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha
         >>> g.shape                                       # d(final diameter)/dβ
         ()
     """
-    from jaxattn.analysis.metrics import consensus_observables
-
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics, got {dynamics!r}")
     save = check_save(save, "simulate_one", kind="map")
@@ -466,8 +483,6 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         >>> obs.shape, bool(np.allclose(obs, 1.0))
         ((4, 1), True)
     """
-    from jaxattn.analysis.metrics import consensus_observables  # late import: metrics imports this module's users
-
     validate(model)  # shapes and finite weights, also for a model edited with `replace`
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (D1, D3, D4, D5, FAITHFUL, NO_FFN or "

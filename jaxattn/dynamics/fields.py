@@ -7,7 +7,7 @@ Every field starts from the same attention update as the discrete models,
 =================  ==================================================================================
 ``C1``             tokens on the ellipsoid ``E_S``: ``ẋ_i = P^S_{x_i} u_i`` (Rodríguez Abella et al.)
 ``C2``             tokens on the unit sphere: ``ẋ_i = P_{x_i} u_i`` (``P_x = I − x xᵀ``)
-``OJA``            C2 with uniform attention ``a_ij = 1/n``: ``ẋ_i = P_{x_i} V x̄`` (multi-agent Oja flow)
+``C2_OJA``         C2 with uniform attention ``a_ij = 1/n``: ``ẋ_i = P_{x_i} V x̄`` (multi-agent Oja flow)
 ``C3``             flat space, no projection: ``ẋ_i = u_i`` (Geshkovski et al.)
 ``C3_RESCALED``    ``z_i = e^{−tF} x_i`` with ``F = Σ_h F_h``, ``F_h = O_h V_h``:
                    ``ż_i = e^{−tF} u_i(e^{tF} z) − F z_i``, evaluated as ``Σ_h G_h(t) (Σ_j a^h_ij z_j − z_i)``
@@ -43,7 +43,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxattn.dynamics.geometry import SPACES, Geometry
+from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import KERNELS, attend, probabilities
 from jaxattn.model.params import Layers, Model, repeat_kv
@@ -69,7 +69,7 @@ class Flow:
 
 C1 = Flow(space="ellipsoid")
 C2 = Flow(space="sphere")
-OJA = Flow(space="sphere", attention="uniform")
+C2_OJA = Flow(space="sphere", attention="uniform")
 C3 = Flow(space="flat")
 C3_RESCALED = Flow(space="flat", rescaled=True)
 
@@ -83,8 +83,10 @@ def set_index(model: Model, t, layer_time=1.0) -> jax.Array:
 
 def weights_at(model: Model, t, layer_time=1.0, weights_fn: Callable | None = None) -> Layers:
     """The weight set (leading axis removed) in force at time ``t``."""
-    if weights_fn is not None:
-        return weights_fn(t)
+    if weights_fn is not None:  # in the state's precision (t carries it), or the solver's state changes dtype
+        t = jnp.asarray(t)
+        return jax.tree_util.tree_map(
+            lambda a: a.astype(t.dtype) if jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating) else a, weights_fn(t))
     if model.shared:
         return model.layers.take(model.schedule[0])
     return model.layers.take(set_index(model, t, layer_time))
@@ -195,10 +197,8 @@ def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer
         >>> jac(X).shape
         (5, 4, 5, 4)
     """
-    from jaxattn.dynamics.geometry import geometry
-
     if not isinstance(flow, Flow):  # e.g. a map (ja.D1): its step is ja.step, not a vector field
-        raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, OJA, C3, C3_RESCALED or Flow(...)), got {flow!r}; "
+        raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, C2_OJA, C3, C3_RESCALED or Flow(...)), got {flow!r}; "
                           "the step map of a discrete model is jaxattn.step")
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[-1] != model.d_model:

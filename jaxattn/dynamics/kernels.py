@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import PATHS
 from jaxattn.errors import ConfigError
 
@@ -39,8 +40,6 @@ PROVEN_ON: tuple[str, ...] = ()
 
 def applies(model, dyn, observe, trajectory: bool, every) -> str | None:
     """``None`` if the fused kernel can run this simulation, else the reason it cannot."""
-    from jaxattn.analysis.metrics import consensus_observables
-
     if dyn.ffn or dyn.biases or dyn.pre_ln or dyn.drop_ln2 or dyn.norm == "layernorm":
         return "the fused kernel runs attention-only dynamics (no FFN, biases, pre-norm or LayerNorm)"
     if getattr(dyn, "rope", "none") != "none" or model.layers.k.shape[1] != model.layers.q.shape[1]:

@@ -29,6 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics, saved_steps
+from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.dynamics.runner import cast_floats, check_weights, resolve_dtype, run, working_bytes
 from jaxattn.errors import ConfigError, positive_int
@@ -102,8 +103,6 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
         >>> ja.repeated_passes(model, X0, passes=2, dynamics=ja.D1, save=ja.Save(every=3)).observables["diameter"].shape
         (4, 3)
     """
-    from jaxattn.analysis.metrics import consensus_observables
-
     positive_int("passes", passes)
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (jaxattn.FAITHFUL, jaxattn.NO_FFN, jaxattn.D1, ...), "

@@ -17,6 +17,7 @@ import numpy as np
 from jaxattn.dynamics.faithful import embed
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import Embeddings, Model
+from jaxattn.model.sampling import init_tokens
 
 
 def _embeddings(model: Model) -> Embeddings:
@@ -101,8 +102,6 @@ def text_prompts(tokenizer_path, texts: Sequence[str]) -> list[np.ndarray]:
 def hemisphere_tokens(key, batch: int, n: int, d: int, pole: np.ndarray | None = None, margin: float = 0.1,
                       dtype=jnp.float32) -> jax.Array:
     """Random unit tokens in the open hemisphere ``<x, pole> > margin`` (pole: e_1 by default)."""
-    from jaxattn.model.sampling import init_tokens
-
     X = init_tokens(key, batch, n, d, dtype=dtype)
     w = jnp.zeros(d, dtype).at[0].set(1.0) if pole is None else jnp.asarray(pole / np.linalg.norm(pole), dtype)
     c = X @ w

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.dynamics.options import PRECISIONS, Batch
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, real
 from jaxattn.model.sampling import float_dtype
 
 #: Conditions per vmapped block by backend (see the module docstring).
@@ -241,15 +241,7 @@ def check_scalar(name: str, v, *, positive: bool = False):
                               "(vmap over the option itself rather than passing an array)")
         bad = ~jnp.isfinite(v) | (v <= 0) if positive else ~jnp.isfinite(v)
         return eqx.error_if(v, bad, f"{name} must be {want}")
-    if isinstance(v, bool) or np.ndim(v) != 0:
-        raise ConfigError(f"{name} must be a finite number, got {v!r}")
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name} must be a finite number, got {v!r}") from None
-    if not np.isfinite(f) or (positive and f <= 0):
-        raise ConfigError(f"{name} must be {want}, got {v!r}")
-    return f
+    return real(name, v, positive=positive)
 
 
 def cast_floats(tree: Any, dtype) -> Any:

@@ -11,10 +11,8 @@ import contextlib
 import datetime
 import hashlib
 import json
-import os
 import platform
 import sys
-import tempfile
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -22,35 +20,19 @@ from typing import Any
 
 import numpy as np
 
+from jaxattn.io.atomic import replace_bytes
+from jaxattn.io.rundir import claim
+
 _PACKAGES = ("jaxattn", "jax", "jaxlib", "numpy", "flax", "diffrax", "safetensors", "transformers", "torch")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file ``.NAME.XXXXXXXX.tmp`` and ``os.replace``; inside a
-    run directory the name is first recorded in its marker (:func:`jaxattn.io.rundir.claim`)."""
-    from jaxattn.io.rundir import claim
-
+    """Write ``data`` to ``path`` atomically (:func:`jaxattn.io.atomic.replace_bytes`); inside a run directory
+    the name is first recorded in its marker (:func:`jaxattn.io.rundir.claim`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     claim(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600: follow the umask like open() does
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    return replace_bytes(path, data)
 
 
 def save_png(fig, path, dpi: int) -> Path:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxattn.errors import ConfigError, JaxattnError
+from jaxattn.io.atomic import replace_bytes
 
 MARKER = ".jaxattn-run.json"
 FORMAT = "jaxattn-run"
@@ -114,9 +115,7 @@ def read_marker(out: Path) -> dict | None:
 
 
 def _write_marker(out: Path, marker: dict) -> None:
-    from jaxattn.io.results import atomic_write_text
-
-    atomic_write_text(Path(out) / MARKER, json.dumps(marker, indent=2, sort_keys=True) + "\n")
+    replace_bytes(Path(out) / MARKER, (json.dumps(marker, indent=2, sort_keys=True) + "\n").encode())
 
 
 def new_marker(command: str, files: Iterable[str] = ()) -> dict:

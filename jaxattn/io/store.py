@@ -194,13 +194,6 @@ class SweepStore:
         except CorruptChunk:  # recompute it
             return False
 
-    def write_point_attrs(self, point: int, attrs: Mapping[str, Any]) -> None:
-        from filelock import FileLock
-
-        with FileLock(str(self.root / "locks" / "create.lock")):
-            g = self.group.require_group(f"p{point:04d}")
-            g.attrs.update(json.loads(json.dumps(dict(attrs), default=str)))
-
     def mark_finished(self, summary: dict, process_id: int = 0) -> None:
         """Record a process's summary of its part (``summary-<process>.json``)."""
         write_json(self.root / f"summary-{process_id}.json", summary)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxattn.errors import ConfigError
 from jaxattn.model.params import Layers
 from jaxattn.model.rope import rotate
 
@@ -43,8 +44,8 @@ def allowed(n: int, causal, window) -> jax.Array:
 KERNELS = ("softmax", "uniform", "unnormalised")
 
 
-def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
-                  kernel: str = "softmax", rope=None) -> jax.Array:
+def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
+                  rope=None) -> jax.Array:
     """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
 
     Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs (with
@@ -53,7 +54,7 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, u
     * ``'softmax'``: ``a^h_ij = softmax_j(e^h_ij)`` (rows sum to 1);
     * ``'uniform'``: every allowed ``j`` gets the same weight (the multi-agent Oja model);
     * ``'unnormalised'``: ``a^h_ij = exp(e^h_ij) / n`` on the allowed pairs (rows do not sum to 1;
-      the default of the clustering papers' public code). ``uniform=True`` is ``kernel='uniform'``.
+      the default of the clustering papers' public code).
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -66,10 +67,8 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, u
         >>> np.asarray(ja.probabilities(X, lw, kernel="uniform")[0, 2], np.float64).round(4).tolist()   # row 2
         [0.3333, 0.3333, 0.3333, 0.0, 0.0]
     """
-    if uniform:
-        kernel = "uniform"
     if kernel not in KERNELS:
-        raise ValueError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
+        raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
     n = X.shape[0]
     ok = allowed(n, lw.causal, lw.window)
     H = lw.q.shape[0]
@@ -106,9 +105,9 @@ def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False) -> ja
     return out
 
 
-def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, uniform: bool = False,
-           kernel: str = "softmax", return_probs: bool = False, rope=None):
+def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
+           return_probs: bool = False, rope=None):
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``."""
-    A = probabilities(X, lw, beta, biases=biases, uniform=uniform, kernel=kernel, rope=rope)
+    A = probabilities(X, lw, beta, biases=biases, kernel=kernel, rope=rope)
     out = apply(X, A, lw, biases=biases)
     return (out, A) if return_probs else out

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, real
 from jaxattn.model.rope import Rope
 
 # a loaded checkpoint keeps numpy arrays (no float64 truncation while x64 is off); JAX converts them on use
@@ -258,8 +258,7 @@ def validate(model: Model) -> Model:
         raise ConfigError(f"norm_kind must be one of {NORM_KINDS}, got {model.norm_kind!r}")
     if model.rope is not None and model.rope.dim > dh:
         raise ConfigError(f"RoPE rotates {model.rope.dim} dimensions but the heads have {dh}")
-    if not (np.isfinite(model.embed_scale) and model.embed_scale > 0):
-        raise ConfigError(f"embed_scale must be positive and finite, got {model.embed_scale!r}")
+    real("embed_scale", model.embed_scale, positive=True)
     if not model.schedule:
         raise ConfigError("schedule is empty: a model needs at least one block")
     if any((not isinstance(g, (int, np.integer))) or g < 0 or g >= G for g in model.schedule):

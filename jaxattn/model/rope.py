@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, real
 
 KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
 
@@ -55,10 +55,9 @@ class Rope:
             raise ConfigError(f"unsupported RoPE scaling type {self.kind!r}; supported: {', '.join(KINDS)}")
         if not isinstance(self.dim, (int, np.integer)) or self.dim < 2 or self.dim % 2:
             raise ConfigError(f"RoPE needs an even number of rotated dimensions >= 2, got {self.dim!r}")
-        if not (self.theta > 0 and math.isfinite(self.theta)):
-            raise ConfigError(f"RoPE theta must be positive and finite, got {self.theta!r}")
-        if self.kind != "default" and not (self.factor > 0 and math.isfinite(self.factor)):
-            raise ConfigError(f"RoPE scaling {self.kind!r} needs a positive factor, got {self.factor!r}")
+        real("RoPE theta", self.theta, positive=True)
+        if self.kind != "default":
+            real(f"the factor of RoPE scaling {self.kind!r}", self.factor, positive=True)
         if self.kind == "dynamic" and self.max_positions < 1:
             raise ConfigError("RoPE scaling 'dynamic' needs max_positions (max_position_embeddings)")
         if self.kind in ("llama3", "yarn") and self.original_max_positions < 1:

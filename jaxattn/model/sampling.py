@@ -206,6 +206,14 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
                       scale=scale, **bias)
 
 
+def seeded_model(seed: int, d: int, heads: int = 1, depth: int = 1, **options) -> Model:
+    """The random model that a command's or a sweep's ``seed`` names: :func:`random_model` with the key
+    ``fold_in(key(seed), 2^31 - 1)`` (the initial conditions draw from ``fold_in(key(seed), i)``), drawn in
+    float32 whatever the run's dtype, so one seed names one model. ``options``: :func:`random_model`'s."""
+    return random_model(jax.random.fold_in(jax.random.key(seed), 2**31 - 1), d, heads, depth, dtype=jnp.float32,
+                        **options)
+
+
 def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None, start: int = 0,
                 dtype=jnp.float32) -> jax.Array:
     """Random initial configurations ``X0: [batch, n, d]``.

@@ -7,7 +7,7 @@ normalisation of the tokens), solved for the rescaled tokens ``z_i = e^{−tV} x
 directory (``config.json``, CSV tables, PNG figures, ``report.md``):
 
 1. ``V = I`` in 2-D and 3-D: trajectories of the tokens, which gather at the vertices of a convex
-   polytope (:func:`jaxattn.analysis.clusters.polytope`).
+   polytope (:func:`jaxattn.analysis.hulls.polytope`).
 2. A good triple in 2-D (a symmetric ``V`` with eigenvalues 1.35 and −0.07, as in the paper): the
    coordinate along the top eigenvector ``φ_1`` over time, which takes at most three values.
 3. ``V`` whose top eigenvalue is a complex pair, and ``V`` whose top eigenvalue is negative: what
@@ -30,11 +30,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis import clusters as cl
+from jaxattn.analysis.boolean import boolean_observables
+from jaxattn.analysis.good_triples import ENSEMBLES, good_triple_fraction
+from jaxattn.analysis.hulls import hull_vertices, polytope
+from jaxattn.analysis.hyperplanes import coordinate, hyperplanes, top_eigen
+from jaxattn.analysis.linkage import cluster_observables
+from jaxattn.dynamics.continuous import solve
+from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Save
 from jaxattn.errors import ConfigError
-from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
-from jaxattn.studies.skeleton import csv_text, write_report
+from jaxattn.io.results import atomic_write_text, provenance, write_json
+from jaxattn.model.paper import paper_model
+from jaxattn.model.sampling import init_tokens
+from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_text, no_model, quiet, write_report
 
 
 def _ints(name: str, s: str) -> list[int]:
@@ -95,8 +104,8 @@ class ClustersConfig:
             raise ConfigError(f"good_d values must be >= 1, got {self.good_d!r}")
         _floats("table_beta", self.table_beta)
         for e in self.ensembles.split(","):
-            if e.strip() not in cl.ENSEMBLES:
-                raise ConfigError(f"ensembles must be among {', '.join(cl.ENSEMBLES)}, got {e.strip()!r}")
+            if e.strip() not in ENSEMBLES:
+                raise ConfigError(f"ensembles must be among {', '.join(ENSEMBLES)}, got {e.strip()!r}")
         return self
 
 
@@ -114,8 +123,6 @@ def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", obser
     Every run of the study goes through here with the same static settings, so runs of the same
     shapes (up to 64 conditions are one block on a CPU) share one compiled program.
     """
-    from jaxattn import Flow, solve
-
     ts = np.asarray(ts, np.float64)
     flow = Flow(space="flat", rescaled=True, attention=attention)
     return solve(model, X0, float(ts[-1]), flow=flow, beta=beta,
@@ -140,20 +147,32 @@ def spectra_matrices(key) -> dict[str, np.ndarray]:
             "negative": _rotated(jax.random.fold_in(key, 2), np.diag([-1.2, 0.5]))}
 
 
-def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> dict:
-    """Run the study into ``out_dir`` (created); returns the tables (lists of row dicts) and pictures.
-    ``cfg`` defaults to ``ClustersConfig()``."""
-    from jaxattn.model.sampling import init_tokens
+#: The study's public shape (as every study's): ``Config`` and ``run``.
+Config = ClustersConfig
 
-    cfg = ClustersConfig() if cfg is None else cfg
+
+def run(out_dir, config: ClustersConfig | None = None, *, model=None, model_name: str = "model",
+        progress=None) -> dict:
+    """Run the study into ``out_dir`` (created); returns the tables (lists of row dicts). ``config`` defaults to
+    ``Config()``; the study builds its own models, so ``model`` must be left out. ``progress(message)`` receives
+    the stage messages. Runs in float64 (eigenvalues and cluster tolerances need it) inside a scoped
+    ``jax.enable_x64``: the caller's ``jax_enable_x64`` is left as it was."""
+    no_model("clusters", model)
+    cfg = ClustersConfig() if config is None else config
     cfg.check()
-    if not jax.config.read("jax_enable_x64"):
-        jax.config.update("jax_enable_x64", True)  # eigenvalues and cluster tolerances need float64
-    say = progress or (lambda msg: None)
-    out = Path(out_dir)
+    with jax.enable_x64(True):
+        return _run(Path(out_dir), cfg, progress or quiet)
+
+
+def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> dict:
+    """:func:`run` under its earlier name."""
+    return run(out_dir, cfg, progress=progress)
+
+
+def _run(out: Path, cfg: ClustersConfig, say) -> dict:
     key = jax.random.key(cfg.seed)
     ts = np.linspace(0.0, cfg.t1, 61)
-    obs = cl.cluster_observables(cfg.tol)
+    obs = cluster_observables(cfg.tol)
     tables: dict = {"pictures": [], "counts": [], "good_triples": [], "boolean": []}
     pics: dict = {}
 
@@ -164,27 +183,27 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
         d = V.shape[0]
         say(f"{name}: V with eigenvalues {np.round(np.linalg.eigvals(V), 3).tolist()}, n = {cfg.n}")
         X0 = init_tokens(jax.random.fold_in(key, 20 + i), 1, cfg.n, d, kind="gaussian", dtype=jnp.float64)
-        sol = solve_rescaled(cl.paper_model(V), X0, ts, beta=cfg.beta, observe=obs, trajectory=True)
+        sol = solve_rescaled(paper_model(V), X0, ts, beta=cfg.beta, observe=obs, trajectory=True)
         Z = np.asarray(sol.trajectory[0], np.float64)  # [T, n, d]
         # a failed solve (e.g. scores that overflow) is analysed up to its last finite saved state
         finite = np.all(np.isfinite(Z), axis=(1, 2))
         T = int(np.argmin(finite)) if not finite.all() else len(ts)
         Z = Z[:T]
         ob = {k: np.asarray(v, np.float64)[0, T - 1] for k, v in sol.observables.items()}
-        row = {"setting": name, "d": d, "n": cfg.n, "top_eigenvalue": _fmt_eig(cl.top_eigen(V).value),
+        row = {"setting": name, "d": d, "n": cfg.n, "top_eigenvalue": _fmt_eig(top_eigen(V).value),
                "solver_ok": bool(np.asarray(sol.ok)[0]) and len(ts) == T, "t_end": float(ts[T - 1]),
                "clusters": int(ob["clusters"]), "gap_clusters": int(ob["gap_clusters"]),
                "gap_decades": float(ob["gap_decades"]),
-               "initial_hull_vertices": int(cl.hull_vertices(Z[0]).sum()), "polytope_vertices": -1,
+               "initial_hull_vertices": int(hull_vertices(Z[0]).sum()), "polytope_vertices": -1,
                "hyperplanes": -1, "max_norm": float(np.linalg.norm(Z[-1], axis=-1).max())}
         extra: dict[str, Any] = {}
         if name.startswith("identity"):
-            p = cl.polytope(Z[-1], cfg.tol)
+            p = polytope(Z[-1], cfg.tol)
             row["polytope_vertices"] = p.vertices
             extra["polytope"] = p
         if name in ("good", "negative"):
-            coord = np.asarray(cl.coordinate(Z, V))  # [T, n]
-            row["hyperplanes"] = int(cl.hyperplanes(Z[-1], V, cfg.tol).count)
+            coord = np.asarray(coordinate(Z, V))  # [T, n]
+            row["hyperplanes"] = int(hyperplanes(Z[-1], V, cfg.tol).count)
             extra["coordinate"] = coord
         tables["pictures"].append(row)
         pics[name] = (V, Z, extra)
@@ -193,7 +212,7 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
     say(f"d = 1: attention of {cfg.n_1d} tokens over time")
     B1 = 16
     X0 = init_tokens(jax.random.fold_in(key, 30), B1, cfg.n_1d, 1, kind="gaussian", dtype=jnp.float64)
-    sol = solve_rescaled(cl.paper_model(np.ones((1, 1))), X0, ts, beta=cfg.beta, observe=cl.boolean_observables(1),
+    sol = solve_rescaled(paper_model(np.ones((1, 1))), X0, ts, beta=cfg.beta, observe=boolean_observables(1),
                  trajectory=False)
     dist = np.asarray(sol.observables["boolean_distance"], np.float64)  # [B, T]
     rank = np.asarray(sol.observables["rank"], np.float64)
@@ -214,8 +233,8 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
     for n in _ints("table_n", cfg.table_n):
         for d in _ints("table_d", cfg.table_d):
             Xc = init_tokens(jax.random.fold_in(key, 1000 * n + d), cfg.num, n, d, kind="gaussian", dtype=jnp.float64)
-            model = cl.paper_model(np.eye(d))
-            hull = np.asarray([cl.hull_vertices(x).sum() for x in np.asarray(Xc)])  # the same for every β
+            model = paper_model(np.eye(d))
+            hull = np.asarray([hull_vertices(x).sum() for x in np.asarray(Xc)])  # the same for every β
             for beta in _floats("table_beta", cfg.table_beta):
                 say(f"counts: n = {n}, d = {d}, beta = {beta:g}, {cfg.num} initial conditions")
                 sol = solve_rescaled(model, Xc, np.asarray([cfg.t1]), beta=beta, observe=obs)
@@ -225,7 +244,7 @@ def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> d
     for e, ens in enumerate(s.strip() for s in cfg.ensembles.split(",")):
         for d in _ints("good_d", cfg.good_d):
             say(f"good triples: {ens}, d = {d}, {cfg.good_samples} matrices")
-            est = cl.good_triple_fraction(jax.random.fold_in(jax.random.fold_in(key, 5000 + e), d), d, cfg.good_samples,
+            est = good_triple_fraction(jax.random.fold_in(jax.random.fold_in(key, 5000 + e), d), d, cfg.good_samples,
                                           ensemble=ens)
             tables["good_triples"].append({"ensemble": ens, "d": d, "samples": est.samples, "good": est.count,
                                            "fraction": est.fraction, "ci_low": est.lo, "ci_high": est.hi,
@@ -246,7 +265,7 @@ def count_row(n: int, d: int, beta: float, hull: np.ndarray, sol, tol: float) ->
     ok = np.asarray(sol.ok) & np.all(np.isfinite(final), axis=(1, 2))
     tolc = np.where(ok, np.nan_to_num(np.asarray(sol.observables["clusters"])[:, -1]), 0).astype(int)
     gapc = np.where(ok, np.nan_to_num(np.asarray(sol.observables["gap_clusters"])[:, -1]), 0).astype(int)
-    polys = [cl.polytope(final[b], tol) for b in np.flatnonzero(ok)]
+    polys = [polytope(final[b], tol) for b in np.flatnonzero(ok)]
     if not polys:
         return {"n": n, "d": d, "beta": float(beta), "conditions": len(ok), "solver_failures": len(ok),
                 **{k: float("nan") for k in ("clusters_mean", "gap_clusters_mean")}, "gap_clusters_min": -1,
@@ -316,17 +335,14 @@ def _dash(v: int) -> str:
 
 
 def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
+    if plt is None:
+        return []
     names = []
 
     def save(fig, name):
         fig.tight_layout()
-        save_png(fig, out / name, 110)
-        plt.close(fig)
+        plots.save(fig, out / name, 110)
         names.append(name)
 
     def paths2d(ax, Z, title):
@@ -357,7 +373,7 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
     ts = np.linspace(0.0, cfg.t1, 61)  # the saved times; a failed solve's pictures stop early
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     paths2d(axes[0], Zg, f"good triple, eigenvalues {np.round(np.linalg.eigvals(V).real, 2).tolist()}")
-    phi = cl.top_eigen(V).right
+    phi = top_eigen(V).right
     axes[0].annotate("", xy=tuple(phi), xytext=(0, 0), arrowprops=dict(color="C1", width=1.5))
     axes[1].plot(ts[: len(ex["coordinate"])], ex["coordinate"], color="C0", lw=0.8)
     axes[1].set_xlabel("t")
@@ -367,9 +383,9 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
     # what happens instead: complex and negative top eigenvalues
     fig, axes = plt.subplots(1, 3, figsize=(13, 4))
     Vc, Zc, _ = pics["complex"]
-    paths2d(axes[0], Zc, f"complex top pair {_fmt_eig(cl.top_eigen(Vc).value)}")
+    paths2d(axes[0], Zc, f"complex top pair {_fmt_eig(top_eigen(Vc).value)}")
     Vn, Zn, exn = pics["negative"]
-    paths2d(axes[1], Zn, f"negative top eigenvalue {_fmt_eig(cl.top_eigen(Vn).value)}")
+    paths2d(axes[1], Zn, f"negative top eigenvalue {_fmt_eig(top_eigen(Vn).value)}")
     axes[2].plot(ts[: len(exn["coordinate"])], exn["coordinate"], color="C0", lw=0.8)
     axes[2].set_xlabel("t")
     axes[2].set_yscale("symlog", linthresh=1.0)  # the repelled coordinates grow exponentially

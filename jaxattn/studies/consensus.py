@@ -20,6 +20,7 @@ figures, ``report.md``):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -28,15 +29,18 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
+from jaxattn.dynamics import continuous
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
 from jaxattn.dynamics.runner import DTYPES, PRECISIONS
 from jaxattn.errors import ConfigError, positive_int
-from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
+from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model, repeat_kv
-from jaxattn.studies.skeleton import csv_text, write_report
+from jaxattn.model.sampling import init_tokens, random_model
+from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_text, need_model, quiet, write_report
 
 
 @dataclasses.dataclass
@@ -73,14 +77,11 @@ class ConsensusConfig:
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:
     """The three theorem settings: ``{name: (Solution, extra)}``."""
-    from jaxattn import solve
-    from jaxattn.model.sampling import init_tokens, random_model
-
     d, n, B = cfg.synthetic_d, cfg.synthetic_n, cfg.synthetic_num
     key = jax.random.key(cfg.seed)
     # float64 where JAX allows it: the theorems' limits are far below float32's round-off (1e-7)
     dt = jnp.float64 if jax.config.read("jax_enable_x64") else jnp.float32
-    solve = _with_dtype(solve, dt)
+    solve = _with_dtype(continuous.solve, dt)
     ts = np.linspace(0.0, cfg.t1, 61)
     out = {}
     # (a) time-varying uniform random Q, K (a new set per unit time, 10 sets cycled), V = I, hemisphere start
@@ -118,16 +119,30 @@ def _runs(model: Model) -> list[tuple[str, Dynamics, bool]]:
             ("no_ffn_periodic", no_ffn, False), ("no_ffn_redrawn", no_ffn, True)]
 
 
+#: The study's public shape (as every study's): ``Config`` and ``run``.
+Config = ConsensusConfig
+
+
+def run(out_dir, config: ConsensusConfig | None = None, *, model: Model | None = None, model_name: str = "model",
+        progress=None) -> dict:
+    """Run the study of ``model`` into ``out_dir``; returns the tables (lists of row dicts). ``config`` defaults
+    to ``Config()``; ``progress(message)`` receives the stage messages. With ``dtype='float64'`` the study runs
+    inside a scoped ``jax.enable_x64`` (the caller's ``jax_enable_x64`` is left as it was); otherwise the theorem
+    settings run in float64 only where the caller has enabled it."""
+    model = need_model("consensus", model)
+    cfg = ConsensusConfig() if config is None else config
+    cfg.check()
+    with jax.enable_x64(True) if cfg.dtype == "float64" else contextlib.nullcontext():
+        return _run(model, Path(out_dir), cfg, model_name, progress or quiet)
+
+
 def run_study(model: Model, out_dir, cfg: ConsensusConfig | None = None, *, model_name: str = "model",
               progress=None) -> dict:
-    """Run the study into ``out_dir``; returns the tables (lists of row dicts). ``cfg`` defaults to
-    ``ConsensusConfig()``."""
-    cfg = ConsensusConfig() if cfg is None else cfg
-    cfg.check()
-    say = progress or (lambda msg: None)
-    out = Path(out_dir)
-    if cfg.dtype == "float64" and not jax.config.read("jax_enable_x64"):
-        jax.config.update("jax_enable_x64", True)
+    """:func:`run` under its earlier name."""
+    return run(out_dir, cfg, model=model, model_name=model_name, progress=progress)
+
+
+def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) -> dict:
     runs = _runs(model)
     key = jax.random.key(cfg.seed)
     ids = random_prompts(jax.random.fold_in(key, 7), model, cfg.prompts, cfg.tokens)
@@ -213,11 +228,9 @@ def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, table
 
 
 def _figures(out: Path, model: Model, curves, syn) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
+    if plt is None:
+        return []
     names = []
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, ft in curves.items():
@@ -232,8 +245,7 @@ def _figures(out: Path, model: Model, curves, syn) -> list[str]:
     ax.set_ylabel("1 − mean cos(x_1, x_j)")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_png(fig, out / "passes.png", 120)
-    plt.close(fig)
+    plots.save(fig, out / "passes.png", 120)
     names.append("passes.png")
     if syn:
         fig, axes = plt.subplots(1, len(syn), figsize=(4 * len(syn), 3.4))
@@ -245,7 +257,6 @@ def _figures(out: Path, model: Model, curves, syn) -> list[str]:
             ax.set_xlabel("t")
         np.atleast_1d(axes)[0].set_ylabel("first-token measure")
         fig.tight_layout()
-        save_png(fig, out / "synthetic.png", 120)
-        plt.close(fig)
+        plots.save(fig, out / "synthetic.png", 120)
         names.append("synthetic.png")
     return names

@@ -1,4 +1,5 @@
-"""Figures of the power-method study (matplotlib, optional dependency, no display needed)."""
+"""Figures of the studies (matplotlib, optional dependency, no display needed): the set-up and the atomic
+save every study's figures go through (:func:`pyplot`, :func:`save`), and the power-method study's figures."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from jaxattn.io.results import atomic_write_bytes
 STEP = "step k (layer k maps state k to k+1)"
 
 
-def _plt():
+def pyplot():
+    """``matplotlib.pyplot`` on the Agg backend, or ``None`` without matplotlib (the ``[plot]`` extra): a study
+    then writes no figures."""
     try:
         import matplotlib
     except ImportError:  # pragma: no cover - exercised only without the [plot] extra
@@ -24,16 +27,20 @@ def _plt():
     return plt
 
 
-def _save(fig, path: Path) -> Path:
+def save(fig, path: Path, dpi: int = 110) -> Path:
+    """``fig`` as a PNG file, written atomically (a killed run leaves no half-written figure), then closed."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     fig.clf()
+    plt = pyplot()
+    if plt is not None:
+        plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())
 
 
 def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str) -> list[Path]:
     """Write the study's figures into ``out``; return their paths (empty without matplotlib)."""
-    plt = _plt()
+    plt = pyplot()
     if plt is None:
         return []
     out = Path(out)
@@ -52,7 +59,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     ax[0].set(xlabel="Re λ", ylabel="Im λ", title=f"{name}: eigenvalues of F (× = λ1), {G} weight set(s)")
     ax[1].hist(spec.eigvals.real.reshape(-1), bins=60, color="steelblue")
     ax[1].set(xlabel="Re λ", ylabel="count", title="real parts of all eigenvalues")
-    paths.append(_save(fig, out / "eigenvalues.png"))
+    paths.append(save(fig, out / "eigenvalues.png"))
     plt.close(fig)
 
     # per-layer metrics with bands
@@ -81,7 +88,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
             ax[rr, c].set(xlabel=STEP, ylabel=label)
         ax[0, c].set_title(run)
         ax[0, c].legend(fontsize=8)
-    paths.append(_save(fig, out / "metrics.png"))
+    paths.append(save(fig, out / "metrics.png"))
     plt.close(fig)
 
     # histograms of the final alignment with v1 and with the 2-D subspace
@@ -92,7 +99,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     ax[0].set(xlabel="ρ(x, v1) at the last layer", ylabel="tokens")
     ax[1].set(xlabel="ρ(x, 2-D subspace) at the last layer", ylabel="tokens")
     ax[0].legend(fontsize=8)
-    paths.append(_save(fig, out / "alignment_hist.png"))
+    paths.append(save(fig, out / "alignment_hist.png"))
     plt.close(fig)
 
     # which layer matters: d(mean ρ1)/d log F_k per block
@@ -108,7 +115,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         ax[1].plot(k, [r["grad_Q"] for r in rows], "^:", label="‖∂R/∂Q_k‖")
         ax[1].set(xlabel=STEP, ylabel="gradient norm (v1 fixed)", yscale="log")
         ax[1].legend(fontsize=8)
-        paths.append(_save(fig, out / "sensitivity.png"))
+        paths.append(save(fig, out / "sensitivity.png"))
         plt.close(fig)
 
     # steering: alignment with u against the gain
@@ -133,7 +140,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     ax.set(xscale="log", xlabel="gain γ", ylabel="|<x, u>| / ||x|| after the last layer", ylim=(0, 1.02),
            title="rank-1 steering of the last layer")
     ax.legend(fontsize=7)
-    paths.append(_save(fig, out / "steering.png"))
+    paths.append(save(fig, out / "steering.png"))
     plt.close(fig)
 
     # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer, unmodified and with the last layer steered
@@ -152,7 +159,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
                 ax[c].axhline(0.0, color="k", lw=0.6)
         ax[0].legend(fontsize=8)
         fig.suptitle(f"{name}: alignment with the principal eigenvector per layer, last layer steered")
-        paths.append(_save(fig, out / "steered_metrics.png"))
+        paths.append(save(fig, out / "steered_metrics.png"))
         plt.close(fig)
 
     # consensus: mean inter-token distance
@@ -162,6 +169,6 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         ax.semilogy([r["step"] for r in rows], [max(r["diameter"], 1e-16) for r in rows], "o-", ms=3, label=run)
     ax.set(xlabel=STEP, ylabel="mean max ||x_i − x_j||", title="inter-token distance (consensus)")
     ax.legend(fontsize=8)
-    paths.append(_save(fig, out / "consensus.png"))
+    paths.append(save(fig, out / "consensus.png"))
     plt.close(fig)
     return paths

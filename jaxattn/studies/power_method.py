@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.analysis.closed_forms import consensus_step_bound
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
@@ -29,7 +30,9 @@ from jaxattn.dynamics.runner import PRECISIONS
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from jaxattn.model.params import Model
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.model.sampling import init_tokens
+from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_text, need_model
 from jaxattn.sweeps.chunked import Timer, sweep
 
 
@@ -151,15 +154,14 @@ def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
     rows = []
     for g in range(spec.eigvals.shape[0]):
         lam = spec.eigvals[g]
-        most_negative = abs(lam.real.min())
         rows.append({"weight_set": g, "case": int(spec.case[g]), "lambda1_re": float(lam[0].real),
                      "lambda1_im": float(lam[0].imag),
                      "lambda2_re": float(lam[1].real) if len(lam) > 1 else float("nan"),
                      "lambda2_im": float(lam[1].imag) if len(lam) > 1 else float("nan"), "gap": float(spec.gap[g]),
                      "v1_v2_collinearity": float(spec.collinearity[g]), "spectral_radius": float(np.abs(lam).max()),
                      "most_negative_re": float(lam.real.min()), "trace": float(np.trace(spec.F[g])),
-                     "alpha_bound": float(2 / (most_negative - lam[0].real)) if most_negative > lam[0].real
-                     else float("inf")})
+                     # of the spectrum's real parts whatever order the spectrum was sorted in
+                     "alpha_bound": consensus_step_bound(lam)})
     return rows
 
 
@@ -184,9 +186,22 @@ def _check_arguments(model, out_dir, cfg) -> None:
         raise ConfigError(f"run_study's cfg must be a StudyConfig, got {cfg!r}")
 
 
-def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_name: str = "model") -> dict:
+#: The study's public shape (as every study's): ``Config`` and ``run``.
+Config = StudyConfig
+
+
+def run(out_dir, config: StudyConfig | None = None, *, model: Model | None = None, model_name: str = "model",
+        progress=None) -> dict:
+    """Run the study of ``model`` into ``out_dir``; return the tables (lists of row dicts). ``config`` defaults to
+    ``Config()``; ``progress(message)`` receives the stage messages (default: on stderr when ``config.progress``)."""
+    return run_study(need_model("power-method", model), out_dir, config, model_name=model_name, progress=progress)
+
+
+def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_name: str = "model",
+              progress=None) -> dict:
     """Run the whole study into ``out_dir``; return the tables (lists of row dicts). ``cfg`` defaults to
-    ``StudyConfig()``."""
+    ``StudyConfig()``; ``progress(message)`` receives the stage messages (default: on stderr when
+    ``cfg.progress``). :func:`run` is the same study in the shape every study has."""
     _check_arguments(model, out_dir, cfg)
     cfg = StudyConfig() if cfg is None else cfg
     cfg.check()
@@ -209,7 +224,9 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     timings = {}
 
     def say(msg):
-        if cfg.progress:
+        if progress is not None:
+            progress(msg)
+        elif cfg.progress:
             print(f"[analyze] {msg}", file=sys.stderr, flush=True)
 
     def study(run: str, steps: int, dyn: Dynamics, phi=u1):
@@ -237,8 +254,6 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     u = rng.normal(size=model.d_model)
     u /= np.linalg.norm(u)
     steer_rows = []
-    from jaxattn.model.sampling import init_tokens
-
     X0 = init_tokens(jax.random.key(cfg.seed), min(cfg.num_init, 1000), cfg.n, model.d_model, kind=cfg.init,
                      dtype=dtype)
 
@@ -311,8 +326,6 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                                      "config": dataclasses.asdict(cfg), "seconds": timings, **provenance()})
     figures = []
     if cfg.figures:
-        from jaxattn.studies import plots
-
         figures = plots.power_method_figures(out, spec, tables, finals, model_name)
     report = make_report(model, model_name, cfg, spec, tables, lyap, figures)
     atomic_write_text(out / "report.md", report)

@@ -1,21 +1,33 @@
 """The skeleton every study follows: configuration → run → tables → figures → report.
 
-A study module (:mod:`jaxattn.studies.power_method`, ``consensus``, ``clusters``, ``stability``)
-defines a configuration dataclass with a ``check()`` method and a ``run_study(...)`` that fills one
-run directory: ``config.json`` (the configuration with seed, versions and device), CSV tables, PNG
-figures and ``report.md``. What they share lives here: running into a run directory (the contract of
-:mod:`jaxattn.io.rundir`; a failed or interrupted study leaves it as it found it, never half-written),
-the CSV tables, and the stage messages.
+Every study module (:mod:`jaxattn.studies.power_method`, ``consensus``, ``clusters``, ``stability``) has
+the same public shape: ``Config``, a configuration dataclass with a ``check()`` method, and
+
+    run(out_dir, config=None, *, model=None, model_name="model", progress=None) -> dict
+
+which fills one run directory (``config.json``: the configuration with seed, versions and device; CSV
+tables; PNG figures through :mod:`jaxattn.studies.plots`; ``report.md``) and returns the tables. The
+studies of a model (power method, consensus) need ``model``; the others build their own and refuse one.
+``progress(message)`` receives the stage messages. A study changes no global JAX setting: one that needs
+float64 enables it in a scoped ``jax.enable_x64``. What they share lives here: running into a run
+directory (the contract of :mod:`jaxattn.io.rundir`; a failed or interrupted study leaves it as it found
+it, never half-written), the CSV tables, the report and the stage messages.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
+
+from jaxattn.errors import ConfigError
+from jaxattn.io import rundir
+from jaxattn.io.results import atomic_write_text
+from jaxattn.model.params import Model
 
 T = TypeVar("T")
 
@@ -34,8 +46,6 @@ def run_into(out, body: Callable[[Path], T], *, command: str, overwrite: bool = 
     """``body(path)``, which writes the study ``command`` into the run directory ``out``, checked and prepared
     first by :func:`jaxattn.io.rundir.start` (a finished study is replaced only with ``overwrite``); if the
     study fails or is interrupted, what it wrote is removed and ``out`` is left as it was found."""
-    from jaxattn.io import rundir
-
     run = rundir.start(out, command, overwrite=overwrite)
     try:
         result = body(run.path)
@@ -61,16 +71,30 @@ def stages(name: str, enabled: bool) -> Callable[[str], None] | None:
 def config_defaults(config_cls: type, **extra) -> dict:
     """The defaults of a study's configuration dataclass, plus what only its command takes (``extra``):
     the one place a command's defaults come from."""
-    import dataclasses
-
     return {**{f.name: f.default for f in dataclasses.fields(config_cls)}, **extra}
 
 
 def write_report(out: Path, lines: Sequence[str], figures: Sequence[str] = ()) -> None:
     """``report.md`` from its Markdown ``lines``, the ``figures`` (file names in ``out``) appended, atomically."""
-    from jaxattn.io.results import atomic_write_text
-
     lines = list(lines)
     if figures:
         lines += ["", "## Figures", ""] + [f"![{f}]({f})" for f in figures]
     atomic_write_text(out / "report.md", "\n".join(lines) + "\n")
+
+
+def quiet(message: str) -> None:
+    """The stage messages of a study run without ``progress``: none."""
+
+
+def no_model(study: str, model) -> None:
+    """Refuse a ``model`` given to a study that builds its own models (one line)."""
+    if model is not None:
+        raise ConfigError(f"the {study} study builds its own models; call run(out_dir, config) without model=")
+
+
+def need_model(study: str, model) -> Model:
+    """The ``model`` a study of a model runs on, refused with one line when missing or not a Model."""
+    if not isinstance(model, Model):
+        raise ConfigError(f"the {study} study runs on a model: run(out_dir, config, model=...) with a jaxattn Model "
+                          f"(ja.load_any('minilm') or ja.random_model(...)), got {model!r}")
+    return model

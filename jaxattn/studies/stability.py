@@ -31,16 +31,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis import stability as st
+from jaxattn.analysis.basins import basins, classify, settle
+from jaxattn.analysis.closed_forms import single_head_conditions
+from jaxattn.analysis.equilibria import System, eigen_equilibria, residual, sign_patterns
+from jaxattn.analysis.linearisation import linearisation_bytes, linearise
 from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.fields import C2
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError
-from jaxattn.io.results import atomic_write_text, provenance, save_png, write_json
+from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
-from jaxattn.studies.skeleton import csv_text, md_cell, write_report
+from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_text, md_cell, no_model, quiet, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -93,7 +97,7 @@ class StabilityConfig:
         counts use ``d``; the search for a bipartite equilibrium ``basin_n`` tokens in 3 dimensions."""
         for name, n, d in [*(("tokens n", n, self.d) for n in self.ns()), ("basin_n", self.basin_n, 3)]:
             patterns = 2 ** (n - 1) if n <= self.exhaustive_max else self.patterns + 1
-            size = st.linearisation_bytes(patterns * d, n, d)
+            size = linearisation_bytes(patterns * d, n, d)
             if size > MEMORY_LIMIT:
                 how = (f"all 2^{n - 1} = {patterns:,} sign patterns (n <= exhaustive_max = {self.exhaustive_max})"
                        if n <= self.exhaustive_max else f"{patterns:,} sign patterns")
@@ -123,14 +127,14 @@ def random_symmetric_single_head(key, d: int) -> Model:
     return m.replace(layers=m.layers.replace(v=((g + g.T) / 2)[None, None]))
 
 
-def _system(model: Model, time: str, cfg: StabilityConfig, beta=None) -> st.System:
+def _system(model: Model, time: str, cfg: StabilityConfig, beta=None) -> System:
     beta = cfg.beta if beta is None else beta
-    return st.System(model, D1, cfg.alpha, beta) if time == "discrete" else st.System(model, C2, 1.0, beta)
+    return System(model, D1, cfg.alpha, beta) if time == "discrete" else System(model, C2, 1.0, beta)
 
 
 def _patterns(n: int, cfg: StabilityConfig, key) -> tuple[np.ndarray, str]:
     if n <= cfg.exhaustive_max:
-        return st.sign_patterns(n), "exhaustive"
+        return sign_patterns(n), "exhaustive"
     rng = np.random.default_rng(np.asarray(jax.random.key_data(key)).ravel().tolist())
     rest = rng.choice([1, -1], size=(cfg.patterns, n - 1))
     pats = np.concatenate([np.ones((cfg.patterns, 1), np.int64), rest], axis=1)
@@ -145,11 +149,11 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
     map (``1 + αλ s_i c_i <= 0`` for some token) are left out.
     """
     sy = _system(model, time, cfg)
-    cand = st.eigen_equilibria(sy.layer_matrix(), n, patterns=patterns)
-    r = st.residual(sy, cand.X)
+    cand = eigen_equilibria(sy.layer_matrix(), n, patterns=patterns)
+    r = residual(sy, cand.X)
     keep = r < 1e-10
-    an = [st.single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep], strict=True)]
-    lin = st.linearise(sy, cand.X[keep])
+    an = [single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep], strict=True)]
+    lin = linearise(sy, cand.X[keep])
     cons = cand.is_consensus[keep]
     stable = lin.stable
     astable = np.array([a.stable for a in an])
@@ -162,14 +166,29 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
     return row, dataclasses.replace(cand, X=cand.X[keep], k=cand.k[keep], signs=cand.signs[keep]), lin, an
 
 
-def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> dict:
-    """Run the study into ``out_dir`` (default configuration when ``cfg`` is None); returns the tables
-    (lists of row dicts)."""
-    cfg = StabilityConfig() if cfg is None else cfg
+#: The study's public shape (as every study's): ``Config`` and ``run``.
+Config = StabilityConfig
+
+
+def run(out_dir, config: StabilityConfig | None = None, *, model=None, model_name: str = "model",
+        progress=None) -> dict:
+    """Run the study into ``out_dir``; returns the tables (lists of row dicts). ``config`` defaults to ``Config()``;
+    the study draws its own models, so ``model`` must be left out. ``progress(message)`` receives the stage
+    messages. Runs in float64 (Jacobians at 1e-10 and residuals at 1e-7 need it) inside a scoped
+    ``jax.enable_x64``: the caller's ``jax_enable_x64`` is left as it was."""
+    no_model("stability", model)
+    cfg = StabilityConfig() if config is None else config
     cfg.check()
-    if not jax.config.read("jax_enable_x64"):
-        jax.config.update("jax_enable_x64", True)  # Jacobians at 1e-10 and residuals at 1e-7 need float64
-    say = progress or (lambda m: None)
+    with jax.enable_x64(True):
+        return _run(Path(out_dir), cfg, progress or quiet)
+
+
+def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> dict:
+    """:func:`run` under its earlier name."""
+    return run(out_dir, cfg, progress=progress)
+
+
+def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     key = jax.random.key(cfg.seed)
     tables: dict = {"counts": [], "counts_summary": [], "perturbation": [], "basins": [], "trajectories": []}
     # 1. counts
@@ -206,7 +225,7 @@ def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> 
         # so each end state is what a batch of one size would give)
         X0 = np.concatenate([_perturb(X_eq, eps, cfg.perturb_num, jax.random.fold_in(key, 30_000 + j))
                              for j, eps in enumerate(eps_grid)])
-        all_ends = st.classify(sy, st.settle(sy, X0, steps=cfg.steps))
+        all_ends = classify(sy, settle(sy, X0, steps=cfg.steps))
         for j, eps in enumerate(eps_grid):
             ends = all_ends[j * cfg.perturb_num:(j + 1) * cfg.perturb_num]
             ret = sum(t.group == label for t in ends)
@@ -230,10 +249,10 @@ def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> 
     for name, heads in (("single_head", 1), ("multi_head", 3)):
         m = random_model(jax.random.fold_in(kt, 0), 3, heads, value="symmetric", spectrum=TRAJECTORY_SPECTRUM,
                          unit_output=heads == 1, dtype=jnp.float64)
-        v1 = np.linalg.eigh(st.System(m, D1).layer_matrix())[1][:, -1]
+        v1 = np.linalg.eigh(System(m, D1).layer_matrix())[1][:, -1]
         path = _trajectory(m, D1, T0, 200, cfg.alpha, 1.0)  # [T, n, 3]
         rho = np.abs(path @ v1)
-        end = st.classify(st.System(m, D1, cfg.alpha, 1.0), path[-1:])[0]
+        end = classify(System(m, D1, cfg.alpha, 1.0), path[-1:])[0]
         traj[name] = (path, v1)
         for k in range(path.shape[0]):
             tables["trajectories"].append({"model": name, "step": k, "rho_mean": float(rho[k].mean()),
@@ -242,10 +261,10 @@ def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> 
     bmodel = example[0] if example is not None else random_symmetric_single_head(jax.random.fold_in(key, 20_000), 3)
     for time in cfg.times():
         say(f"basins: {cfg.basin_num} initial conditions, n = {cfg.basin_n}, {time}")
-        res = st.basins(_system(bmodel, time, cfg), cfg.basin_num, cfg.basin_n, jax.random.fold_in(key, 60_000),
+        res = basins(_system(bmodel, time, cfg), cfg.basin_num, cfg.basin_n, jax.random.fold_in(key, 60_000),
                         steps=cfg.steps, t1=cfg.t1)
         tables["basins"] += [{"time": time, **r} for r in res.table]
-    _write(Path(out_dir), cfg, tables, hist, example, perturb_traj, traj)
+    _write(out, cfg, tables, hist, example, perturb_traj, traj)
     return tables
 
 
@@ -260,7 +279,7 @@ def _find_bipartite(cfg: StabilityConfig, key):
     best = None
     for i in range(cfg.search):
         m = random_symmetric_single_head(jax.random.fold_in(key, i), 3)
-        pats = st.sign_patterns(n) if n <= cfg.exhaustive_max else _patterns(n, cfg, jax.random.fold_in(key, i))[0]
+        pats = sign_patterns(n) if n <= cfg.exhaustive_max else _patterns(n, cfg, jax.random.fold_in(key, i))[0]
         _, cand, lin, _ = count_stable(m, n, "discrete", cfg, pats)
         ok = lin.stable & ~cand.is_consensus & (lin.growth <= cap)
         if ok.any():
@@ -358,11 +377,9 @@ def _paths(ax, path: np.ndarray, v1: np.ndarray, title: str) -> None:
 
 
 def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = plots.pyplot()
+    if plt is None:
+        return []
     names = []
     times = cfg.times()
     fig, axes = plt.subplots(1, len(times), figsize=(5 * len(times), 3.6), squeeze=False)
@@ -375,15 +392,13 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         ax.legend(fontsize=8)
     axes[0, 0].set_ylabel("models")
     fig.tight_layout()
-    save_png(fig, out / "counts.png", 120)
-    plt.close(fig)
+    plots.save(fig, out / "counts.png", 120)
     names.append("counts.png")
     fig = plt.figure(figsize=(9, 4.2))
     for j, (name, (path, v1)) in enumerate(traj.items()):
         _paths(fig.add_subplot(1, 2, j + 1, projection="3d"), path, v1, name.replace("_", " "))
     fig.tight_layout()
-    save_png(fig, out / "sphere_trajectories.png", 120)
-    plt.close(fig)
+    plots.save(fig, out / "sphere_trajectories.png", 120)
     names.append("sphere_trajectories.png")
     fig, ax = plt.subplots(figsize=(5, 3.4))
     for name in traj:
@@ -393,8 +408,7 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
     ax.set_ylabel("mean |<x_i, v_1>|")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    save_png(fig, out / "correlation.png", 120)
-    plt.close(fig)
+    plots.save(fig, out / "correlation.png", 120)
     names.append("correlation.png")
     if tables["perturbation"]:
         fig, ax = plt.subplots(figsize=(5, 3.4))
@@ -406,16 +420,14 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         ax.set_xlabel("perturbation ε")
         ax.set_ylabel("fraction returned")
         fig.tight_layout()
-        save_png(fig, out / "perturbation.png", 120)
-        plt.close(fig)
+        plots.save(fig, out / "perturbation.png", 120)
         names.append("perturbation.png")
     if perturb_traj:
         fig = plt.figure(figsize=(9, 4.2))
         for j, (name, (eps, path, v)) in enumerate(perturb_traj.items()):
             _paths(fig.add_subplot(1, 2, j + 1, projection="3d"), path, v, f"ε = {eps:.3g} ({name})")
         fig.tight_layout()
-        save_png(fig, out / "bipartite_perturbation.png", 120)
-        plt.close(fig)
+        plots.save(fig, out / "bipartite_perturbation.png", 120)
         names.append("bipartite_perturbation.png")
     if tables["basins"]:
         fig, axes = plt.subplots(1, len(times), figsize=(5 * len(times), 3.6), squeeze=False)
@@ -429,7 +441,6 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
             ax.set_xlabel("basin fraction")
             ax.set_title(time, fontsize=9)
         fig.tight_layout()
-        save_png(fig, out / "basins.png", 120)
-        plt.close(fig)
+        plots.save(fig, out / "basins.png", 120)
         names.append("basins.png")
     return names

@@ -46,10 +46,20 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis import metrics
-from jaxattn.dynamics.options import Batch, check_batch, moved
+from jaxattn.dynamics.continuous import SOLVERS, solve
+from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
+from jaxattn.dynamics.fields import Flow
+from jaxattn.dynamics.kernels import choose
+from jaxattn.dynamics.options import Batch, Save, check_batch, moved
+from jaxattn.dynamics.runner import lanes_for, mesh_of, replicate
 from jaxattn.errors import ConfigError, NonFiniteWarning
+from jaxattn.io.checkpoints import load_any
 from jaxattn.io.configfile import load_config
+from jaxattn.io.results import device_info, versions
 from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
+from jaxattn.model.attention import KERNELS as ATTENTION_KERNELS
+from jaxattn.model.params import parse_mask
+from jaxattn.model.sampling import init_tokens, seeded_model
 
 _NUM = (int, float)
 
@@ -117,7 +127,7 @@ SCHEMA: dict[str, dict[str, Key]] = {
     },
     "dynamics": {
         "kind": Key((str,), "discrete", choices=("discrete", "continuous"), help="maps (layers) or flows"),
-        "attention": Key((str,), "softmax", choices=("softmax", "uniform", "unnormalised"), help="attention kernel"),
+        "attention": Key((str,), "softmax", choices=ATTENTION_KERNELS, help="attention kernel"),
         "beta": Key(_NUM, 1.0, check=_finite, help="inverse temperature"),
         "norm": Key((str,), "l2", choices=("l2", "none", "layernorm"), help="discrete: normalisation"),
         "alpha": Key(_NUM, 1.0, check=_finite, help="discrete: step size"),
@@ -295,15 +305,11 @@ def expand(cfg: dict) -> list[dict]:
 
 
 def _check_point(p: dict) -> None:
-    from jaxattn.model.params import parse_mask
-
     if p["model.source"] == "random":
         if p["model.d"] % p["model.heads"]:
             raise ConfigError(f"model.d = {p['model.d']} is not divisible by model.heads = {p['model.heads']}")
         parse_mask(p["model.mask"])
     if p["dynamics.kind"] == "continuous":
-        from jaxattn.dynamics.continuous import SOLVERS
-
         if p["dynamics.solver"] not in SOLVERS:
             raise ConfigError(f"dynamics.solver: must be one of {', '.join(SOLVERS)}, got {p['dynamics.solver']!r}")
         if p["dynamics.rescaled"] and p["dynamics.space"] != "flat":
@@ -317,21 +323,16 @@ def _check_point(p: dict) -> None:
 
 # ---------------------------------------------------------------------------- execution
 def _model_of(p: dict, cache: dict):
-    from jaxattn.model.sampling import random_model
-
     if p["model.source"] == "random":
         spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
                 p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"])
-        if spec not in cache:  # drawn in float32 whatever the run's dtype: a seed names one model
-            cache[spec] = random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), p["model.d"],
-                                       p["model.heads"], p["model.depth"], shared=p["model.shared"],
-                                       weights=p["model.weights"], value=p["model.value"], mask=p["model.mask"],
-                                       scale=p["model.scale"], dtype=jnp.float32)
+        if spec not in cache:
+            cache[spec] = seeded_model(p["seed"], p["model.d"], p["model.heads"], p["model.depth"],
+                                       shared=p["model.shared"], weights=p["model.weights"], value=p["model.value"],
+                                       mask=p["model.mask"], scale=p["model.scale"])
         return cache[spec]
     spec = ("file", p["model.source"])
     if spec not in cache:
-        from jaxattn.io.checkpoints import load_any
-
         cache[spec] = load_any(p["model.source"])
     return cache[spec]
 
@@ -339,8 +340,6 @@ def _model_of(p: dict, cache: dict):
 def _rows(chunk: int, num_init: int, batch) -> int:
     """Conditions computed per chunk of a point: the chunk, or fewer when the whole point is smaller,
     rounded up to whole blocks of the runner (``batch.size`` lanes per device)."""
-    from jaxattn.dynamics.runner import lanes_for
-
     width = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
     return min(chunk, -(-num_init // width) * width)
 
@@ -350,8 +349,6 @@ def _options(p: dict, batch):
     (the one place they are mapped): ``observables``, ``dynamics.save`` (maps) or ``dynamics.t1`` and
     ``dynamics.saves`` (flows), ``matmul_precision`` and ``kernel`` (the map's path), on top of the sweep's
     ``batch`` (lane width and devices)."""
-    from jaxattn.dynamics.options import Save
-
     default = tuple(p["observables"]) == ("diameter", "cos_consensus")  # the fused kernel computes these on chip
     obs = None if default else Observables(tuple(p["observables"]))
     if p["dynamics.kind"] == "continuous":
@@ -361,18 +358,12 @@ def _options(p: dict, batch):
     return save, dataclasses.replace(batch, precision=p["matmul_precision"], path=p["kernel"])
 
 
-def _dynamics(p: dict):
-    from jaxattn.dynamics.discrete import Dynamics
-
+def _dynamics(p: dict) -> Dynamics:
     return Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
                     biases=p["dynamics.biases"], attention=p["dynamics.attention"])
 
 
 def _run_chunk(p: dict, model, X0, batch):
-    from jaxattn.dynamics.continuous import solve
-    from jaxattn.dynamics.discrete import simulate
-    from jaxattn.dynamics.fields import Flow
-
     save, batch = _options(p, batch)
     dtype = p["dtype"]
     if p["dynamics.kind"] == "discrete":
@@ -393,9 +384,6 @@ def _kernel_choice(p: dict, model) -> str:
     """The path a point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
     if p["dynamics.kind"] == "continuous":
         return "diffrax"
-    from jaxattn.dynamics.kernels import choose
-    from jaxattn.dynamics.options import Batch
-
     save, batch = _options(p, Batch())
     return choose(batch.path, model, _dynamics(p), save.observe, save.trajectory, save.every, p["init.n"])
 
@@ -404,8 +392,6 @@ def saved_times(p: dict, depth: int) -> np.ndarray:
     """The times (maps: step indices) at which a point saves its observables."""
     if p["dynamics.kind"] == "continuous":
         return np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"])
-    from jaxattn.dynamics.discrete import saved_steps
-
     steps = depth if p["dynamics.steps"] is None else p["dynamics.steps"]
     return saved_steps(steps, p["dynamics.save"]).astype(np.float64)
 
@@ -477,8 +463,6 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     """
     from tqdm.auto import tqdm
 
-    from jaxattn.io.results import device_info, versions
-
     if batch is not None and (check_batch(batch, "sweep_grid", fused=True).precision,
                               batch.path) != ("highest", "auto"):
         raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
@@ -486,7 +470,9 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     cfg = validate_config(load_config(config))
     points = expand(cfg)
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
-        jax.config.update("jax_enable_x64", True)  # asked for in the configuration
+        with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
+            return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
+                              coordinator=coordinator, progress=progress, batch=batch, log=log)
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if nproc > 1 and not jax.distributed.is_initialized():
         jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
@@ -528,9 +514,6 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                 resumed += size
                 bar.update(size)
                 continue
-            from jaxattn.dynamics.runner import mesh_of, replicate
-            from jaxattn.model.sampling import init_tokens
-
             m = _model_of(p, models)
             dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
             key = id(m), str(dtype)
