@@ -64,7 +64,7 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     X0 = prompt_mod.embed_prompts(model, ids, dtype=jnp.float32)
 
     def jax_run():
-        res = ja.repeated_passes(model, X0, passes, dynamics=ja.NO_FFN, observe=observables.consensus)
+        res = ja.repeated_passes(model, X0, passes, dynamics=ja.NO_FFN, save=ja.Save(observe=observables.consensus))
         return np.asarray(jax.block_until_ready(res.observables["first_token"]))
 
     def hf_run():

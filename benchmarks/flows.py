@@ -41,7 +41,7 @@ def jax_side(B, n, d, H, t1, rtol, seed):
     ts = np.linspace(0.0, t1, 11)
 
     def run():
-        sol = ja.solve(model, X0, t1, flow=ja.C2, rtol=rtol, atol=rtol, ts=ts)
+        sol = ja.solve(model, X0, t1, flow=ja.C2, rtol=rtol, atol=rtol, save=ja.Save(ts=ts))
         return jax.block_until_ready(sol)
 
     t = time.perf_counter()

@@ -76,7 +76,7 @@ def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, h
     rows = []
     for steps in steps_list:
         def loss(m, steps=steps):
-            res = ja.simulate(m, X0, steps, alpha=0.1, save="last", batch_size=B, kernel="plain")
+            res = ja.simulate(m, X0, steps, alpha=0.1, save=ja.Save(every="last"), batch=ja.Batch(size=B, path="plain"))
             return res.observables["diameter"][:, -1].mean()
 
         def plain_loss(m, steps=steps):  # the same map as a bare lax.scan of ja.step, no rematerialisation

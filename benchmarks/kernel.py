@@ -48,8 +48,8 @@ def bench(B=131_072, shapes=SHAPES, *, heads=4, layers=24, repeats=3, peak_flops
         try:
             model = ja.random_model(jax.random.key(0), d, min(H, d), L, shared=False, dtype=jnp.float32)
             X0 = ja.init_tokens(jax.random.key(1), B, n, d)
-            fns = {k: (lambda model=model, X0=X0, k=k: jax.block_until_ready(ja.simulate(model, X0, L, kernel=k)))
-                   for k in ("plain", "fused")}
+            fns = {k: (lambda model=model, X0=X0, k=k: jax.block_until_ready(
+                       ja.simulate(model, X0, L, batch=ja.Batch(path=k)))) for k in ("plain", "fused")}
             outs = {k: f() for k, f in fns.items()}  # compiled, and checked before any clock runs
             err = float(np.abs(np.asarray(outs["plain"].final) - np.asarray(outs["fused"].final)).max())
             row["max_abs_diff"] = err

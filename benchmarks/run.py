@@ -94,7 +94,7 @@ def make_jaxattn(model, X0):
     X0 = jax.device_put(X0)  # on the device once: the clock measures the dynamics, not the transfer
 
     def run():
-        res = ja.simulate(model, X0, model.depth, observe=_diameter_obs)
+        res = ja.simulate(model, X0, model.depth, save=ja.Save(observe=_diameter_obs))
         return np.asarray(jax.block_until_ready(res.observables))[:, 1:]
 
     return run

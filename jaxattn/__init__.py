@@ -6,7 +6,8 @@ per head ``Q, K, V: [H, d_h, d]`` and ``O: [H, d, d_h]``, so ``F = Σ_h O_h V_h`
 
 Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :func:`simulate`
 (batched discrete dynamics D1–D6), :func:`solve` (continuous-time flows C1–C3 with diffrax),
-:func:`sweep` (chunked, resumable), :func:`spectrum`,
+:func:`sweep` (chunked, resumable) — what they save in a :class:`Save`, how their batch runs in a
+:class:`Batch` —, :func:`spectrum`,
 :func:`alignment`, :func:`steer`, :func:`hidden_states` (faithful forward pass).
 """
 
@@ -47,6 +48,7 @@ from jaxattn.dynamics.discrete import (
 from jaxattn.dynamics.faithful import embed, forward, hidden_states
 from jaxattn.dynamics.fields import C1, C2, C2_OJA, C3, C3_RESCALED, Flow, velocity
 from jaxattn.dynamics.observables import consensus_observables
+from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.runner import Context
 from jaxattn.errors import CheckpointError, ConfigError, JaxattnError, NonFiniteWarning
@@ -83,6 +85,7 @@ __all__ = [
     "FAITHFUL",
     "KERNELS",
     "NO_FFN",
+    "Batch",
     "CheckpointError",
     "ClustersConfig",
     "ConfigError",
@@ -98,6 +101,7 @@ __all__ = [
     "Model",
     "NonFiniteWarning",
     "Rope",
+    "Save",
     "Simulation",
     "Solution",
     "Spectrum",

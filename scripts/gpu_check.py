@@ -241,15 +241,15 @@ def stage_kernels(ctx: Ctx) -> dict:
                                 dtype=dt)
             kw = dict(dynamics=dyn, alpha=0.8, beta=1.3, S=S, dtype=dt)
             t = time.perf_counter()
-            fused = jax.block_until_ready(ja.simulate(model, X0, 5, kernel="fused", **kw))
+            fused = jax.block_until_ready(ja.simulate(model, X0, 5, batch=ja.Batch(path="fused"), **kw))
             row["fused_first_s"] = round(time.perf_counter() - t, 3)
-            plain = ja.simulate(model, X0, 5, kernel="plain", **kw)
+            plain = ja.simulate(model, X0, 5, batch=ja.Batch(path="plain"), **kw)
             errs = {"final": float(np.abs(np.asarray(fused.final) - np.asarray(plain.final)).max())}
             for name in ("diameter", "cos_consensus"):
                 errs[name] = float(np.abs(np.asarray(fused.observables[name])
                                           - np.asarray(plain.observables[name])).max())
             if not ctx.reduced and (n, d) == (5, 8):  # the last step only: another program (at the tests' size)
-                last = ja.simulate(model, X0, 5, kernel="fused", save="last", **kw)
+                last = ja.simulate(model, X0, 5, batch=ja.Batch(path="fused"), save=ja.Save(every="last"), **kw)
                 errs["final_save_last"] = float(np.abs(np.asarray(last.final) - np.asarray(plain.final)).max())
             tol = KERNEL_TOL[dtype]
             row.update(max_abs_diff=errs, agree=bool(errs["final"] <= tol
@@ -302,12 +302,13 @@ def stage_precision(ctx: Ctx) -> dict:
         try:
             model = ja.random_model(jax.random.key(0), d, heads, depth, shared=False, dtype=jnp.float32)
             X0 = ja.init_tokens(jax.random.key(1), B, n, d, kind="gaussian", dtype=jnp.float64)
-            ref = ja.simulate(model, X0, depth, dtype=jnp.float64, kernel="plain")
+            ref = ja.simulate(model, X0, depth, dtype=jnp.float64, batch=ja.Batch(path="plain"))
             for prec in ("highest", "tf32", "bf16"):
                 try:
                     def go(model=model, X0=X0, depth=depth, prec=prec):  # this iteration's values
-                        return jax.block_until_ready(ja.simulate(model, X0.astype(jnp.float32), depth,
-                                                                 dtype=jnp.float32, precision=prec, kernel="plain"))
+                        return jax.block_until_ready(ja.simulate(
+                            model, X0.astype(jnp.float32), depth, dtype=jnp.float32,
+                            batch=ja.Batch(precision=prec, path="plain")))
 
                     got = go()
                     t = time.perf_counter()
@@ -674,7 +675,7 @@ def main(argv=None) -> int:
 
 # ------------------------------------------------------------------------------------------------ summary
 def verdict(summary: dict) -> dict:
-    """Whether this run proves the fused kernel (correct everywhere and faster): what `kernel="auto"` waits for."""
+    """Whether this run proves the fused kernel (correct everywhere and faster): what `Batch(path="auto")` waits for."""
     st = summary["stages"]
     k = st.get("kernels", {}).get("result", {})
     b = st.get("bench_kernel", {}).get("result", {})

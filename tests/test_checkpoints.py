@@ -173,13 +173,13 @@ def test_simplified_dynamics_from_real_weights(tiny):
     for family in ("bert", "gpt_neo"):
         model = ck.load_any(str(tiny[family][0])).astype(jnp.float64)
         X0 = ja.init_tokens(ja_key(1), 2, 7, model.d_model, dtype=jnp.float64)
-        res = ja.simulate(model, X0, model.depth, trajectory=True)
+        res = ja.simulate(model, X0, model.depth, save=ja.Save(trajectory=True))
         sets = _ref_sets(model)
         for b in range(2):
             want = reference.simulate(np.asarray(X0[b]), sets, model.schedule, model.depth)
             np.testing.assert_allclose(np.asarray(res.trajectory[b]), want, atol=1e-12)
         for dyn, opts in INTERMEDIATES:
-            out = ja.simulate(model, X0, 3, dynamics=dyn, trajectory=True)
+            out = ja.simulate(model, X0, 3, dynamics=dyn, save=ja.Save(trajectory=True))
             for b in range(2):
                 want = reference.general_simulate(np.asarray(X0[b]), sets, model.schedule, 3,
                                                   post=model.norm_style == "post", eps=model.ln_eps,
@@ -198,7 +198,7 @@ def test_faithful_via_simulate_matches_reference_block(tiny, family):
     """simulate(FAITHFUL) against the NumPy block (affine LayerNorm, FFN, biases, the family's layout)."""
     model = ck.load_any(str(tiny[family][0])).astype(jnp.float64)
     X = np.asarray(ja.init_tokens(ja_key(2), 1, 5, model.d_model, kind="gaussian", dtype=jnp.float64))
-    res = ja.simulate(model, X, model.depth, dynamics=ja.FAITHFUL, trajectory=True)
+    res = ja.simulate(model, X, model.depth, dynamics=ja.FAITHFUL, save=ja.Save(trajectory=True))
     post = model.norm_style == "post"
     want = reference.general_simulate(X[0], _ref_sets(model), model.schedule, model.depth, post=post,
                                       norm="layernorm", use_ffn=True, biases=True, pre_ln=not post, eps=model.ln_eps,

@@ -51,7 +51,8 @@ def test_rescaled_flow_matches_mapped_unrescaled_flow():
     # n = 6, d = 2, 61 saved times: the shapes of the command's 2-D pictures (one compiled program)
     X0 = ja.init_tokens(jax.random.key(1), 3, 6, 2, kind="gaussian", dtype=jnp.float64)
     ts = np.linspace(0.0, 3.0, 61)
-    x = ja.solve(m, X0, 3.0, flow=ja.C3, ts=ts, trajectory=True, observe=lambda t, X, ctx: {}, rtol=1e-10, atol=1e-10)
+    x = ja.solve(m, X0, 3.0, flow=ja.C3, save=ja.Save(ts=ts, trajectory=True, observe=lambda t, X, ctx: {}),
+                 rtol=1e-10, atol=1e-10)
     z = solve_rescaled(m, X0, ts, observe=cl.cluster_observables(1e-3), trajectory=True, rtol=1e-10, atol=1e-10)
     assert bool(np.all(np.asarray(x.ok))) and bool(np.all(np.asarray(z.ok)))
     E = np.stack([sla.expm(-t * V) for t in ts])

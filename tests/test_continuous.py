@@ -47,13 +47,15 @@ def test_convergence_order_against_closed_forms(solver, order, dts):
     X0 = np.asarray(ja.init_tokens(jax.random.key(1), 3, n, d, kind="gaussian", dtype=jnp.float64))
     flat = ja.Flow(space="flat", attention="uniform")
     exact = _mean_field_exact(model, X0, t1)
-    errs = [np.abs(np.asarray(ja.solve(model, X0, t1, flow=flat, solver=solver, dt=dt, ts=[t1]).final) - exact).max()
+    errs = [np.abs(np.asarray(ja.solve(model, X0, t1, flow=flat, solver=solver, dt=dt,
+                                       save=ja.Save(ts=[t1])).final) - exact).max()
             for dt in dts]
     assert abs(_fitted_order(dts, errs) - order) < 0.3, errs
     # a single token's Oja flow on the sphere: x(t) = e^{tF} x0 / ||e^{tF} x0||
     x0 = np.asarray(ja.init_tokens(jax.random.key(2), 4, 1, d, dtype=jnp.float64))
     exact = _oja_single_exact(model, x0[:, 0], t1)
-    errs = [np.abs(np.asarray(ja.solve(model, x0, t1, flow=ja.C2_OJA, solver=solver, dt=dt, ts=[t1]).final[:, 0])
+    errs = [np.abs(np.asarray(ja.solve(model, x0, t1, flow=ja.C2_OJA, solver=solver, dt=dt,
+                                       save=ja.Save(ts=[t1])).final[:, 0])
                    - exact).max() for dt in dts]
     assert abs(_fitted_order(dts, errs) - order) < 0.3, errs
 
@@ -81,11 +83,11 @@ def test_discrete_map_converges_to_flow_at_first_order(space):
     X0 = ja.init_tokens(jax.random.key(6), 3, n, d, kind="ellipsoid" if S is not None else "sphere", S=S,
                         dtype=jnp.float64)
     flow = ja.C1 if S is not None else ja.C2
-    ref = np.asarray(ja.solve(model, X0, T, flow=flow, S=S, rtol=1e-12, atol=1e-13, ts=[T]).final)
+    ref = np.asarray(ja.solve(model, X0, T, flow=flow, S=S, rtol=1e-12, atol=1e-13, save=ja.Save(ts=[T])).final)
     dyn = ja.D5 if S is not None else ja.D1
     alphas = np.array([0.1, 0.05, 0.025, 0.0125])
     errs = [np.abs(np.asarray(ja.simulate(model, X0, round(T / a), dynamics=dyn, alpha=a, S=S,
-                                          save="last").final) - ref).max() for a in alphas]
+                                          save=ja.Save(every="last")).final) - ref).max() for a in alphas]
     assert abs(_fitted_order(alphas, errs) - 1.0) < 0.2, errs
 
 
@@ -100,7 +102,7 @@ def test_tokens_stay_on_the_manifold(space):
     X0 = ja.init_tokens(jax.random.key(8), 4, n, d, kind="ellipsoid" if S is not None else "sphere", S=S,
                         dtype=jnp.float64)
     flow = ja.C1 if S is not None else ja.C2
-    sol = ja.solve(model, X0, 6.0, flow=flow, S=S, rtol=1e-8, atol=1e-10, trajectory=True)
+    sol = ja.solve(model, X0, 6.0, flow=flow, S=S, rtol=1e-8, atol=1e-10, save=ja.Save(trajectory=True))
     geom = ja.geometry.geometry(space, S, d)
     off = np.abs(np.asarray(geom.constraint(sol.trajectory))).max()
     assert off < 1e-7
@@ -111,7 +113,7 @@ def test_causal_first_token_fixed_and_others_converge_to_it():
     d, n = 4, 6
     model = ja.random_model(jax.random.key(9), d, 2, 1, mask="causal", value="identity")
     X0 = ja.init_tokens(jax.random.key(10), 8, n, d, dtype=jnp.float64)
-    sol = ja.solve(model, X0, 60.0, flow=ja.C2, trajectory=True, ts=np.linspace(0, 60, 7))
+    sol = ja.solve(model, X0, 60.0, flow=ja.C2, save=ja.Save(trajectory=True, ts=np.linspace(0, 60, 7)))
     traj = np.asarray(sol.trajectory)
     # its velocity is zero up to the rounding of the tangent projection: it stays put to an ulp over t = 60
     np.testing.assert_allclose(traj[:, :, 0], np.broadcast_to(np.asarray(X0)[:, None, 0], traj[:, :, 0].shape),
@@ -135,16 +137,15 @@ def test_gradient_flow_energy_is_monotone(attention):
     model = ja.from_heads(q, q, v, np.eye(d)[None, None], scale=1.0)
     X0 = ja.init_tokens(jax.random.key(12), 16, n, d, dtype=jnp.float64)
     aux = {"q": q[0, 0], "k": q[0, 0], "beta_s": jnp.asarray(beta)}
-    sol = ja.solve(model, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, observe=_energy,
-                   aux=aux, ts=np.linspace(0, 5, 41), rtol=1e-9, atol=1e-11)
+    save = ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41))
+    sol = ja.solve(model, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, save=save, rtol=1e-9, atol=1e-11)
     E = np.asarray(sol.observables)
     assert np.all(np.diff(E, axis=1) > -1e-9 * np.abs(E[:, 1:])), np.diff(E, axis=1).min()
     assert np.all(E[:, -1] > E[:, 0])
     # a generic V (not QᵀK) is not a gradient flow of this energy: it does decrease somewhere
     other = ja.from_heads(q, q, np.asarray(ja.random_model(jax.random.key(13), d, 1, 1).layers.v),
                           np.eye(d)[None, None], scale=1.0)
-    E2 = np.asarray(ja.solve(other, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, observe=_energy,
-                             aux=aux, ts=np.linspace(0, 5, 41)).observables)
+    E2 = np.asarray(ja.solve(other, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, save=save).observables)
     assert np.diff(E2, axis=1).min() < -1e-6
 
 
@@ -155,8 +156,9 @@ def test_rescaled_flow_matches_mapped_unrescaled_solution():
     V = np.asarray(ja.layer_matrices(model)[0])
     X0 = ja.init_tokens(jax.random.key(14), 4, n, d, kind="gaussian", dtype=jnp.float64)
     ts = np.linspace(0, 2.0, 5)
-    xs = ja.solve(model, X0, 2.0, flow=ja.C3, ts=ts, trajectory=True, rtol=1e-10, atol=1e-12).trajectory
-    zs = ja.solve(model, X0, 2.0, flow=ja.C3_RESCALED, ts=ts, trajectory=True, rtol=1e-10, atol=1e-12).trajectory
+    xs = ja.solve(model, X0, 2.0, flow=ja.C3, save=ja.Save(ts=ts, trajectory=True), rtol=1e-10, atol=1e-12).trajectory
+    zs = ja.solve(model, X0, 2.0, flow=ja.C3_RESCALED, save=ja.Save(ts=ts, trajectory=True), rtol=1e-10,
+                  atol=1e-12).trajectory
     for i, t in enumerate(ts):
         mapped = np.asarray(xs[:, i]) @ scipy.linalg.expm(-t * V).T
         np.testing.assert_allclose(np.asarray(zs[:, i]), mapped, atol=1e-8)
@@ -246,15 +248,16 @@ def test_beta_t1_tolerances_and_ts_do_not_recompile():
     model = ja.random_model(jax.random.key(21), 4, 1, 1)
     X0 = ja.init_tokens(jax.random.key(22), 5, 3, 4, dtype=jnp.float64)
     _TRACES.clear()
-    ja.solve(model, X0, 2.0, observe=_counting_observable, ts=np.linspace(0, 2, 5))
+    ja.solve(model, X0, 2.0, save=ja.Save(observe=_counting_observable, ts=np.linspace(0, 2, 5)))
     first = len(_TRACES)
     assert first > 0
-    ja.solve(model, X0, 3.5, beta=2.5, rtol=1e-5, atol=1e-7, observe=_counting_observable, ts=np.linspace(0, 3, 5))
-    ja.solve(model, X0, 1.0, beta=0.5, observe=_counting_observable, ts=np.linspace(0.5, 1, 5))
+    ja.solve(model, X0, 3.5, beta=2.5, rtol=1e-5, atol=1e-7, save=ja.Save(observe=_counting_observable,
+                                                                          ts=np.linspace(0, 3, 5)))
+    ja.solve(model, X0, 1.0, beta=0.5, save=ja.Save(observe=_counting_observable, ts=np.linspace(0.5, 1, 5)))
     assert len(_TRACES) == first
-    ja.simulate(model, X0, 4, alpha=0.5, beta=1.0, observe=_counting_observable)
+    ja.simulate(model, X0, 4, alpha=0.5, beta=1.0, save=ja.Save(observe=_counting_observable))
     mid = len(_TRACES)
-    ja.simulate(model, X0, 4, alpha=0.25, beta=3.0, observe=_counting_observable)
+    ja.simulate(model, X0, 4, alpha=0.25, beta=3.0, save=ja.Save(observe=_counting_observable))
     assert len(_TRACES) == mid
 
 
@@ -277,14 +280,14 @@ def test_failed_condition_is_flagged_and_others_intact():
 def test_observables_receive_the_attention_weights():
     model = ja.random_model(jax.random.key(25), 6, 2, 2, shared=False, mask="local:2")
     X0 = ja.init_tokens(jax.random.key(26), 3, 4, 6, dtype=jnp.float64)
-    sim = ja.simulate(model, X0, 3, observe=_attention_obs, trajectory=True)
+    sim = ja.simulate(model, X0, 3, save=ja.Save(observe=_attention_obs, trajectory=True))
     for k in range(4):
         lw = model.layers.take(model.schedule[k % 2])
         want = jax.vmap(ja.probabilities, in_axes=(0, None))(sim.trajectory[:, k], lw)
         np.testing.assert_allclose(np.asarray(sim.observables[:, k]), np.asarray(want), atol=1e-14)
-    d3 = ja.simulate(model, X0, 2, dynamics=ja.D3, observe=_attention_obs)
+    d3 = ja.simulate(model, X0, 2, dynamics=ja.D3, save=ja.Save(observe=_attention_obs))
     np.testing.assert_allclose(np.asarray(d3.observables[..., 1, :2]), 0.5, atol=1e-15)  # uniform over j in {0, 1}
-    sol = ja.solve(model, X0, 1.5, observe=_attention_obs, ts=[0.0, 1.5], trajectory=True)
+    sol = ja.solve(model, X0, 1.5, save=ja.Save(observe=_attention_obs, ts=[0.0, 1.5], trajectory=True))
     lw = model.layers.take(1)
     want = jax.vmap(lambda X: ja.probabilities(X, lw))(sol.trajectory[:, 1])
     np.testing.assert_allclose(np.asarray(sol.observables[:, 1]), np.asarray(want), atol=1e-14)
@@ -307,13 +310,13 @@ def test_unnormalised_kernel():
 def test_save_every_and_last():
     model = ja.random_model(jax.random.key(29), 6, 2, 3, shared=False)
     X0 = ja.init_tokens(jax.random.key(30), 4, 5, 6, dtype=jnp.float64)
-    full = ja.simulate(model, X0, 10, trajectory=True)
-    every3 = ja.simulate(model, X0, 10, save=3, trajectory=True)
+    full = ja.simulate(model, X0, 10, save=ja.Save(trajectory=True))
+    every3 = ja.simulate(model, X0, 10, save=ja.Save(every=3, trajectory=True))
     assert list(saved_steps(10, 3)) == [0, 3, 6, 9, 10]
     np.testing.assert_array_equal(np.asarray(every3.trajectory), np.asarray(full.trajectory[:, [0, 3, 6, 9, 10]]))
     np.testing.assert_allclose(np.asarray(every3.observables["diameter"]),
                                np.asarray(full.observables["diameter"][:, [0, 3, 6, 9, 10]]), rtol=0, atol=1e-15)
-    last = ja.simulate(model, X0, 10, save="last")
+    last = ja.simulate(model, X0, 10, save=ja.Save(every="last"))
     np.testing.assert_array_equal(np.asarray(last.final), np.asarray(full.final))
     assert last.observables["diameter"].shape == (4, 1)
 
@@ -327,10 +330,11 @@ def test_save_every_and_last():
     (dict(flow=ja.C1, S=np.array([[1.0, 2.0], [0.0, 1.0]])), "S must be"),
     (dict(flow=ja.C1, S=np.diag([1.0, -1.0, 1.0, 1.0])), "positive definite"),
     (dict(flow=ja.C1, S=np.array([[1.0, 0.5, 0, 0], [0.4, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1.0]])), "symmetric"),
-    (dict(ts=[0.0, 5.0]), "within"),
+    (dict(save=ja.Save(ts=[0.0, 5.0])), "within"),
     (dict(max_steps=0), "max_steps"),
     (dict(weights_fn=lambda t: 3.0), "Layers"),
-    (dict(precision="fp8"), "precision must be one of highest, tf32, bf16"),
+    (dict(save=ja.Save(every=2)), r"Save\(every=...\) gives steps of a map"),
+    (dict(batch=ja.Batch(path="fused")), "solve has no fused path"),
 ])
 def test_bad_input_is_refused(kwargs, match):
     model = ja.random_model(jax.random.key(0), 4, 2, 1)

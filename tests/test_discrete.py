@@ -52,7 +52,7 @@ def test_matches_numpy_reference(mask, heads, shared, biases, dyn, norm):
     X0 = np.asarray(ja.init_tokens(jax.random.key(2), 3, n, d, kind="ellipsoid" if S is not None else "sphere",
                                    S=S, dtype=jnp.float64))
     alpha, beta = 0.7, 1.3
-    res = ja.simulate(model, X0, steps, dynamics=dyn, alpha=alpha, beta=beta, S=S, trajectory=True,
+    res = ja.simulate(model, X0, steps, dynamics=dyn, alpha=alpha, beta=beta, S=S, save=ja.Save(trajectory=True),
                       dtype=jnp.float64)
     sets = weight_sets(model)
     for b in range(X0.shape[0]):
@@ -79,7 +79,7 @@ def test_single_head_unit_output_is_D2():
     model = ja.random_model(jax.random.key(5), d, 1, 2, unit_output=True)
     np.testing.assert_array_equal(np.asarray(model.layers.o[0, 0]), np.eye(d))
     X0 = ja.init_tokens(jax.random.key(6), 2, 4, d, dtype=jnp.float64)
-    res = ja.simulate(model, X0, 3, trajectory=True)
+    res = ja.simulate(model, X0, 3, save=ja.Save(trajectory=True))
     V = np.asarray(model.layers.v[0, 0])
     Q = np.asarray(model.layers.q[0, 0])
     K = np.asarray(model.layers.k[0, 0])
@@ -97,7 +97,7 @@ def test_single_head_unit_output_is_D2():
 def test_unit_norm_after_every_step(mask):
     model = ja.random_model(jax.random.key(7), 12, 3, 4, shared=False, mask=mask)
     X0 = ja.init_tokens(jax.random.key(8), 16, 6, 12, kind="gaussian", dtype=jnp.float64)
-    res = ja.simulate(model, X0, 9, trajectory=True)
+    res = ja.simulate(model, X0, 9, save=ja.Save(trajectory=True))
     norms = np.linalg.norm(np.asarray(res.trajectory[:, 1:]), axis=-1)
     np.testing.assert_allclose(norms, 1.0, atol=1e-14)
 
@@ -108,7 +108,7 @@ def test_ellipsoid_invariant():
     S = A @ A.T / d + 0.5 * np.eye(d)
     model = ja.random_model(jax.random.key(9), d, 2, 3, shared=False)
     X0 = ja.init_tokens(jax.random.key(10), 8, 5, d, kind="ellipsoid", S=S, dtype=jnp.float64)
-    res = ja.simulate(model, X0, 6, dynamics=ja.D5, S=S, trajectory=True)
+    res = ja.simulate(model, X0, 6, dynamics=ja.D5, S=S, save=ja.Save(trajectory=True))
     X = np.asarray(res.trajectory)
     np.testing.assert_allclose(np.einsum("...d,de,...e->...", X, S, X), 1.0, atol=1e-13)
 
@@ -125,7 +125,7 @@ def test_principal_consensus_is_fixed_point(heads):
     v1 = U[:, -1]
     for sign in (1.0, -1.0):
         X0 = np.tile(sign * v1, (n, 1))
-        res = ja.simulate(model, X0, 10, trajectory=True)
+        res = ja.simulate(model, X0, 10, save=ja.Save(trajectory=True))
         np.testing.assert_allclose(np.asarray(res.trajectory[0]), np.broadcast_to(X0, (11, n, d)), atol=1e-14)
 
 
@@ -136,8 +136,8 @@ def test_causality(mask):
     X0 = np.asarray(ja.init_tokens(jax.random.key(13), 2, n, d, dtype=jnp.float64))
     X1 = X0.copy()
     X1[:, t + 1:] = np.asarray(ja.init_tokens(jax.random.key(14), 2, n, d, dtype=jnp.float64))[:, t + 1:]
-    a = ja.simulate(model, X0, 5, trajectory=True, dynamics=ja.Dynamics(biases=True)).trajectory
-    b = ja.simulate(model, X1, 5, trajectory=True, dynamics=ja.Dynamics(biases=True)).trajectory
+    a = ja.simulate(model, X0, 5, save=ja.Save(trajectory=True), dynamics=ja.Dynamics(biases=True)).trajectory
+    b = ja.simulate(model, X1, 5, save=ja.Save(trajectory=True), dynamics=ja.Dynamics(biases=True)).trajectory
     np.testing.assert_array_equal(np.asarray(a[:, :, : t + 1]), np.asarray(b[:, :, : t + 1]))
     assert np.abs(np.asarray(a[:, 1:, t + 1:] - b[:, 1:, t + 1:])).max() > 1e-3
 
@@ -150,7 +150,7 @@ def test_batch_split_independence():
     model = ja.random_model(jax.random.key(16), 8, 2, 3, shared=False, mask="causal")
     X0 = ja.init_tokens(key, 50, 4, 8, dtype=jnp.float64)
     whole = ja.simulate(model, X0, 7)
-    chunked = ja.simulate(model, X0, 7, batch_size=16)  # 3 chunks of 16 and a remainder of 2
+    chunked = ja.simulate(model, X0, 7, batch=ja.Batch(size=16))  # 3 chunks of 16 and a remainder of 2
     single = ja.simulate(model, X0[37:38], 7)
     np.testing.assert_allclose(np.asarray(chunked.final), np.asarray(whole.final), rtol=0, atol=1e-14)
     np.testing.assert_allclose(np.asarray(single.final[0]), np.asarray(whole.final[37]), rtol=0, atol=1e-14)
@@ -161,7 +161,7 @@ def test_batch_split_independence():
 def test_prolonged_shared_model_cycles_schedule():
     model = ja.random_model(jax.random.key(17), 6, 2, 3, shared=False)
     X0 = ja.init_tokens(jax.random.key(18), 2, 4, 6, dtype=jnp.float64)
-    long = ja.simulate(model, X0, 6, trajectory=True).trajectory
+    long = ja.simulate(model, X0, 6, save=ja.Save(trajectory=True)).trajectory
     once = ja.simulate(model, X0, 3).final
     twice = ja.simulate(model, once, 3).final
     np.testing.assert_allclose(np.asarray(long[:, 6]), np.asarray(twice), atol=1e-14)
@@ -181,12 +181,12 @@ def test_observables_only_kept():
     model = ja.random_model(jax.random.key(21), 8, 2, 2, shared=False)
 
     X0 = ja.init_tokens(jax.random.key(22), 5, 3, 8, dtype=jnp.float64)
-    res = ja.simulate(model, X0, 4, observe=_first_coord)
+    res = ja.simulate(model, X0, 4, save=ja.Save(observe=_first_coord))
     assert res.trajectory is None
     # the observable at every saved step is the first coordinate of the state the NumPy reference reaches
     want = np.stack([ref.simulate(np.asarray(X0[b]), weight_sets(model), model.schedule, 4)[:, :, 0] for b in range(5)])
     np.testing.assert_allclose(np.asarray(res.observables), want, rtol=0, atol=1e-12)
-    every2 = ja.simulate(model, X0, 4, observe=_first_coord, save=2).observables  # steps 0, 2, 4
+    every2 = ja.simulate(model, X0, 4, save=ja.Save(observe=_first_coord, every=2)).observables  # steps 0, 2, 4
     np.testing.assert_allclose(np.asarray(every2), want[:, [0, 2, 4]], rtol=0, atol=1e-12)
 
 
@@ -286,7 +286,7 @@ def test_batch_split_over_eight_cpu_devices():
     assert len(devs) == 8
     model = ja.random_model(jax.random.key(26), 8, 2, 3, shared=False, mask="causal")
     X0 = ja.init_tokens(jax.random.key(27), 20, 5, 8, dtype=jnp.float64)
-    one = ja.simulate(model, X0, 4, batch_size=8)
-    many = ja.simulate(model, X0, 4, batch_size=8, devices=devs)
+    one = ja.simulate(model, X0, 4, batch=ja.Batch(size=8))
+    many = ja.simulate(model, X0, 4, batch=ja.Batch(size=8, devices=devs))
     np.testing.assert_array_equal(np.asarray(many.final), np.asarray(one.final))
     np.testing.assert_array_equal(np.asarray(many.observables["diameter"]), np.asarray(one.observables["diameter"]))

@@ -258,16 +258,17 @@ def test_d1_with_rope_equals_numpy_reference(dim, rope):
     model = ja.from_heads(q, k, v, o, masks="causal", rope=own)
     X = rng.normal(size=(7, d))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
-    got = ja.simulate(model, X[None], 1, dynamics=ja.Dynamics(rope=rope), trajectory=True, alpha=0.7,
+    got = ja.simulate(model, X[None], 1, dynamics=ja.Dynamics(rope=rope), save=ja.Save(trajectory=True), alpha=0.7,
                       beta=1.3).final[0]
     want = numpy_rope_d1_step(X, q[0], k[0], v[0], o[0], 1 / np.sqrt(dh), dim, 100.0 if own else 1e4, 0.7, 1.3)
     np.testing.assert_allclose(np.asarray(got), want, rtol=0, atol=1e-12)
-    plain = ja.simulate(model, X[None], 1, trajectory=True, alpha=0.7, beta=1.3).final[0]  # default: position-free
+    plain = ja.simulate(model, X[None], 1, save=ja.Save(trajectory=True), alpha=0.7,
+                        beta=1.3).final[0]  # default: position-free
     assert np.abs(np.asarray(plain) - want).max() > 1e-3
     np.testing.assert_allclose(np.asarray(plain), np.asarray(ja.simulate(
         model.replace(rope=None), X[None], 1, alpha=0.7, beta=1.3).final[0]), rtol=0, atol=1e-14)
     with pytest.raises(ja.ConfigError, match="no RoPE, no grouped-query attention"):  # the fused kernel cannot
-        ja.simulate(model, X[None], 1, kernel="fused")
+        ja.simulate(model, X[None], 1, batch=ja.Batch(path="fused"))
 
 
 def test_rmsnorm_is_a_scaled_l2_normalisation_with_gains():

@@ -33,13 +33,13 @@ def test_fused_matches_plain(mask, heads, shared, dyn, dtype, tol):
     X0 = ja.init_tokens(jax.random.key(1), 19, n, d, kind="ellipsoid" if S is not None else "sphere", S=S,
                         dtype=dtype)
     kw = dict(dynamics=dyn, alpha=0.8, beta=1.3, S=S, dtype=dtype)
-    fused = ja.simulate(model, X0, 5, kernel="fused", **kw)
-    plain = ja.simulate(model, X0, 5, kernel="plain", **kw)
+    fused = ja.simulate(model, X0, 5, batch=ja.Batch(path="fused"), **kw)
+    plain = ja.simulate(model, X0, 5, batch=ja.Batch(path="plain"), **kw)
     np.testing.assert_allclose(np.asarray(fused.final), np.asarray(plain.final), rtol=0, atol=tol)
     for name in ("diameter", "cos_consensus"):
         np.testing.assert_allclose(np.asarray(fused.observables[name]), np.asarray(plain.observables[name]),
                                    rtol=0, atol=5 * tol)
-    last = ja.simulate(model, X0, 5, kernel="fused", save="last", **kw)
+    last = ja.simulate(model, X0, 5, save=ja.Save(every="last"), batch=ja.Batch(path="fused"), **kw)
     assert last.observables["diameter"].shape == (19, 1)
     np.testing.assert_allclose(np.asarray(last.final), np.asarray(plain.final), rtol=0, atol=tol)
     np.testing.assert_allclose(np.asarray(last.observables["diameter"][:, 0]),
@@ -53,7 +53,7 @@ def _custom(t, X, ctx):
 def test_selection():
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     big = ja.random_model(jax.random.key(0), 256, 2, 1)
-    args = dict(observe=None, trajectory=False, save=None, n=10)
+    args = dict(observe=None, trajectory=False, every=None, n=10)
     assert kernels.choose("auto", model, ja.D1, **args) == "plain"
     assert kernels.choose("plain", model, ja.D1, **args) == "plain"
     assert kernels.choose("fused", model, ja.D1, **args) == "fused"
@@ -61,7 +61,7 @@ def test_selection():
         (dict(model=model, dyn=ja.Dynamics(biases=True)), "attention-only"),
         (dict(model=model, dyn=ja.D1, observe=_custom), "default observables"),
         (dict(model=model, dyn=ja.D1, trajectory=True), "no trajectory"),
-        (dict(model=model, dyn=ja.D1, save=3), "every step or the last"),
+        (dict(model=model, dyn=ja.D1, every=3), "every step or the last"),
         (dict(model=big, dyn=ja.D1), "d <= 128"),
         (dict(model=model, dyn=ja.D1, n=500), "n <= 128"),
     ]
@@ -71,7 +71,7 @@ def test_selection():
         kw = {**args, **over}
         with pytest.raises(ConfigError, match=match):
             kernels.choose("fused", kw.pop("model"), kw.pop("dyn"), **kw)
-    with pytest.raises(ConfigError, match="kernel must be"):
+    with pytest.raises(ConfigError, match=r"Batch\(path=...\) must be"):
         kernels.choose("triton", model, ja.D1, **args)
 
 
@@ -80,7 +80,7 @@ def test_auto_runs_nothing_unproven(monkeypatch, backend):
     """``auto`` is the plain path on a GPU until ``make gpu-check`` has shown the kernel correct and faster there
     (``PROVEN_ON``); ``fused`` still forces it."""
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
-    args = dict(observe=None, trajectory=False, save=None, n=10)
+    args = dict(observe=None, trajectory=False, every=None, n=10)
     monkeypatch.setattr(kernels.jax, "default_backend", lambda: backend)
     assert kernels.choose("auto", model, ja.D1, **args) == "plain"
     assert kernels.choose("fused", model, ja.D1, **args) == "fused"
@@ -105,7 +105,7 @@ def test_auto_falls_back_to_the_plain_path_when_the_kernel_cannot_run(monkeypatc
 
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     X0 = ja.init_tokens(jax.random.key(1), 5, 4, 8, dtype=jnp.float64)
-    plain = ja.simulate(model, X0, 3, kernel="plain")
+    plain = ja.simulate(model, X0, 3, batch=ja.Batch(path="plain"))
 
     def broken(*a, **k):
         raise NotImplementedError("no lowering for this backend")
@@ -113,7 +113,7 @@ def test_auto_falls_back_to_the_plain_path_when_the_kernel_cannot_run(monkeypatc
     monkeypatch.setattr(discrete, "choose", lambda *a, **k: "fused")
     monkeypatch.setattr(discrete, "fused_simulate", broken)
     with pytest.warns(RuntimeWarning, match="using the plain path"):
-        auto = ja.simulate(model, X0, 3, kernel="auto")
+        auto = ja.simulate(model, X0, 3, batch=ja.Batch(path="auto"))
     np.testing.assert_array_equal(np.asarray(auto.final), np.asarray(plain.final))
     with pytest.raises(NotImplementedError):  # forced: the failure is the user's answer
-        ja.simulate(model, X0, 3, kernel="fused")
+        ja.simulate(model, X0, 3, batch=ja.Batch(path="fused"))

@@ -45,7 +45,8 @@ def test_layer_table_matches_numpy_reference(shared, mask):
     _, u1 = cumulative_products(Fs)
     tab = ja.observables.alignment_tables(spec, model.schedule, L, u1, 1.0, jnp.float64)
     X0 = ja.init_tokens(jax.random.key(1), B, n, d, kind="gaussian", dtype=jnp.float64)
-    res = ja.simulate(model, X0, L, observe=ja.observables.alignment_observables, aux=tab, trajectory=True)
+    res = ja.simulate(model, X0, L, save=ja.Save(observe=ja.observables.alignment_observables, aux=tab,
+                                                 trajectory=True))
     obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
     rows = layer_table(obs, spec, model.schedule, L, "main")
     traj = np.asarray(res.trajectory)  # [B, L+1, n, d]
@@ -118,7 +119,7 @@ def test_attn_rank_column_from_the_attention_each_step_applies():
     X0[2, 3] = X0[2, 0]  # two copies: rank n - 2
     rows = ja.alignment(model, X0, dtype=jnp.float64)
     closed_form = [np.mean([n, n - 1, n - 2]) if m == "full" else n for m in masks]
-    traj = np.asarray(ja.simulate(model, X0, 4, trajectory=True).trajectory)
+    traj = np.asarray(ja.simulate(model, X0, 4, save=ja.Save(trajectory=True)).trajectory)
     for k, row in enumerate(rows):
         w = {"q": np.asarray(lay.q[k]), "k": np.asarray(lay.k[k]), "scale": float(model.layers.scale[k]),
              "causal": False, "window": 1 if masks[k] == "local:1" else 0}

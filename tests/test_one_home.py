@@ -170,7 +170,8 @@ def test_d2_is_named_and_steps_like_the_paper():
     model = ja.random_model(jax.random.key(7), d, heads=1, depth=3, shared=False, unit_output=True,
                             dtype=jnp.float64)
     X0 = ja.init_tokens(jax.random.key(8), 2, n, d, dtype=jnp.float64)
-    res = ja.simulate(model, X0, 3, dynamics=ja.D2, alpha=0.7, beta=1.3, trajectory=True, dtype=jnp.float64)
+    res = ja.simulate(model, X0, 3, dynamics=ja.D2, alpha=0.7, beta=1.3, save=ja.Save(trajectory=True),
+                      dtype=jnp.float64)
     lay = model.layers
     for b in range(2):
         X = np.asarray(X0[b])

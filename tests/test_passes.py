@@ -35,7 +35,7 @@ def test_passes_equal_transformers_called_pass_after_pass(family, tol, tmp_path,
     model = ja.load(path)
     ids = prompts.random_prompts(jax.random.key(0), model, 3, 11)
     X0 = prompts.embed_prompts(model, ids, dtype=jnp.float64)
-    res = repeated_passes(model, X0, 3, observe=_states, dtype="float64")
+    res = repeated_passes(model, X0, 3, save=ja.Save(observe=_states), dtype="float64")
     depth = model.depth
     for b in range(3):
         with torch.no_grad():
@@ -59,7 +59,8 @@ def test_ffn_removed_block_equals_hf_block_without_mlp(tmp_path):
             blk.ln_2.weight.mul_(7.0)
     model = ja.load(path)
     X0 = prompts.embed_prompts(model, prompts.random_prompts(jax.random.key(1), model, 2, 9), dtype=jnp.float64)
-    res = repeated_passes(model, X0, 1, dynamics=ja.NO_FFN, final_norm=False, observe=_states, dtype="float64")
+    res = repeated_passes(model, X0, 1, dynamics=ja.NO_FFN, final_norm=False, save=ja.Save(observe=_states),
+                          dtype="float64")
     with torch.no_grad():
         hs = tm(inputs_embeds=torch.from_numpy(np.array(X0)), output_hidden_states=True).hidden_states
     for k in range(1, model.depth):
@@ -70,7 +71,7 @@ def test_first_token_fixed_and_others_converge_under_causal_identity_values():
     d, n = 6, 5
     model = ja.random_model(jax.random.key(2), d, 2, 4, shared=False, mask="causal", value="identity")
     X0 = ja.init_tokens(jax.random.key(3), 6, n, d, dtype=jnp.float64)
-    res = repeated_passes(model, X0, 40, dynamics=ja.D1, observe=_states, dtype="float64")
+    res = repeated_passes(model, X0, 40, dynamics=ja.D1, save=ja.Save(observe=_states), dtype="float64")
     traj = np.asarray(res.observables)
     # token 1 attends only to itself: x_1 + x_1 renormalised. It is bit-identical from the first step on
     # (the first step only rounds its norm to 1, within an ulp of the input)
@@ -79,7 +80,8 @@ def test_first_token_fixed_and_others_converge_under_causal_identity_values():
     first = np.array([[1 - np.mean((x / np.linalg.norm(x, axis=-1, keepdims=True)) @ (x[0] / np.linalg.norm(x[0])))
                        for x in tr] for tr in traj])
     assert np.all(first[:, -1] < 1e-3) and np.all(first[:, -1] < first[:, 0])
-    obs = repeated_passes(model, X0, 40, dynamics=ja.D1, observe=observables.consensus, dtype="float64").observables
+    obs = repeated_passes(model, X0, 40, dynamics=ja.D1, save=ja.Save(observe=observables.consensus),
+                          dtype="float64").observables
     np.testing.assert_allclose(np.asarray(obs["first_token"]), first, rtol=0, atol=1e-12)
 
 
@@ -89,8 +91,8 @@ def test_hemisphere_lyapunov_never_decreases_on_the_flow():
     X0 = prompts.hemisphere_tokens(jax.random.key(5), 10, n, d, dtype=jnp.float64)
     w = jnp.zeros(d).at[0].set(1.0)
     assert float((X0 @ w).min()) > 0
-    sol = ja.solve(model, X0, 8.0, observe=observables.consensus_hemisphere, aux={"w": w}, rtol=1e-10, atol=1e-12,
-                   ts=np.linspace(0, 8, 33))
+    sol = ja.solve(model, X0, 8.0, save=ja.Save(observe=observables.consensus_hemisphere, aux={"w": w},
+                                                ts=np.linspace(0, 8, 33)), rtol=1e-10, atol=1e-12)
     L = np.asarray(sol.observables["hemisphere"])
     assert np.all(np.diff(L, axis=1) > -1e-10)
     cosc = np.asarray(sol.observables["cos_consensus"])

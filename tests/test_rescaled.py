@@ -126,8 +126,8 @@ def _departure(model, V, Q, K, Z0, dt, Ts, kernel, expm_t=None):
     steps = [round(T / dt) for T in Ts]
     ref = _euler(_paper_rhs(expm_t, V, Q, K, kernel), Z0, dt, steps[-1], set(steps))
     flow = ja.Flow(space="flat", rescaled=True, attention=kernel)
-    sol = ja.solve(model, Z0[None], Ts[-1], flow=flow, solver="euler", dt=dt, ts=Ts, trajectory=True,
-                   batch_size=1, observe=lambda t, X, ctx: {})
+    sol = ja.solve(model, Z0[None], Ts[-1], flow=flow, solver="euler", dt=dt,
+                   save=ja.Save(ts=Ts, trajectory=True, observe=lambda t, X, ctx: {}), batch=ja.Batch(size=1))
     assert bool(sol.ok.all())
     got = np.asarray(sol.trajectory[0])
     return [np.abs(got[i] - ref[s]).max() / np.abs(ref[s]).max() for i, s in enumerate(steps)]

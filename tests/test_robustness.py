@@ -211,7 +211,7 @@ def test_bad_initial_states(X0, match):
 
 @pytest.mark.parametrize("kw,match", [
     (dict(steps=True), "steps must be"),
-    (dict(batch_size=2.5), "batch_size must be"),
+    (dict(batch=ja.Batch(size=3), save="last"), r"save must be a jaxattn.Save, got 'last' \(steps to save are"),
     (dict(alpha=np.ones(3)), "alpha must be a finite number"),
     (dict(beta=float("nan")), "beta must be a finite number"),
 ])

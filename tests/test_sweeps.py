@@ -82,7 +82,7 @@ def test_continuous_points_and_result_codes(tmp_path):
     model = ja.random_model(jax.random.fold_in(jax.random.key(p["seed"]), 2**31 - 1), 8, 2, 3, shared=False,
                             mask=p["model.mask"], dtype=jnp.float32)
     X0 = ja.init_tokens(jax.random.key(p["seed"]), 40, 5, 8)
-    ref = ja.solve(model, X0, p["dynamics.t1"], beta=1.5, ts=np.linspace(0, p["dynamics.t1"], 3))
+    ref = ja.solve(model, X0, p["dynamics.t1"], beta=1.5, save=ja.Save(ts=np.linspace(0, p["dynamics.t1"], 3)))
     np.testing.assert_array_equal(arr["observables.diameter"], np.asarray(ref.observables["diameter"]))
 
 
@@ -304,8 +304,8 @@ def test_a_point_smaller_than_a_chunk_is_padded_to_the_block_width_only(tmp_path
     monkeypatch.setattr(sampling, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
                                                                                                          *a, **k))
     big = grid.sweep_grid(_cfg(num_init=6, chunk=4096, seed=0, model__mask="full"), tmp_path / "a", progress=False,
-                          devices=jax.local_devices()[:1])
+                          batch=ja.Batch(devices=jax.local_devices()[:1]))
     assert drawn == [64]  # one block of the CPU runner, not 4096
     small = grid.sweep_grid(_cfg(num_init=6, chunk=6, seed=0, model__mask="full"), tmp_path / "b", progress=False,
-                            devices=jax.local_devices()[:1])
+                            batch=ja.Batch(devices=jax.local_devices()[:1]))
     _assert_same(_arrays(big.store.root), _arrays(small.store.root))

@@ -82,7 +82,7 @@ def _map_case(name):
 @pytest.mark.parametrize("name", list(MAPS))
 def test_simulate_under_jit_and_vmap(name):
     dyn, model, S, X0 = _map_case(name)
-    sim = lambda X, a, b: ja.simulate(model, X, 3, dynamics=dyn, alpha=a, beta=b, S=S, batch_size=2)
+    sim = lambda X, a, b: ja.simulate(model, X, 3, dynamics=dyn, alpha=a, beta=b, S=S, batch=ja.Batch(size=2))
     plain = sim(X0, 0.7, 1.3)
     jitted = jax.jit(sim)(X0, 0.7, 1.3)
     np.testing.assert_allclose(jitted.final, plain.final, **TIGHT)
@@ -107,7 +107,7 @@ def test_simulate_gradients_against_finite_differences(name):
     dyn, model, S, X0 = _map_case(name)
 
     def loss(X=X0, a=0.7, b=1.3, m=model, S_=S):
-        res = ja.simulate(m, X, 3, dynamics=dyn, alpha=a, beta=b, S=S_, batch_size=2)
+        res = ja.simulate(m, X, 3, dynamics=dyn, alpha=a, beta=b, S=S_, batch=ja.Batch(size=2))
         return jnp.sum(res.final * jnp.arange(1.0, 1.0 + res.final.size).reshape(res.final.shape)) \
             + res.observables["diameter"][:, -1].sum()
 
@@ -149,7 +149,8 @@ def test_faithful_drivers_under_transformations(family):
     np.testing.assert_allclose(hs_j, hs, **TIGHT)
     np.testing.assert_allclose(att_j, att, **TIGHT)
     X = ja.embed(model, ids)
-    sim = lambda Xb, m=model: ja.simulate(m, Xb, model.depth, dynamics=ja.FAITHFUL, batch_size=1, dtype="float64")
+    sim = lambda Xb, m=model: ja.simulate(m, Xb, model.depth, dynamics=ja.FAITHFUL, batch=ja.Batch(size=1),
+                                          dtype="float64")
     np.testing.assert_allclose(jax.jit(sim)(X[None]).final, sim(X[None]).final, **TIGHT)
     passes = lambda Xb, m=model: ja.repeated_passes(m, Xb, 2, dtype=jnp.float64).final
     np.testing.assert_allclose(jax.jit(passes)(X[None]), passes(X[None]), **TIGHT)
@@ -178,7 +179,7 @@ def test_solve_under_transformations(name):
     X0 = _tokens()
     if S is not None:
         X0 = X0 / jnp.sqrt(jnp.einsum("bni,ij,bnj->bn", X0, S, X0))[..., None]
-    kw = dict(flow=flow, S=S, rtol=1e-11, atol=1e-11, batch_size=2, ts=jnp.asarray([0.0, 0.25]))
+    kw = dict(flow=flow, S=S, rtol=1e-11, atol=1e-11, batch=ja.Batch(size=2), save=ja.Save(ts=jnp.asarray([0.0, 0.25])))
 
     def loss(b=1.3, X=X0, t1=0.5, S_=S, m=model):
         sol = ja.solve(m, X, t1, beta=b, **{**kw, "S": S_})
@@ -235,8 +236,8 @@ def test_layered_flow_differentiates_with_concrete_times():
 def test_simulate_one_is_the_core_of_simulate():
     model = _model(depth=3)
     X0 = _tokens()
-    batched = ja.simulate(model, X0, 7, save=3, trajectory=True, batch_size=2)
-    one = jax.vmap(lambda X: ja.simulate_one(model, X, 7, save=3, trajectory=True))(X0)
+    batched = ja.simulate(model, X0, 7, save=ja.Save(every=3, trajectory=True), batch=ja.Batch(size=2))
+    one = jax.vmap(lambda X: ja.simulate_one(model, X, 7, save=ja.Save(every=3, trajectory=True)))(X0)
     np.testing.assert_allclose(one.final, batched.final, **TIGHT)
     np.testing.assert_allclose(one.trajectory, batched.trajectory, **TIGHT)
     np.testing.assert_allclose(one.observables["diameter"], batched.observables["diameter"], **TIGHT)
@@ -262,7 +263,7 @@ def test_steer_differentiates_with_respect_to_the_gain():
 
     def alignment(gamma):
         steered, _ = ja.steer(model, u, gamma=gamma)
-        final = ja.simulate(steered, X0, 2, batch_size=2).final
+        final = ja.simulate(steered, X0, 2, batch=ja.Batch(size=2)).final
         return jnp.mean(jnp.abs(final @ u))
 
     g = jax.grad(alignment)(2.0)
@@ -301,7 +302,7 @@ def test_outside_transformations_nothing_changes():
     a NumPy loop of the D1 map agrees to 1e-13 and a concrete NaN is still a one-line ConfigError."""
     model = _model(depth=2)
     X0 = _tokens()
-    res = ja.simulate(model, X0, 2, batch_size=2)
+    res = ja.simulate(model, X0, 2, batch=ja.Batch(size=2))
     X = np.asarray(X0)
     for k in range(2):
         lw = model.layers.take(k)
@@ -319,7 +320,8 @@ def test_long_map_gradient_is_rematerialised():
     """A 240-step map differentiates (the segments are rematerialised) and agrees with finite differences."""
     model = _model(shared=True, depth=1)
     X0 = _tokens()
-    loss = lambda a: ja.simulate(model, X0, 240, alpha=a, save="last", batch_size=2).observables["diameter"].sum()
+    loss = lambda a: ja.simulate(model, X0, 240, alpha=a, save=ja.Save(every="last"),
+                                 batch=ja.Batch(size=2)).observables["diameter"].sum()
     assert _rel(jax.grad(loss)(0.05), _fd(lambda a: float(loss(a)), 0.05, eps=1e-4)) < 1e-6
 
 
@@ -328,7 +330,7 @@ def test_filter_grad_and_jax_grad_agree_on_the_model():
     equals equinox's filtered gradient."""
     model = _model(mask="causal")
     X0 = _tokens()
-    loss = lambda m: ja.simulate(m, X0, 2, batch_size=2).final.sum()
+    loss = lambda m: ja.simulate(m, X0, 2, batch=ja.Batch(size=2)).final.sum()
     g1 = jax.grad(loss)(model)
     g2 = eqx.filter_grad(loss)(model)
     np.testing.assert_allclose(g1.layers.q, g2.layers.q, **TIGHT)
@@ -353,12 +355,12 @@ def test_repeated_passes_refuses_a_dynamics_name():
 
 def test_huge_lane_width_is_refused_with_its_size():
     with pytest.raises(ja.ConfigError, match="GiB"):
-        ja.simulate(_model(), _tokens(), 2, batch_size=10**9)
+        ja.simulate(_model(), _tokens(), 2, batch=ja.Batch(size=10**9))
 
 
 def test_overflowing_dynamics_are_flagged():
     model = _model()
     with pytest.warns(ja.NonFiniteWarning, match="non-finite"):
-        res = ja.simulate(model, _tokens(), 2, alpha=1e308, batch_size=2)
+        res = ja.simulate(model, _tokens(), 2, alpha=1e308, batch=ja.Batch(size=2))
     assert not bool(res.ok.all())
-    assert bool(ja.simulate(model, _tokens(), 2, batch_size=2).ok.all())
+    assert bool(ja.simulate(model, _tokens(), 2, batch=ja.Batch(size=2)).ok.all())

@@ -19,6 +19,7 @@ from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, simulate
 from jaxattn.dynamics.fields import Flow
+from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import attend
 from jaxattn.model.sampling import init_tokens
@@ -128,12 +129,13 @@ def settle(system: System, X0, *, steps: int = 500, t1: float = 100.0, batch_siz
     X0 = jnp.asarray(X0, jnp.float64)
     if isinstance(system.kind, Dynamics):
         sim = simulate(system.model, X0, int(steps), dynamics=system.kind, alpha=system.alpha, beta=system.beta,
-                       observe=_silent, save="last", batch_size=batch_size, dtype=jnp.float64, kernel="plain")
+                       save=Save(every="last", observe=_silent), batch=Batch(size=batch_size, path="plain"),
+                       dtype=jnp.float64)
         return np.asarray(sim.final)
     assert isinstance(system.kind, Flow)
-    sol = solve(system.model, X0, float(t1), flow=system.kind, beta=system.beta, observe=_silent,
-                ts=np.asarray([float(t1)]), rtol=rtol, atol=atol, batch_size=batch_size, dtype=jnp.float64,
-                max_steps=200_000)
+    sol = solve(system.model, X0, float(t1), flow=system.kind, beta=system.beta,
+                save=Save(ts=np.asarray([float(t1)]), observe=_silent), batch=Batch(size=batch_size),
+                rtol=rtol, atol=atol, dtype=jnp.float64, max_steps=200_000)
     final = np.array(sol.final)
     final[np.asarray(sol.result) != 0] = np.nan  # a failed solve is reported as not converged
     return final

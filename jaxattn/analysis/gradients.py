@@ -21,6 +21,7 @@ from jaxattn.analysis import metrics
 from jaxattn.analysis.spectral import spectrum
 from jaxattn.analysis.steering import _unit, entering_states
 from jaxattn.dynamics.discrete import D1, Dynamics, Simulation, simulate
+from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, validate
 
@@ -61,8 +62,8 @@ def mean_rho1(model: Model, X0, basis, *, steps: int | None = None, dynamics: Dy
     """Mean over conditions and tokens of ``||basisᵀ x|| / ||x||`` after ``steps`` blocks (default: the
     depth) from ``X0: [B, n, d]``; differentiable in the model, ``X0``, α and β (``basis`` is data)."""
     steps = model.depth if steps is None else steps
-    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, save="last", batch_size=batch_size,
-                   dtype=dtype)
+    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, save=Save(every="last"),
+                   batch=Batch(size=batch_size), dtype=dtype)
     return jnp.mean(metrics.rho_subspace(res.final, jnp.asarray(basis, res.final.dtype)))
 
 
@@ -217,7 +218,7 @@ def gradient_steer(model: Model, u, X0, target: float = 0.99, *, block: int = -1
 
     def per_token(delta):
         m = tail.replace(layers=tail.layers.replace(o=o_all.at[0].add(delta.astype(o_all.dtype))))
-        fin = simulate(m, entering, tail.depth, dynamics=dynamics, alpha=alpha, beta=beta, save="last",
+        fin = simulate(m, entering, tail.depth, dynamics=dynamics, alpha=alpha, beta=beta, save=Save(every="last"),
                        dtype=dtype).final
         return final_alignment(fin, uj.astype(fin.dtype))
 
@@ -337,8 +338,8 @@ def batch_observable(model: Model, X0, steps: int | None = None, observable: str
     X0 = jnp.asarray(X0)
 
     def f(beta):
-        fin = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, save="last",
-                       batch_size=batch_size, dtype=dtype).final
+        fin = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, save=Save(every="last"),
+                       batch=Batch(size=batch_size), dtype=dtype).final
         return jnp.mean(jax.vmap(fn)(fin))
 
     return f

@@ -17,6 +17,7 @@ import numpy as np
 
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
 from jaxattn.dynamics.discrete import D1, simulate
+from jaxattn.dynamics.options import Batch
 from jaxattn.dynamics.runner import check_scalar, traced
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
@@ -197,7 +198,7 @@ def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1
     if b == 0:
         return X0
     return simulate(model, X0, b, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
-                    dtype=dtype, precision=precision).final
+                    dtype=dtype, batch=Batch(precision=precision)).final
 
 
 def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
@@ -216,7 +217,7 @@ def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int =
                                    precision=precision)
     tail = ms.replace(schedule=ms.schedule[b:])  # the steered block and those after it
     res = simulate(tail, entering, tail.depth, dynamics=D1 if dynamics is None else dynamics, alpha=alpha,
-                   beta=beta, dtype=dtype, precision=precision)
+                   beta=beta, dtype=dtype, batch=Batch(precision=precision))
     F = np.asarray(res.final, np.float64)
     a = u_n if along is None else _unit(along, model.d_model, "along")
     return np.abs(F @ a) / np.linalg.norm(F, axis=-1), ms, info

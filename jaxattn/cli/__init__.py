@@ -251,6 +251,7 @@ def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
 
 def cmd_simulate(args, cfg) -> int:
     from jaxattn.dynamics.discrete import Dynamics, check_dynamics
+    from jaxattn.dynamics.options import Batch
     from jaxattn.dynamics.runner import PRECISIONS
     from jaxattn.io import rundir
     from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
@@ -296,7 +297,7 @@ def cmd_simulate(args, cfg) -> int:
     with rundir.undone_if_refused(run), Timer() as t:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
-                       dtype=dtype, precision=cfg["matmul_precision"], progress=cfg["progress"],
+                       dtype=dtype, batch=Batch(precision=cfg["matmul_precision"]), progress=cfg["progress"],
                        keep_final=cfg["keep_final"], stats=stats,
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
                                                                                    "overwrite", "model_summary")})

@@ -27,6 +27,7 @@ import numpy as np
 from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
 from jaxattn.dynamics.observables import consensus_observables
+from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.dynamics.runner import (
     Context,
     cast_floats,
@@ -187,11 +188,11 @@ class _FlowProgram:
         return obs, traj, final, res, nsteps
 
 
-def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts=None,
-          observe: Callable | None = None, aux: Any = None, solver="tsit5", rtol=1e-6, atol=1e-8,
-          dt=None, max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
-          trajectory: bool = False, batch_size: int | None = None, dtype=None, devices=None,
-          precision: str = "highest", stepsize_controller=None, adjoint=None) -> Solution:
+@moved
+def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, save: Save = Save(),
+          batch: Batch = Batch(), dtype=None, solver="tsit5", rtol=1e-6, atol=1e-8, dt=None,
+          max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
+          stepsize_controller=None, adjoint=None) -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.
 
     Args:
@@ -203,11 +204,15 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         flow: which model (:data:`jaxattn.C1`, :data:`C2`, :data:`C2_OJA`, :data:`C3`,
             :data:`C3_RESCALED` or any :class:`jaxattn.Flow`).
         beta: inverse temperature multiplying the scores. S: ``[d, d]`` for the ellipsoid (C1).
-        ts: times at which observables (and the trajectory) are saved, within ``[t0, t1]``;
-            default 101 equally spaced times from ``t0`` to ``t1``.
-        observe: ``observe(t, X: [n, d], ctx) -> pytree`` (``ctx.aux`` = ``aux``,
-            ``ctx.attention()`` the attention weights ``[H, n, n]`` at ``(t, X)``). Default:
-            :func:`jaxattn.analysis.metrics.consensus_observables`.
+        save: what is kept (:class:`jaxattn.Save`): the times ``ts`` at which the observable (and the
+            trajectory) is saved, within ``[t0, t1]`` (default 101 equally spaced times from ``t0`` to
+            ``t1``), the observable ``observe(t, X, ctx)`` (``ctx.attention()`` the attention weights
+            ``[H, n, n]`` at ``(t, X)``; default :func:`jaxattn.analysis.metrics.consensus_observables`) and
+            its ``aux``, and the trajectory. ``Save(every=...)`` (steps of a map) is refused.
+        batch: how the batch runs (:class:`jaxattn.Batch`, as in :func:`jaxattn.simulate`): conditions per
+            compiled block, devices, matrix-product precision (``Batch(path='fused')`` is refused: the fused
+            kernel runs maps).
+        dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default that of ``X0``).
         solver: ``'tsit5'`` (default), ``'dopri5'``, ``'dopri8'``, ``'bosh3'``, ``'heun'``,
             ``'midpoint'``, ``'ralston'``, ``'euler'`` or any diffrax solver instance.
         rtol, atol: tolerances of the PID step-size controller (adaptive steps).
@@ -218,12 +223,6 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         layer_time: duration of one layer of a layered model.
         weights_fn: ``t -> Layers`` of one weight set (leading axis removed), for smooth
             time-varying weights; replaces the model's schedule (the model gives the shapes).
-        trajectory: also keep the configuration at every saved time.
-        batch_size: conditions per compiled block (see :func:`jaxattn.simulate`).
-        devices: split the batch over these devices (e.g. ``jax.local_devices()``); default one.
-        precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend,
-            the default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
-        dtype: computation dtype (default that of ``X0``).
         stepsize_controller: a diffrax step-size controller used instead of the PID controller built
             from ``rtol``/``atol`` (e.g. ``diffrax.PIDController(rtol=1e-8, atol=1e-10, pcoeff=0.3)``);
             ``dt``, if given, is its first step.
@@ -236,7 +235,7 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
     ``X0``, ``beta``, ``S``, the model's weights and, for shared-weight models, ``t0`` and ``t1``
     (a layered model's layer intervals are computed on the host from concrete times).
 
-    ``beta``, ``t0``, ``t1``, ``ts`` (same length), ``rtol``, ``atol`` and ``dt`` are traced:
+    ``beta``, ``t0``, ``t1``, ``save.ts`` (same length), ``rtol``, ``atol`` and ``dt`` are traced:
     changing them does not recompile (except the number of layer intervals of a layered model,
     which is rounded up to a power of two).
 
@@ -247,7 +246,7 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         >>> import jax, jax.numpy as jnp, jaxattn as ja
         >>> model = ja.random_model(jax.random.key(0), d=4, heads=1)
         >>> X0 = ja.init_tokens(jax.random.key(1), 3, 5, 4)
-        >>> sol = ja.solve(model, X0, t1=2.0, flow=ja.C2, ts=jnp.linspace(0.0, 2.0, 5))
+        >>> sol = ja.solve(model, X0, t1=2.0, flow=ja.C2, save=ja.Save(ts=jnp.linspace(0.0, 2.0, 5)))
         >>> sol.ts.tolist()
         [0.0, 0.5, 1.0, 1.5, 2.0]
         >>> sol.observables["diameter"].shape, sol.final.shape, bool(sol.ok.all())
@@ -256,6 +255,8 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
     if not isinstance(flow, Flow):
         raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, C2_OJA, C3, C3_RESCALED), got {flow!r}")
     validate(model)  # shapes and finite weights, also for a model edited with `replace`
+    save = check_save(save, "solve", kind="flow")
+    batch = check_batch(batch, "solve")
     d = model.d_model
     X0 = check_states(X0, d, normalised=flow.space != "flat")
     beta = check_scalar("beta", beta)
@@ -288,7 +289,7 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
         _check_weights_fn(weights_fn, model, dtype)
     if flow.rescaled and (weights_fn is not None or not model.shared):
         raise ConfigError("the rescaled flow z = e^{-tF} x needs time-invariant weights (a shared-weight model)")
-    ts = _check_ts(ts, t0f, t1f)
+    ts = _check_ts(save.ts, t0f, t1f)
     layered = weights_fn is None and not model.shared and not flow.rescaled
     if layered and (times_traced or traced(layer_time)):
         raise ConfigError("a layered model is solved layer interval by layer interval, computed on the host: t0, t1 "
@@ -307,15 +308,14 @@ def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, ts
 
     model = check_weights(model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype))
     program = _FlowProgram(flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
-                           observe=observe or consensus_observables, trajectory=bool(trajectory),
+                           observe=save.observe or consensus_observables, trajectory=bool(save.trajectory),
                            max_steps=int(max_steps), weights_fn=weights_fn,
                            adjoint=_Static(diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint),
                            controller=None if stepsize_controller is None else _Static(stepsize_controller))
     as_ = lambda v: None if v is None else jnp.asarray(v, dtype)
-    params = (model, as_(beta), as_(S), cast_floats(aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol), as_(atol),
-              as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))
-    obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
-                                           precision=precision)
+    params = (model, as_(beta), as_(S), cast_floats(save.aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol),
+              as_(atol), as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))
+    obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch=batch)
     return Solution(ts, obs, final, traj, result, nsteps)
 
 
@@ -327,14 +327,14 @@ def _check_ts(ts, t0, t1):
     if traced((ts, t0, t1)):
         ts = jnp.asarray(ts)
         if ts.ndim != 1 or ts.size == 0:
-            raise ConfigError(f"ts must be a non-empty 1-D sequence of times, got shape {tuple(ts.shape)}")
+            raise ConfigError(f"Save(ts=...) must be a non-empty 1-D sequence of times, got shape {tuple(ts.shape)}")
         bad = (~jnp.all(jnp.isfinite(ts)) | (ts.min() < t0) | (ts.max() > t1) | jnp.any(jnp.diff(ts) < 0))
-        return eqx.error_if(ts, bad, "ts must be non-decreasing times within [t0, t1]")
+        return eqx.error_if(ts, bad, "Save(ts=...) must be non-decreasing times within [t0, t1]")
     ts = np.asarray(ts, dtype=np.float64)
     if ts.ndim != 1 or ts.size == 0:
-        raise ConfigError(f"ts must be a non-empty 1-D sequence of times, got shape {ts.shape}")
+        raise ConfigError(f"Save(ts=...) must be a non-empty 1-D sequence of times, got shape {ts.shape}")
     if not np.all(np.isfinite(ts)) or ts.min() < t0 or ts.max() > t1 or np.any(np.diff(ts) < 0):
-        raise ConfigError(f"ts must be non-decreasing times within [t0, t1] = [{t0:g}, {t1:g}]")
+        raise ConfigError(f"Save(ts=...) must be non-decreasing times within [t0, t1] = [{t0:g}, {t1:g}]")
     return ts
 
 

@@ -40,6 +40,7 @@ import numpy as np
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.kernels import choose, fused_simulate
 from jaxattn.dynamics.observables import consensus_observables
+from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.dynamics.runner import (
     Context,
     cast_floats,
@@ -236,7 +237,7 @@ def step(X: jax.Array, k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
 
 class Simulation(NamedTuple):
     """Result of :func:`simulate`. Leading axes ``[B, T]``: ``T`` saved steps (all ``steps + 1``
-    by default, step 0 being the initial state; see ``save``)."""
+    by default, step 0 being the initial state; see :class:`jaxattn.Save`)."""
 
     observables: Any
     final: jax.Array  # [B, n, d]
@@ -249,17 +250,22 @@ class Simulation(NamedTuple):
         return jnp.all(jnp.isfinite(self.final), axis=(-2, -1))
 
 
-def saved_steps(steps: int, save=None) -> np.ndarray:
-    """Step indices at which :func:`simulate` evaluates observables for a ``save`` option:
-    ``None`` every step ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'``
-    the last step only."""
-    if save is None:
-        save = 1
-    if save == "last":
+def saved_steps(steps: int, every=None) -> np.ndarray:
+    """Step indices at which a map evaluates observables for ``Save(every=...)``: ``None`` every step
+    ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'`` the last step only.
+
+    Examples:
+        >>> import jaxattn as ja
+        >>> ja.dynamics.discrete.saved_steps(7, 3).tolist(), ja.dynamics.discrete.saved_steps(7, "last").tolist()
+        ([0, 3, 6, 7], [7])
+    """
+    if every is None:
+        every = 1
+    if every == "last":
         return np.asarray([steps])
-    if isinstance(save, bool) or not isinstance(save, (int, np.integer)) or save < 1:
-        raise ConfigError(f"save must be None, a positive integer or 'last', got {save!r}")
-    return np.asarray(sorted(set(range(0, steps, int(save))) | {steps}))
+    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
+        raise ConfigError(f"Save(every=...) must be None, a positive integer or 'last', got {every!r}")
+    return np.asarray(sorted(set(range(0, steps, int(every))) | {steps}))
 
 
 def _scan(f: Callable, carry, ks: jax.Array):
@@ -357,8 +363,9 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
     return obs, X, traj
 
 
-def _every(save) -> int:
-    return 0 if save == "last" else int(save or 1)
+def _every(every) -> int:
+    """``Save.every`` as :func:`_evolve`'s segment length (0: the last step only)."""
+    return 0 if every == "last" else int(every or 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -384,14 +391,14 @@ def check_steps(steps) -> int:
     return int(steps)
 
 
+@moved
 def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-                 observe: Callable | None = None, aux: Any = None, trajectory: bool = False, save=None,
-                 start=0, pass_norm: bool = False) -> Simulation:
+                 save: Save = Save(), start=0, pass_norm: bool = False) -> Simulation:
     """The map of one configuration ``X0: [n, d]``: the pure core that :func:`simulate`,
     :func:`jaxattn.forward` and :func:`jaxattn.repeated_passes` run for every condition.
 
     No batching, no casting, no host-side value checks: a pure function of ``(model, X0, alpha, beta,
-    S, aux, start)`` that composes with ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jvp`` and
+    S, save.aux, start)`` that composes with ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jvp`` and
     ``jax.jacfwd``. Options are those of :func:`simulate`; ``start`` is the global step of the first
     block (its weight set is ``schedule[start % depth]``; observables see ``t = start + k``), and
     ``pass_norm`` applies the model's final norm after every block that ends a pass (see
@@ -415,24 +422,24 @@ def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha
     """
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics, got {dynamics!r}")
+    save = check_save(save, "simulate_one", kind="map")
     X0 = jnp.asarray(X0)
     if X0.ndim != 2 or X0.shape[-1] != model.d_model:
         raise ConfigError(f"X0 must be one configuration [n, {model.d_model}], got shape {tuple(X0.shape)} "
                           "(simulate runs batches)")
     S = check_dynamics(model, dynamics, S)
-    saved_steps(check_steps(steps), save)  # validates save
+    steps = check_steps(steps)
     # the state carries the weights' precision (float32 tokens through a float64 model run in float64)
     X0 = X0.astype(jnp.promote_types(X0.dtype, jnp.asarray(model.layers.q).dtype))
-    obs, final, traj = _evolve(X0, model, alpha, beta, S, aux, start, dyn=dynamics, steps=int(steps),
-                               every=_every(save), observe=observe or consensus_observables,
-                               trajectory=bool(trajectory), pass_norm=bool(pass_norm))
+    obs, final, traj = _evolve(X0, model, alpha, beta, S, save.aux, start, dyn=dynamics, steps=steps,
+                               every=_every(save.every), observe=save.observe or consensus_observables,
+                               trajectory=bool(save.trajectory), pass_norm=bool(pass_norm))
     return Simulation(obs, final, traj)
 
 
+@moved
 def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-             observe: Callable | None = None, aux: Any = None, trajectory: bool = False,
-             batch_size: int | None = None, dtype=None, save=None, devices=None,
-             precision: str = "highest", kernel: str = "auto") -> Simulation:
+             save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
     Args:
@@ -442,26 +449,17 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
         dynamics: which model (see the module docstring).
         alpha: step size α; beta: inverse temperature β (both traced: changing them does not
             recompile). S: ``[d, d]`` matrix for ellipsoid normalisation.
-        observe: ``observe(t, X: [n, d], ctx) -> pytree`` evaluated at the saved steps (``t`` the
-            step index, ``ctx.aux`` = ``aux``, ``ctx.attention()`` the attention weights
-            ``[H, n, n]`` of the step taken from ``X``); only what it returns is kept. A
-            module-level function is reused across calls without recompiling (a fresh lambda
-            recompiles). Default: :func:`jaxattn.analysis.metrics.consensus_observables`.
-        aux: a pytree of arrays handed to the observable as ``ctx.aux`` (jit inputs: changing
-            them does not recompile, and they are not baked in as constants).
-        trajectory: also keep the configuration at every saved step (``[B, T, n, d]``).
-        batch_size: conditions per compiled block (default: a fixed width per backend). Memory is
-            flat in ``B``; the numbers of a condition do not depend on ``B`` or on how a sweep is
-            split, for a given ``batch_size``.
-        dtype: computation dtype (default: that of X0; float32 unless float64 is asked for).
-        save: where to evaluate observables: ``None`` every step, an integer ``m`` every m-th
-            step and the last, ``'last'`` the last only (see :func:`saved_steps`).
-        devices: split the batch over these devices (e.g. ``jax.local_devices()``); default one.
-        precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend,
-            the default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
-        kernel: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics.kernels` where it applies,
-            on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force it;
-            interpret mode on a CPU) or ``'plain'``.
+        save: what is kept (:class:`jaxattn.Save`): the steps at which the observable is evaluated
+            (``every``: every step by default, every m-th and the last, or the last only), the observable
+            ``observe(t, X, ctx)`` (``t`` the step index, ``ctx.attention()`` the attention weights of the
+            step taken from ``X``; default :func:`jaxattn.analysis.metrics.consensus_observables`) and its
+            ``aux``, and the trajectory. ``Save(ts=...)`` (times of a flow) is refused.
+        batch: how the batch runs (:class:`jaxattn.Batch`): conditions per compiled block (default: a fixed
+            width per backend; memory is flat in ``B`` and a condition's numbers do not depend on ``B`` or on
+            how a sweep is split), devices, matrix-product precision, and the path (``'auto'``, the fused
+            Pallas kernel ``'fused'`` or ``'plain'``).
+        dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default: that of X0;
+            float32 unless float64 is asked for).
 
     Returns:
         :class:`Simulation` with observables ``[B, T, ...]``, the final state and, on request,
@@ -481,7 +479,7 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
 
         >>> def row_sums(t, X, ctx):
         ...     return ctx.attention().sum(-1).mean()            # softmax rows sum to one
-        >>> obs = ja.simulate(model, X0, steps=3, observe=row_sums, save="last").observables
+        >>> obs = ja.simulate(model, X0, steps=3, save=ja.Save(every="last", observe=row_sums)).observables
         >>> obs.shape, bool(np.allclose(obs, 1.0))
         ((4, 1), True)
     """
@@ -489,42 +487,44 @@ def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (D1, D3, D4, D5, FAITHFUL, NO_FFN or "
                           f"Dynamics(...)), got {dynamics!r}")
+    save = check_save(save, "simulate", kind="map")
+    batch = check_batch(batch, "simulate", fused=True)
     X0 = check_states(X0, model.d_model, normalised=dynamics.norm in ("l2", "ellipsoid"))
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     steps = check_steps(steps)
     S = check_dynamics(model, dynamics, S)
     dtype = resolve_dtype(dtype, X0)
-    saved_steps(steps, save)  # validates save
     # embeddings and the final norm play no part in the dynamics: leave them out of the jit inputs
     model = check_weights(model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype))
     S = None if S is None else jnp.asarray(S, dtype)
-    program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save), observe=observe or consensus_observables,
-                          trajectory=bool(trajectory))
-    choice = choose(kernel, model, dynamics, observe, trajectory, save, X0.shape[1])
-    if devices is not None and len(list(devices)) > 1:
+    program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.every),
+                          observe=save.observe or consensus_observables, trajectory=bool(save.trajectory))
+    path = batch.path
+    choice = choose(path, model, dynamics, save.observe, save.trajectory, save.every, X0.shape[1])
+    if batch.devices is not None and len(batch.devices) > 1:
         choice = "plain"  # the fused kernel runs on one device
-    elif kernel == "auto" and traced((model, X0, alpha, beta, S)):
+    elif path == "auto" and traced((model, X0, alpha, beta, S)):
         choice = "plain"  # under a transformation (grad, vmap): the plain path, which autodiff goes through
     if choice == "fused":
         try:
-            with jax.default_matmul_precision(check_precision(precision)):
+            with jax.default_matmul_precision(check_precision(batch.precision)):
                 obs, final = fused_simulate(model, X0.astype(dtype), steps, dyn=dynamics, alpha=alpha,
-                                            beta=beta, S=S, save=save)
+                                            beta=beta, S=S, every=save.every)
             fused = Simulation(obs, final, None)
             _warn_non_finite(fused)
             return fused
         except Exception as e:
-            if kernel == "fused":
+            if path == "fused":
                 raise
             # chosen automatically: fall back to the plain path, which computes the same map
             warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
-                          "using the plain path (kernel='plain' silences this)", RuntimeWarning, stacklevel=2)
-    params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(aux, dtype), jnp.int32(0))
+                          "using the plain path (Batch(path='plain') silences this)", RuntimeWarning, stacklevel=2)
+    params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(save.aux, dtype),
+              jnp.int32(0))
     hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
     cost = working_bytes(X0.shape[1], model.d_model, model.n_heads, dtype, hidden=hidden,
-                         saved=len(saved_steps(steps, save)) if trajectory else 0)
-    obs, final, traj = run(program, X0.astype(dtype), params, batch_size=batch_size, devices=devices,
-                           precision=precision, condition_bytes=cost)
+                         saved=len(saved_steps(steps, save.every)) if save.trajectory else 0)
+    obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost)
     res = Simulation(obs, final, traj)
     if not traced(res.final):
         _warn_non_finite(res)

@@ -10,7 +10,7 @@ output, residual, normalisation (L2, ``N_S`` or none), and the default observabl
 cosine consensus) computed on chip at every step. Only the initial tile, the weights, the final
 tile and the observables cross device memory.
 
-Selection (:func:`choose`): ``kernel='fused'`` forces the kernel where it applies — an attention-only
+Selection (:func:`choose`, from ``Batch(path=...)``): ``'fused'`` forces the kernel where it applies — an attention-only
 dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or ``'none'``), the default
 observables at every step or the last, no trajectory, ``n, d ≤ 128`` — (on a CPU it runs in Pallas
 interpret mode, which is how the test suite checks it), ``'plain'`` forbids it. ``'auto'`` picks it
@@ -28,17 +28,17 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 
 from jaxattn.dynamics.observables import consensus_observables
+from jaxattn.dynamics.options import PATHS
 from jaxattn.errors import ConfigError
 
-KERNELS = ("auto", "fused", "plain")
 MAX_TOKENS = 128
 MAX_DIM = 128
-#: Backends on which ``kernel='auto'`` uses the fused kernel. Empty until a GPU run of ``make gpu-check`` shows the
+#: Backends on which ``Batch(path='auto')`` uses the fused kernel. Empty until a GPU run of ``make gpu-check`` shows the
 #: kernel correct and faster there (docs/gpu.md records what was measured): nothing unproven runs by default.
 PROVEN_ON: tuple[str, ...] = ()
 
 
-def applies(model, dyn, observe, trajectory: bool, save) -> str | None:
+def applies(model, dyn, observe, trajectory: bool, every) -> str | None:
     """``None`` if the fused kernel can run this simulation, else the reason it cannot."""
     if dyn.ffn or dyn.biases or dyn.pre_ln or dyn.drop_ln2 or dyn.norm == "layernorm":
         return "the fused kernel runs attention-only dynamics (no FFN, biases, pre-norm or LayerNorm)"
@@ -48,22 +48,23 @@ def applies(model, dyn, observe, trajectory: bool, save) -> str | None:
         return "the fused kernel computes the default observables (diameter, cos_consensus) only"
     if trajectory:
         return "the fused kernel keeps no trajectory"
-    if save not in (None, 1, "last"):
+    if every not in (None, 1, "last"):
         return "the fused kernel observes every step or the last one"
     if model.layers.d_model > MAX_DIM:
         return f"the fused kernel supports d <= {MAX_DIM}"
     return None
 
 
-def choose(kernel: str, model, dyn, observe, trajectory: bool, save, n: int) -> str:
-    """``'fused'`` or ``'plain'`` for a simulation (see the module docstring)."""
-    if kernel not in KERNELS:
-        raise ConfigError(f"kernel must be one of {', '.join(KERNELS)}, got {kernel!r}")
-    if kernel == "plain":
+def choose(path: str, model, dyn, observe, trajectory: bool, every, n: int) -> str:
+    """``'fused'`` or ``'plain'`` for a simulation whose ``Batch(path=...)`` is ``path`` and whose
+    ``Save(every=...)`` is ``every`` (see the module docstring)."""
+    if path not in PATHS:
+        raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {path!r}")
+    if path == "plain":
         return "plain"
-    why = applies(model, dyn, observe, trajectory, save) or (
+    why = applies(model, dyn, observe, trajectory, every) or (
         f"the fused kernel supports n <= {MAX_TOKENS} tokens" if n > MAX_TOKENS else None)
-    if kernel == "fused":
+    if path == "fused":
         if why:
             raise ConfigError(why)
         return "fused"
@@ -159,7 +160,7 @@ def _fused(X0, sets, q, k, v, o, causal, window, scale, ab, S, *, steps, norm, a
     )(X0, sets, q, k, v, o, causal, window, scale, ab, S)
 
 
-def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, save=None, tile: int = 16,
+def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, every=None, tile: int = 16,
                    interpret: bool | None = None):
     """The fused path of :func:`jaxattn.simulate` (validated inputs, cast model): returns
     ``(observables, final)`` with observables ``{'diameter', 'cos_consensus'}: [B, T]``."""
@@ -174,6 +175,6 @@ def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, save=None
     interpret = jax.default_backend() != "gpu" if interpret is None else interpret
     final, diam, cos = _fused(Xp, sets, lay.q, lay.k, lay.v, lay.o, lay.causal.astype(jnp.int32),
                               lay.window.astype(jnp.int32), lay.scale.astype(dtype), ab, Sm, steps=int(steps),
-                              norm=dyn.norm, attention=dyn.attention, every=save != "last", tile=tile,
+                              norm=dyn.norm, attention=dyn.attention, every=every != "last", tile=tile,
                               interpret=interpret)
     return {"diameter": diam[:B], "cos_consensus": cos[:B]}, final[:B]

@@ -13,34 +13,36 @@ later passes, see :func:`repeated_passes`). Options reproduce the paper's ablati
   prompt of a batch;
 * masks come with the model (causal for GPT-2, global/local for GPT-Neo); a ``mask`` override makes
   every layer full, causal or local;
-* ``dtype``: float16, bfloat16, float32 or float64.
+* ``dtype``: float16, bfloat16, float32 or float64 (by name, or a NumPy or JAX dtype).
 
-Observables ``observe(t, X, ctx)`` are evaluated on the input (``t = 0``) and after every block
+Observables ``Save(observe=...)`` are evaluated on the input (``t = 0``) and after every block
 (``t = 1 .. passes·depth``; the last block of a pass is observed after ``ln_f``, as in transformers'
 ``hidden_states``); ``ctx.attention()`` gives the next block's attention weights at that state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics
+from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics, saved_steps
 from jaxattn.dynamics.observables import consensus_observables
-from jaxattn.dynamics.runner import cast_floats, check_weights, dtype_of, resolve_dtype, run
+from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
+from jaxattn.dynamics.runner import cast_floats, check_weights, resolve_dtype, run, working_bytes
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import MASK_DTYPE, Layers, Model, parse_mask, validate
 
 
 class Passes(NamedTuple):
-    """Result of :func:`repeated_passes`: observables ``[B, passes·depth + 1, ...]`` and the final state."""
+    """Result of :func:`repeated_passes`: observables ``[B, T, ...]`` (``T = passes·depth + 1`` saved steps by
+    default), the final state and, with ``Save(trajectory=True)``, the states ``[B, T, n, d]``."""
 
     observables: Any
     final: jax.Array
+    trajectory: jax.Array | None = None
 
 
 def redraw_weights(model: Model, key, std: float = 0.02) -> Model:
@@ -75,17 +77,20 @@ def with_mask(model: Model, mask: str) -> Model:
                                                      window=jnp.full((G,), float(window), MASK_DTYPE)))
 
 
+@moved
 def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
                     redraw: bool = False, key=None, init_std: float = 0.02, mask: str | None = None,
-                    observe: Callable | None = None, aux: Any = None, batch_size: int | None = None,
-                    dtype="float32", precision: str = "highest") -> Passes:
+                    save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Passes:
     """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
 
     ``X0`` is the input of the first block (e.g. :func:`jaxattn.dynamics.prompts.embed_prompts`). Calling the
     Hugging Face model pass after pass with ``inputs_embeds`` adds the position embeddings again at
     every pass; this function applies the blocks and ``ln_f`` only (it equals that loop when the
     position embeddings are zero, which is how the tests check it). See the module docstring for the
-    options; ``precision`` is the matrix-product policy of float32 passes (as in :func:`jaxattn.simulate`).
+    options. ``save`` (:class:`jaxattn.Save`) and ``batch`` (:class:`jaxattn.Batch`) mean what they mean in
+    :func:`jaxattn.simulate`: the steps are the blocks ``0 .. passes·depth`` (``Save(every=...)``), and
+    ``Batch(size=None)`` is the backend's fixed lane width, so a prompt's numbers do not depend on the
+    batch it is run in. ``dtype``: a name, a NumPy or a JAX dtype (default: that of ``X0``).
     Returns :class:`Passes`.
 
     Examples:
@@ -95,16 +100,20 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
         >>> res = ja.repeated_passes(model, X0, passes=2, dynamics=ja.D1)
         >>> res.observables["diameter"].shape, res.final.shape      # the input, then 2 passes of 3 blocks
         ((4, 7), (4, 5, 8))
+        >>> ja.repeated_passes(model, X0, passes=2, dynamics=ja.D1, save=ja.Save(every=3)).observables["diameter"].shape
+        (4, 3)
     """
     positive_int("passes", passes)
     if not isinstance(dynamics, Dynamics):
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (jaxattn.FAITHFUL, jaxattn.NO_FFN, jaxattn.D1, ...), "
                           f"got {dynamics!r}")
-    dt = resolve_dtype(dtype_of(dtype), None)
+    save = check_save(save, "repeated_passes", kind="map")
+    batch = check_batch(batch, "repeated_passes")
     if redraw and key is None:
         raise ConfigError("redraw=True (aperiodic passes) needs a PRNG key")
     validate(model)
     X0 = jnp.asarray(X0)
+    dt = resolve_dtype(dtype, X0)
     if X0.ndim == 2:
         X0 = X0[None]
     if X0.ndim != 3 or X0.shape[-1] != model.d_model or X0.shape[1] < 1:
@@ -114,29 +123,33 @@ def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITH
         raise ConfigError("this model has no LayerNorm weights: use an L2 dynamics (e.g. jaxattn.D1)")
     if mask is not None:
         model = with_mask(model, mask)
-    observe = observe or consensus_observables
+    observe = save.observe or consensus_observables
     base = check_weights(model.replace(embeddings=None).astype(dt))
-    aux = cast_floats(aux, dt)
+    aux = cast_floats(save.aux, dt)
     X = X0.astype(dt)
-    # prompts are few and long: by default the whole batch is one block (no padding to the runner's
-    # fixed width); pass batch_size for numbers that do not depend on the batch size
-    batch_size = X.shape[0] if batch_size is None else batch_size
     depth = model.depth
-    program = lambda steps: _MapProgram(dyn=dynamics, steps=steps, every=1, observe=observe, trajectory=False,
-                                        pass_norm=bool(final_norm))
+    # every block is observed, then the saved steps are picked: the records of a redrawn run are joined
+    # pass by pass, and the numbers kept are those of the every-step run whatever Save(every=...) is
+    program = lambda steps: _MapProgram(dyn=dynamics, steps=steps, every=1, observe=observe,
+                                        trajectory=bool(save.trajectory), pass_norm=bool(final_norm))
     params = lambda m, start: (m, jnp.asarray(1.0, dt), jnp.asarray(1.0, dt), None, aux, jnp.int32(start))
+    hidden = 0 if base.layers.w1 is None else base.layers.w1.shape[1]
+    # what one prompt needs: long prompts run in narrow blocks by default (runner.default_lanes)
+    cost = working_bytes(X.shape[1], model.d_model, model.n_heads, dt, hidden=hidden,
+                         saved=passes * depth + 1 if save.trajectory else 0)
     if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
-        obs, X, _ = run(program(passes * depth), X, params(base, 0), batch_size=batch_size,
-                        precision=precision)
-        return Passes(obs, X)
-    parts = []
-    for p in range(passes):  # new weights before each pass; its first record repeats the last one of the pass before
-        m = redraw_weights(base, jax.random.fold_in(key, p), init_std)
-        obs, X, _ = run(program(depth), X, params(m, p * depth), batch_size=batch_size,
-                        precision=precision)
-        parts.append(obs if p == 0 else jax.tree_util.tree_map(lambda a: a[:, 1:], obs))
-    obs = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
-    return Passes(obs, X)
+        rec, X, traj = run(program(passes * depth), X, params(base, 0), batch=batch, condition_bytes=cost)
+    else:
+        parts = []
+        for p in range(passes):  # new weights before each pass; its first record repeats the pass before's last
+            m = redraw_weights(base, jax.random.fold_in(key, p), init_std)
+            obs, X, tr = run(program(depth), X, params(m, p * depth), batch=batch, condition_bytes=cost)
+            parts.append((obs, tr) if p == 0 else jax.tree_util.tree_map(lambda a: a[:, 1:], (obs, tr)))
+        rec, traj = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
+    if save.every not in (None, 1):
+        keep = saved_steps(passes * depth, save.every)
+        rec, traj = jax.tree_util.tree_map(lambda a: a[:, keep], (rec, traj))
+    return Passes(rec, X, traj)
 
 
 __all__ = ["Layers", "Passes", "redraw_weights", "repeated_passes", "with_mask"]

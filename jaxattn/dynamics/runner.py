@@ -9,7 +9,8 @@ equal programs share one compiled executable. The runner owns what both kinds of
   program XLA compiles therefore sees ``[lanes, n, d]`` whatever the batch size, so the numbers of
   condition ``i`` are bit-identical however a sweep is split into chunks (XLA picks different
   kernels for different shapes, which changed float32 results by ~1e-7 when chunks had their own
-  shapes). The default lane width depends only on the backend.
+  shapes). The default lane width depends only on the backend and on the working set of one
+  condition (never on the batch): see :func:`default_lanes`.
 * **dtype** casting of the states and of every floating parameter.
 * **Observables** ``observe(t, X, ctx)``: ``t`` is the step index of a map or the time of a flow,
   ``ctx.aux`` the user's pytree of arrays, ``ctx.attention()`` the attention weights ``[H, n, n]``
@@ -29,15 +30,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.errors import ConfigError, positive_int, real
+from jaxattn.dynamics.options import PRECISIONS, Batch
+from jaxattn.errors import ConfigError, real
 from jaxattn.model.sampling import float_dtype
-
-#: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
-#: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
-PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 
 #: Conditions per vmapped block by backend (see the module docstring).
 DEFAULT_LANES = {"cpu": 64, "gpu": 8192, "cuda": 8192, "rocm": 8192, "tpu": 8192}
+
+#: Bytes one block of the default lane width may take by backend (the rest: 16 GiB). A fixed budget rather
+#: than the device's memory, so that the default width, hence the numbers, depend only on the backend and
+#: on the size of one condition: a few long prompts (repeated passes of a real model) run in narrow blocks
+#: instead of being padded to thousands of lanes, while small conditions keep the full width.
+LANE_BUDGET = {"cpu": 2**30}
 
 
 class Context(NamedTuple):
@@ -47,19 +51,34 @@ class Context(NamedTuple):
     attention: Callable[[], jax.Array]
 
 
-def default_lanes() -> int:
-    return DEFAULT_LANES.get(jax.default_backend(), 1024)
+def default_lanes(condition_bytes: int | None = None) -> int:
+    """The default lane width (``Batch(size=None)``): :data:`DEFAULT_LANES` of the backend, halved while a
+    block of conditions of ``condition_bytes`` each (:func:`working_bytes`) would exceed :data:`LANE_BUDGET`.
+
+    Examples:
+        >>> import jax
+        >>> from jaxattn.dynamics.runner import default_lanes
+        >>> default_lanes() == default_lanes(1000) if jax.default_backend() == "cpu" else True
+        True
+        >>> default_lanes(2**28) if jax.default_backend() == "cpu" else 4      # 256 MiB per condition
+        4
+    """
+    backend = jax.default_backend()
+    lanes = DEFAULT_LANES.get(backend, 1024)
+    budget = LANE_BUDGET.get(backend, 16 * 2**30)
+    while condition_bytes and lanes > 1 and lanes * condition_bytes > budget:
+        lanes //= 2
+    return lanes
 
 
-def lanes_for(batch: int, batch_size: int | None) -> int:
-    """The lane width used for a batch: ``batch_size`` when given, else the backend default.
+def lanes_for(size: int | None, condition_bytes: int | None = None) -> int:
+    """The lane width of a :class:`~jaxattn.dynamics.options.Batch` ``size``: the size when given, else
+    :func:`default_lanes` for conditions of ``condition_bytes``.
 
     Never clamped to the batch: a batch smaller than the lane width is padded, so a condition's
     numbers do not depend on the size of the batch it was run in.
     """
-    if batch_size is None:
-        return default_lanes()
-    return positive_int("batch_size", batch_size)
+    return default_lanes(condition_bytes) if size is None else size
 
 
 @functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))
@@ -93,6 +112,7 @@ def replicate(tree: Any, mesh: jax.sharding.Mesh | None) -> Any:
 
 
 def check_precision(precision: str) -> str:
+    """XLA's setting for a precision policy name (:data:`PRECISIONS`), refused with one line otherwise."""
     if precision not in PRECISIONS:
         raise ConfigError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     return PRECISIONS[precision]
@@ -116,26 +136,26 @@ def working_bytes(n: int, d: int, heads: int, dtype, *, hidden: int = 0, saved: 
     return jnp.dtype(dtype).itemsize * (3 * heads * n * n + 8 * n * d + 2 * n * hidden + saved * n * d)
 
 
-def run(program, X0: jax.Array, params: Any, *, batch_size: int | None = None, devices=None,
-        precision: str = "highest", condition_bytes: int | None = None) -> Any:
+def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), condition_bytes: int | None = None) -> Any:
     """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
 
     ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
-    not recompile. With several ``devices`` the batch is split over them (``shard_map``: each device
-    runs its own blocks of the same width, so a condition's numbers do not depend on the number of
-    devices). ``precision`` is the matrix-product policy (:data:`PRECISIONS`). ``condition_bytes``
+    not recompile. ``batch`` (:class:`~jaxattn.dynamics.options.Batch`): the lane width ``size``; with several
+    ``devices`` the batch is split over them (``shard_map``: each device runs its own blocks of the same
+    width, so a condition's numbers do not depend on the number of devices); ``precision`` the
+    matrix-product policy (:data:`PRECISIONS`). ``condition_bytes``
     (:func:`working_bytes`): a lane width whose block would need more than half the device's memory is
     refused with the estimate, rather than attempted. Returns the program's pytree with a leading axis ``B``.
     """
-    xla_precision = check_precision(precision)
+    xla_precision = check_precision(batch.precision)
     B = X0.shape[0]
-    lanes = lanes_for(B, batch_size)
+    lanes = lanes_for(batch.size, condition_bytes)
     if condition_bytes is not None and lanes * condition_bytes > memory_limit() // 2:
         need, have = lanes * condition_bytes / 2**30, memory_limit() / 2**30
-        raise ConfigError(f"batch_size={lanes} runs {lanes} conditions at once, about {need:.3g} GiB for one block "
-                          f"(the device has {have:.3g} GiB): give a smaller batch_size (default "
-                          f"{default_lanes()} on this backend)")
-    mesh = mesh_of(devices)
+        raise ConfigError(f"Batch(size={lanes}) runs {lanes} conditions at once, about {need:.3g} GiB for one block "
+                          f"(the device has {have:.3g} GiB): give a smaller Batch(size=...) (default "
+                          f"{default_lanes(condition_bytes)} here)")
+    mesh = mesh_of(batch.devices)
     width = lanes * (1 if mesh is None else mesh.size)
     pad = (-B) % width
     if pad:  # pad with copies of the first condition: finite, and dropped below
@@ -244,9 +264,9 @@ def dtype_of(dtype) -> jnp.dtype | None:
     return None if dtype is None else float_dtype(dtype)
 
 
-def resolve_dtype(dtype, X0) -> jnp.dtype:
-    """The computation dtype: ``dtype`` if given (see :func:`dtype_of`), else that of ``X0``; float32
-    when ``X0`` is not floating or not given.
+def resolve_dtype(dtype, X0=None) -> jnp.dtype:
+    """The computation dtype of every driver: ``dtype`` if given (a name such as ``'float32'``, a NumPy or a
+    JAX dtype; see :func:`dtype_of`), else that of ``X0``; float32 when ``X0`` is not floating or not given.
 
     Refuses float64 when JAX runs without x64 (it would silently compute in float32).
     """

@@ -37,6 +37,7 @@ from jaxattn.analysis.hyperplanes import coordinate, hyperplanes, top_eigen
 from jaxattn.analysis.linkage import cluster_observables
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.fields import Flow
+from jaxattn.dynamics.options import Save
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.paper import paper_model
@@ -124,8 +125,9 @@ def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", obser
     """
     ts = np.asarray(ts, np.float64)
     flow = Flow(space="flat", rescaled=True, attention=attention)
-    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta, ts=ts, observe=observe or _nothing,
-                 trajectory=trajectory, rtol=rtol, atol=atol, dtype=jnp.float64, max_steps=20_000)
+    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta,
+                 save=Save(ts=ts, observe=observe or _nothing, trajectory=trajectory), rtol=rtol, atol=atol,
+                 dtype=jnp.float64, max_steps=20_000)
 
 
 def _rotated(key, M: np.ndarray) -> np.ndarray:

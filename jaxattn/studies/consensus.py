@@ -31,6 +31,7 @@ import numpy as np
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
 from jaxattn.dynamics import continuous
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
+from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
 from jaxattn.dynamics.runner import DTYPES, PRECISIONS
@@ -88,17 +89,17 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
                      dtype=jnp.float32)
     w = jnp.zeros(d).at[0].set(1.0)
     X0 = hemisphere_tokens(jax.random.fold_in(key, 2), B, n, d)
-    out["hemisphere"] = (solve(m, X0, cfg.t1, observe=consensus_hemisphere, aux={"w": w}, ts=ts), X0)
+    out["hemisphere"] = (solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus_hemisphere, aux={"w": w})), X0)
     # (b) causal, two heads (an even dimension), V = I
     m = random_model(jax.random.fold_in(key, 3), d + d % 2, 2, 1, mask="causal", value="identity", dtype=jnp.float32)
     X0 = init_tokens(jax.random.fold_in(key, 4), B, n, m.d_model)
-    out["causal_two_heads"] = (solve(m, X0, cfg.t1, observe=consensus, ts=ts, trajectory=False), X0)
+    out["causal_two_heads"] = (solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus)), X0)
     # (c) causal, one head, symmetric V with a simple top eigenvalue
     spec = np.linspace(1.0, -0.5, d)
     m = random_model(jax.random.fold_in(key, 5), d, 1, 1, mask="causal", value="symmetric", spectrum=spec,
                      dtype=jnp.float32)
     X0 = init_tokens(jax.random.fold_in(key, 6), B, n, d)
-    sol = solve(m, X0, cfg.t1, observe=consensus, ts=ts)
+    sol = solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus))
     _, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], repeat_kv(m.layers).v[0]), np.float64))
     out["causal_symmetric_V"] = (sol, np.abs(np.asarray(sol.final, np.float64) @ vec[:, -1]))
     return out
@@ -151,7 +152,8 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
     for name, dyn, redraw in runs:
         say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks")
         res = repeated_passes(model, X0, cfg.passes, dynamics=dyn, redraw=redraw, key=jax.random.fold_in(key, 8),
-                              observe=consensus, dtype=cfg.dtype, precision=cfg.matmul_precision)
+                              save=Save(observe=consensus), batch=Batch(precision=cfg.matmul_precision),
+                              dtype=cfg.dtype)
         ft = np.asarray(res.observables["first_token"], np.float64)  # [B, passes*depth + 1]
         cc = np.asarray(res.observables["cos_consensus"], np.float64)
         curves[name] = ft

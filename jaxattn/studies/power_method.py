@@ -25,6 +25,7 @@ from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
 from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
+from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.runner import PRECISIONS
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
@@ -140,8 +141,9 @@ def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics 
     _, u1 = cumulative_products(Fs, order, alpha)
     X0 = jnp.asarray(X0)
     tab = alignment_tables(spec, model.schedule, steps, u1, beta, X0.dtype if dtype is None else dtype)
-    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, observe=alignment_observables,
-                   aux=tab, batch_size=batch_size, dtype=dtype, precision=precision)
+    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta,
+                   save=Save(observe=alignment_observables, aux=tab), batch=Batch(size=batch_size, precision=precision),
+                   dtype=dtype)
     obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
     return layer_table(obs, spec, model.schedule, steps, run)
 
@@ -212,7 +214,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     _Phi, u1 = cumulative_products(Fs, cfg.order, cfg.alpha)
     lyap = lyapunov_exponents(Fs)
     common = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init, alpha=cfg.alpha,
-                  beta=cfg.beta, dtype=dtype, precision=cfg.matmul_precision, progress=cfg.progress, keep_final=True)
+                  beta=cfg.beta, dtype=dtype, batch=Batch(precision=cfg.matmul_precision), progress=cfg.progress,
+                  keep_final=True)
     # what decides the numbers (not progress bars or figures): a resumed run must match it
     fp = {"model": model_name,
           "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
@@ -231,7 +234,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
         tab = alignment_tables(spec, model.schedule, steps, phi, cfg.beta, dtype)
         with Timer() as t:
             # the attention rank comes from the weights each step applies, for every dynamics
-            arrays = sweep(model, steps=steps, dynamics=dyn, observe=alignment_observables, aux=tab,
+            arrays = sweep(model, steps=steps, dynamics=dyn, save=Save(observe=alignment_observables, aux=tab),
                            out_dir=out / STORE / run, fingerprint={**fp, "run": run}, **common)
         timings[run] = round(t.seconds, 3)
         tables[run] = layer_table(arrays, spec, model.schedule, steps, run)

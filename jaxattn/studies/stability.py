@@ -38,6 +38,7 @@ from jaxattn.analysis.linearisation import linearisation_bytes, linearise
 from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.fields import C2
+from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
@@ -300,8 +301,8 @@ def _perturb(X: np.ndarray, eps: float, num: int, key) -> np.ndarray:
 
 
 def _trajectory(model: Model, dyn, X0, steps: int, alpha: float, beta: float) -> np.ndarray:
-    sim = simulate(model, jnp.asarray(X0)[:1], steps, dynamics=dyn, alpha=alpha, beta=beta, trajectory=True,
-                   dtype=jnp.float64, kernel="plain")
+    sim = simulate(model, jnp.asarray(X0)[:1], steps, dynamics=dyn, alpha=alpha, beta=beta,
+                   save=Save(trajectory=True), batch=Batch(path="plain"), dtype=jnp.float64)
     assert sim.trajectory is not None
     return np.asarray(sim.trajectory[0])
 

@@ -16,7 +16,6 @@ import shutil
 import sys
 import time
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -24,7 +23,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.dynamics.discrete import D1, Dynamics, simulate
-from jaxattn.dynamics.runner import check_precision, default_lanes
+from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
+from jaxattn.dynamics.runner import default_lanes, lanes_for, resolve_dtype
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
 from jaxattn.io.store import SweepStore, chunk_ranges
@@ -49,11 +49,11 @@ def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: in
     return int(max(lanes, c // lanes * lanes))
 
 
+@moved
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
           chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-          dtype=jnp.float32, observe: Callable | None = None, aux=None, keep_final: bool = True,
-          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None,
-          precision: str = "highest") -> dict[str, np.ndarray]:
+          save: Save = Save(), batch: Batch = Batch(), dtype="float32", keep_final: bool = True,
+          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
@@ -61,8 +61,9 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
     numbers. ``chunk`` (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
     computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
-    ``computed`` and ``resumed`` condition counts and the ``chunk`` size used. ``precision`` is
-    :func:`jaxattn.simulate`'s matrix-product policy.
+    ``computed`` and ``resumed`` condition counts and the ``chunk`` size used. ``save``, ``batch`` and
+    ``dtype`` are :func:`jaxattn.simulate`'s (a sweep keeps observables and final states, so
+    ``Save(trajectory=True)`` is refused); the draws are ``dtype``'s.
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
@@ -75,12 +76,18 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         >>> bool((np.asarray(ref.observables["diameter"]) == out["observables.diameter"]).all())
         True
     """
+    save = check_save(save, "sweep", kind="map")  # before anything is written
+    batch = check_batch(batch, "sweep", fused=True)
+    if save.trajectory:
+        raise ConfigError("sweep keeps observables and final states, not trajectories: Save(trajectory=True) is "
+                          "for simulate")
+    dtype = resolve_dtype(dtype)
+    lanes = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
     if chunk is None:
-        chunk = auto_chunk(n, model.d_model, steps, keep_final=keep_final, dtype=dtype) if isinstance(n, int) \
-            and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
+        chunk = auto_chunk(n, model.d_model, steps, keep_final=keep_final, dtype=dtype, lanes=lanes) \
+            if isinstance(n, int) and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
         positive_int(name, v)
-    check_precision(precision)  # before anything is written
     if num_init > MAX_CONDITIONS:
         raise ConfigError(f"num_init = {num_init:,} is beyond the {MAX_CONDITIONS:,} (2^32) conditions one seed names; "
                           "split the run over several seeds")
@@ -88,16 +95,18 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model
     key = jax.random.key(seed)
-    lanes = default_lanes()
     store = None
     if out_dir is not None:
         stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
                  "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": repr(dynamics),
                  "alpha": float(alpha), "beta": float(beta), "dtype": jnp.dtype(dtype).name, "keep_final": keep_final,
-                 "observe": getattr(observe, "__qualname__", repr(observe)),
+                 "observe": getattr(save.observe, "__qualname__", repr(save.observe)),
                  "S": None if S is None else np.asarray(S, np.float64).tolist(),
                  # only when not the default, so that stores written before the option existed still resume
-                 **({"precision": precision} if precision != "highest" else {})}
+                 **({"precision": batch.precision} if batch.precision != "highest" else {}),
+                 **({"every": save.every} if save.every is not None else {}),
+                 **({"lanes": batch.size} if batch.size is not None else {}),
+                 **({"path": batch.path} if batch.path != "auto" else {})}
         store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
                                                         "points": [{"num_init": num_init, "params": {}}],
                                                         "stamp": stamp})
@@ -125,7 +134,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                     with warnings.catch_warnings():  # non-finite conditions are counted and reported by the caller
                         warnings.simplefilter("ignore", NonFiniteWarning)
                         res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S,
-                                       observe=observe, aux=aux, dtype=dtype, precision=precision)
+                                       save=save, batch=batch, dtype=dtype)
                     got = flatten({"observables": res.observables})
                     if keep_final:
                         got["final"] = np.asarray(res.final)

@@ -50,6 +50,7 @@ from jaxattn.dynamics.continuous import SOLVERS, solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.kernels import choose
+from jaxattn.dynamics.options import Batch, Save, check_batch, moved
 from jaxattn.dynamics.runner import lanes_for, mesh_of, replicate
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.io.checkpoints import load_any
@@ -336,33 +337,46 @@ def _model_of(p: dict, cache: dict):
     return cache[spec]
 
 
-def _rows(chunk: int, num_init: int, lanes: int | None, devices) -> int:
+def _rows(chunk: int, num_init: int, batch) -> int:
     """Conditions computed per chunk of a point: the chunk, or fewer when the whole point is smaller,
-    rounded up to whole blocks of the runner (``lanes`` per device)."""
-    width = lanes_for(num_init, lanes) * max(1, len(devices))
+    rounded up to whole blocks of the runner (``batch.size`` lanes per device)."""
+    width = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
     return min(chunk, -(-num_init // width) * width)
 
 
-def _run_chunk(p: dict, model, X0, devices, lanes):
+def _options(p: dict, batch):
+    """A point's flat configuration keys as the drivers' :class:`~jaxattn.Save` and :class:`~jaxattn.Batch`
+    (the one place they are mapped): ``observables``, ``dynamics.save`` (maps) or ``dynamics.t1`` and
+    ``dynamics.saves`` (flows), ``matmul_precision`` and ``kernel`` (the map's path), on top of the sweep's
+    ``batch`` (lane width and devices)."""
     default = tuple(p["observables"]) == ("diameter", "cos_consensus")  # the fused kernel computes these on chip
     obs = None if default else Observables(tuple(p["observables"]))
-    dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
+    if p["dynamics.kind"] == "continuous":
+        save = Save(ts=np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"]), observe=obs)
+        return save, dataclasses.replace(batch, precision=p["matmul_precision"])
+    save = Save(every=p["dynamics.save"], observe=obs)
+    return save, dataclasses.replace(batch, precision=p["matmul_precision"], path=p["kernel"])
+
+
+def _dynamics(p: dict):
+    return Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
+                    biases=p["dynamics.biases"], attention=p["dynamics.attention"])
+
+
+def _run_chunk(p: dict, model, X0, batch):
+    save, batch = _options(p, batch)
+    dtype = p["dtype"]
     if p["dynamics.kind"] == "discrete":
-        dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
-                       biases=p["dynamics.biases"], attention=p["dynamics.attention"])
         steps = model.depth if p["dynamics.steps"] is None else p["dynamics.steps"]
         with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
             warnings.simplefilter("ignore", NonFiniteWarning)
-            res = simulate(model, X0, steps, dynamics=dyn, alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
-                           observe=obs, save=p["dynamics.save"], dtype=dtype, devices=devices, batch_size=lanes,
-                           precision=p["matmul_precision"], kernel=p["kernel"])
+            res = simulate(model, X0, steps, dynamics=_dynamics(p), alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
+                           save=save, batch=batch, dtype=dtype)
         return {"observables": res.observables, "final": res.final}
     flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"])
-    sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], observe=obs,
-                ts=np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"]), solver=p["dynamics.solver"],
-                rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"],
-                max_steps=p["dynamics.max_steps"], layer_time=p["dynamics.layer_time"], dtype=dtype, devices=devices,
-                batch_size=lanes, precision=p["matmul_precision"])
+    sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], save=save, batch=batch, dtype=dtype,
+                solver=p["dynamics.solver"], rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"],
+                max_steps=p["dynamics.max_steps"], layer_time=p["dynamics.layer_time"])
     return {"observables": sol.observables, "final": sol.final, "result": sol.result, "num_steps": sol.num_steps}
 
 
@@ -370,11 +384,8 @@ def _kernel_choice(p: dict, model) -> str:
     """The path a point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
     if p["dynamics.kind"] == "continuous":
         return "diffrax"
-    dyn = Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
-                   biases=p["dynamics.biases"], attention=p["dynamics.attention"])
-    default = tuple(p["observables"]) == ("diameter", "cos_consensus")
-    obs = None if default else Observables(tuple(p["observables"]))
-    return choose(p["kernel"], model, dyn, obs, False, p["dynamics.save"], p["init.n"])
+    save, batch = _options(p, Batch())
+    return choose(batch.path, model, _dynamics(p), save.observe, save.trajectory, save.every, p["init.n"])
 
 
 def saved_times(p: dict, depth: int) -> np.ndarray:
@@ -425,13 +436,15 @@ def _check_address(address: str) -> None:
         raise ConfigError(f"coordinator address must be host:port (e.g. node0:1234), got {address!r}")
 
 
-def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int | None = None,
-               coordinator: str | None = None, progress: bool = True, devices=None, lanes: int | None = None,
-               log=None):
+@moved
+def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | None = None,
+               num_processes: int | None = None, coordinator: str | None = None, progress: bool = True, log=None):
     """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
     configuration). Returns the opened :class:`jaxattn.io.store.Sweep`.
 
-    ``devices``: the devices each chunk is split over (default: all local devices).
+    ``batch`` (:class:`jaxattn.Batch`): the lane width (``size``) and the devices each chunk is split over;
+    default ``Batch(devices=jax.local_devices())``, every local device. Its precision and path are the
+    configuration's (``matmul_precision``, ``kernel``), so a ``Batch`` giving its own is refused.
     ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
     under ``jax.distributed``; see :func:`distributed_from_env`.
 
@@ -450,16 +463,21 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
     """
     from tqdm.auto import tqdm
 
+    if batch is not None and (check_batch(batch, "sweep_grid", fused=True).precision,
+                              batch.path) != ("highest", "auto"):
+        raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
+                          "kernel): give Batch(size=..., devices=...) only")
     cfg = validate_config(load_config(config))
     points = expand(cfg)
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
             return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
-                              coordinator=coordinator, progress=progress, devices=devices, lanes=lanes, log=log)
+                              coordinator=coordinator, progress=progress, batch=batch, log=log)
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if nproc > 1 and not jax.distributed.is_initialized():
         jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
-    devices = list(jax.local_devices()) if devices is None else list(devices)
+    batch = Batch(devices=jax.local_devices()) if batch is None else batch
+    devices = list(batch.devices or jax.local_devices()[:1])
     chunk = cfg[""]["chunk"]
     decisive = {s: {k: v for k, v in keys.items() if k not in ("name",)} for s, keys in cfg.items()}
     models: dict = {}
@@ -468,7 +486,7 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
         m = _model_of(p, models)
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
                            "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
-    manifest = {"fingerprint": fingerprint({"config": decisive, "lanes": lanes}), "config": cfg, "chunk": chunk,
+    manifest = {"fingerprint": fingerprint({"config": decisive, "lanes": batch.size}), "config": cfg, "chunk": chunk,
                 "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
                                                     "processes": nproc}}
     existed = Path(out).exists()
@@ -505,9 +523,9 @@ def sweep_grid(config, out, *, process_id: int | None = None, num_processes: int
             # every chunk of a point has one shape (the last one padded): one compiled program. A point with
             # fewer conditions than a chunk is padded only to the runner's block width, not to the chunk (a
             # solve of 8 conditions integrated 4096); the blocks, hence the numbers, are the same either way
-            X0 = init_tokens(jax.random.key(p["seed"]), _rows(chunk, p["num_init"], lanes, devices), p["init.n"],
+            X0 = init_tokens(jax.random.key(p["seed"]), _rows(chunk, p["num_init"], batch), p["init.n"],
                              m.d_model, kind=p["init.kind"], start=start, dtype=dtype)
-            res = _run_chunk(p, replicated[key], X0, devices, lanes)
+            res = _run_chunk(p, replicated[key], X0, batch)
             arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
             if p["keep_final"]:
                 arrays["final"] = np.asarray(res["final"])[:size]

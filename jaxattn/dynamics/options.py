@@ -1,0 +1,213 @@
+"""The option objects every driver shares, in the style of diffrax's ``SaveAt``.
+
+:func:`jaxattn.simulate`, :func:`jaxattn.simulate_one`, :func:`jaxattn.solve`,
+:func:`jaxattn.repeated_passes`, :func:`jaxattn.sweep` and :func:`jaxattn.sweep_grid` say **what is
+saved** with one :class:`Save` and **how the batch runs** with one :class:`Batch`; an option means the
+same thing in each of them. A field that does not apply to a driver (times ``ts`` for a map, steps
+``every`` for a flow, the fused path for a flow) is refused by that driver with one line rather than
+ignored.
+
+``Save`` is an Equinox module: its arrays (``ts``, ``aux``) are pytree leaves, so a ``Save`` can be passed
+through ``jax.jit`` or built from traced times, while ``every``, ``trajectory`` and ``observe`` are static.
+``Batch`` holds settings only and is hashable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import equinox as eqx
+import jax
+import numpy as np
+
+from jaxattn.errors import ConfigError
+
+#: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
+#: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
+PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
+
+#: How a map's batch is computed: ``'auto'`` (the fused Pallas kernel where it applies on a backend where it
+#: has been proven, else the plain path), ``'fused'`` (force the kernel) or ``'plain'`` (XLA's separate
+#: operations). See :mod:`jaxattn.dynamics.kernels`.
+PATHS = ("auto", "fused", "plain")
+
+
+def _every_ok(v) -> bool:
+    return bool(v is None or v == "last" or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1))
+
+
+class Save(eqx.Module):
+    """What a driver keeps: where observables are evaluated, the states, the observable and its inputs.
+
+    Attributes:
+        every: maps (:func:`jaxattn.simulate`, :func:`jaxattn.repeated_passes`, :func:`jaxattn.sweep`):
+            ``None`` every step ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'`` the
+            last step only (see :func:`jaxattn.dynamics.discrete.saved_steps`).
+        ts: flows (:func:`jaxattn.solve`): the times at which observables (and the trajectory) are saved,
+            a non-decreasing 1-D sequence within ``[t0, t1]``; ``None``: 101 equally spaced times.
+        trajectory: also keep the configuration at every saved step or time (``[B, T, n, d]``).
+        observe: ``observe(t, X: [n, d], ctx) -> pytree`` evaluated at the saved steps or times (``t`` the
+            step index of a map or the time of a flow, ``ctx.aux`` = ``aux``, ``ctx.attention()`` the
+            attention weights ``[H, n, n]`` at this state); only what it returns is kept. A module-level
+            function is reused across calls without recompiling (a fresh lambda recompiles). ``None``:
+            :func:`jaxattn.analysis.metrics.consensus_observables`.
+        aux: a pytree of arrays handed to the observable as ``ctx.aux`` (jit inputs: changing them does not
+            recompile, and they are not baked in as constants).
+
+    Examples:
+        >>> import jaxattn as ja
+        >>> ja.Save(every="last").every, ja.Save(ts=[0.0, 1.0]).ts.tolist()
+        ('last', [0.0, 1.0])
+        >>> ja.Save(every=0)
+        Traceback (most recent call last):
+        ...
+        jaxattn.errors.ConfigError: Save(every=...) must be None, a positive integer or 'last', got 0
+    """
+
+    every: int | str | None = eqx.field(default=None, static=True)
+    ts: Any = eqx.field(default=None, converter=lambda v: _times(v))
+    trajectory: bool = eqx.field(default=False, static=True)
+    observe: Callable | None = eqx.field(default=None, static=True)
+    aux: Any = None
+
+    def __check_init__(self):
+        if not _every_ok(self.every):
+            raise ConfigError(f"Save(every=...) must be None, a positive integer or 'last', got {self.every!r}")
+        if not isinstance(self.trajectory, (bool, np.bool_)):
+            raise ConfigError(f"Save(trajectory=...) must be True or False, got {self.trajectory!r}")
+        if self.observe is not None and not callable(self.observe):
+            raise ConfigError(f"Save(observe=...) must be a function observe(t, X, ctx) or None, got {self.observe!r}")
+
+
+def _times(ts):
+    """Concrete times as a float64 array checked for shape and order (their range is checked by the
+    flow, which knows ``t0`` and ``t1``); traced times are kept as they are (checked inside the program)."""
+    if ts is None or isinstance(ts, jax.core.Tracer):
+        return ts
+    try:
+        arr = np.asarray(ts, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"Save(ts=...) must be a 1-D sequence of times, got {ts!r}") from None
+    if arr.ndim != 1 or arr.size == 0:
+        raise ConfigError(f"Save(ts=...) must be a non-empty 1-D sequence of times, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr)) or np.any(np.diff(arr) < 0):
+        raise ConfigError("Save(ts=...) must be finite, non-decreasing times")
+    return arr
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """How a batch of conditions is computed; no field changes which map or flow is computed.
+
+    Attributes:
+        size: conditions per compiled block (the lane width). ``None``, in every driver: a fixed width set by
+            the backend and the size of one condition, never by the batch
+            (:func:`jaxattn.dynamics.runner.default_lanes`). The batch is padded to whole blocks, so a
+            condition's numbers do not depend on the batch size or on how a sweep is split, for a given
+            ``size``; memory grows with ``size``, not with the batch.
+        devices: split the batch over these devices (e.g. ``jax.local_devices()``); ``None``: the default
+            device (:func:`jaxattn.sweep_grid`, given no ``Batch``, uses every local device).
+        precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend, the
+            default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
+        path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics.kernels` where it
+            applies, on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force
+            it; interpret mode on a CPU) or ``'plain'``. Flows and repeated passes refuse ``'fused'``.
+
+    Examples:
+        >>> import jaxattn as ja
+        >>> ja.Batch(size=8, precision="tf32")
+        Batch(size=8, devices=None, precision='tf32', path='auto')
+        >>> ja.Batch(size=0)
+        Traceback (most recent call last):
+        ...
+        jaxattn.errors.ConfigError: Batch(size=...) must be None or a positive integer, got 0
+    """
+
+    size: int | None = None
+    devices: tuple | None = None
+    precision: str = "highest"
+    path: str = "auto"
+
+    def __post_init__(self):
+        s = self.size
+        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1):
+            raise ConfigError(f"Batch(size=...) must be None or a positive integer, got {s!r}")
+        if s is not None:
+            object.__setattr__(self, "size", int(s))
+        if self.devices is not None:
+            if isinstance(self.devices, (str, bytes)) or not hasattr(self.devices, "__iter__"):
+                raise ConfigError(f"Batch(devices=...) must be a sequence of JAX devices, got {self.devices!r}")
+            devs = tuple(self.devices)
+            if not devs or not all(isinstance(d, jax.Device) for d in devs):
+                raise ConfigError(f"Batch(devices=...) must be a non-empty sequence of JAX devices "
+                                  f"(e.g. jax.local_devices()), got {self.devices!r}")
+            object.__setattr__(self, "devices", devs)  # a tuple: the option stays hashable
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"Batch(precision=...) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.path not in PATHS:
+            raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {self.path!r}")
+
+
+def check_save(save, driver: str, *, kind: str) -> Save:
+    """``save`` as a :class:`Save` whose fields apply to ``driver`` (``kind``: ``'map'`` or ``'flow'``),
+    refused with one line otherwise."""
+    if not isinstance(save, Save):
+        hint = " (steps to save are Save(every=...))" if _every_ok(save) and save is not None else ""
+        raise ConfigError(f"save must be a jaxattn.Save, got {save!r}{hint}")
+    if kind == "map" and save.ts is not None:
+        raise ConfigError(f"Save(ts=...) gives times of a flow; {driver} runs a map: save steps with Save(every=...)")
+    if kind == "flow" and save.every is not None:
+        raise ConfigError(f"Save(every=...) gives steps of a map; {driver} solves a flow: save times with "
+                          "Save(ts=...)")
+    return save
+
+
+def check_batch(batch, driver: str, *, fused: bool = False) -> Batch:
+    """``batch`` as a :class:`Batch` that ``driver`` can run (``fused``: it has the fused path)."""
+    if not isinstance(batch, Batch):
+        raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
+    if batch.path == "fused" and not fused:
+        raise ConfigError(f"Batch(path='fused') is the fused kernel of simulate's maps; {driver} has no fused path")
+    return batch
+
+
+#: Keywords the drivers no longer take, and where each went.
+MOVED = {
+    "observe": "save=jaxattn.Save(observe=...)",
+    "aux": "save=jaxattn.Save(aux=...)",
+    "trajectory": "save=jaxattn.Save(trajectory=True)",
+    "ts": "save=jaxattn.Save(ts=...)",
+    "batch_size": "batch=jaxattn.Batch(size=...)",
+    "lanes": "batch=jaxattn.Batch(size=...)",
+    "devices": "batch=jaxattn.Batch(devices=...)",
+    "precision": "batch=jaxattn.Batch(precision=...)",
+    "kernel": "batch=jaxattn.Batch(path=...)",
+}
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def moved(fn: F) -> F:
+    """``fn`` refusing the keywords of :data:`MOVED` it does not take with a ``TypeError`` that says where
+    each went (rather than Python's bare "unexpected keyword argument")."""
+    import inspect
+
+    own = set(inspect.signature(fn).parameters)
+    gone = {k: v for k, v in MOVED.items() if k not in own}
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        old = [k for k in kwargs if k in gone]
+        if old:
+            raise TypeError(f"{fn.__name__}() no longer takes {', '.join(o + '=' for o in old)}: use "
+                            + "; ".join(gone[o] for o in old))
+        return fn(*args, **kwargs)
+
+    return cast(F, wrapper)
+
+
+__all__ = ["MOVED", "PATHS", "PRECISIONS", "Batch", "Save", "check_batch", "check_save", "moved"]

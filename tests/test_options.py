@@ -1,0 +1,176 @@
+"""One vocabulary across the drivers: ``Save`` and ``Batch`` validate themselves, mean the same thing in
+``simulate``, ``solve``, ``repeated_passes``, ``sweep`` and ``sweep_grid``, and the loose keywords they replaced
+are refused with a message that says where each went."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn.dynamics.runner import default_lanes, working_bytes
+from jaxattn.errors import ConfigError
+
+
+def _model():
+    return ja.random_model(jax.random.key(0), 8, 2, 3, shared=False, dtype=jnp.float64)
+
+
+def _tokens(B=5):
+    return ja.init_tokens(jax.random.key(1), B, 4, 8, dtype=jnp.float64)
+
+
+def _along_w(t, X, ctx):  # an observable with aux: the mean coordinate along ctx.aux["w"]
+    return {"along": jnp.mean(X @ ctx.aux["w"])}
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(every=0), r"Save\(every=...\) must be None, a positive integer or 'last', got 0"),
+    (dict(every=2.5), r"Save\(every=...\) must be"),
+    (dict(every=True), r"Save\(every=...\) must be"),
+    (dict(every="first"), r"Save\(every=...\) must be"),
+    (dict(ts=[[0.0, 1.0]]), r"Save\(ts=...\) must be a non-empty 1-D sequence"),
+    (dict(ts=[]), r"Save\(ts=...\) must be a non-empty 1-D sequence"),
+    (dict(ts=[1.0, 0.5]), r"Save\(ts=...\) must be finite, non-decreasing"),
+    (dict(ts=[0.0, float("nan")]), r"Save\(ts=...\) must be finite, non-decreasing"),
+    (dict(ts=["a"]), r"Save\(ts=...\) must be a 1-D sequence of times"),
+    (dict(trajectory="yes"), r"Save\(trajectory=...\) must be True or False"),
+    (dict(observe="diameter"), r"Save\(observe=...\) must be a function"),
+    (dict(size=0), r"Batch\(size=...\) must be None or a positive integer, got 0"),
+    (dict(size=2.5), r"Batch\(size=...\) must be"),
+    (dict(size=True), r"Batch\(size=...\) must be"),
+    (dict(devices="cpu"), r"Batch\(devices=...\) must be a sequence of JAX devices"),
+    (dict(devices=[]), r"Batch\(devices=...\) must be a non-empty sequence"),
+    (dict(devices=[0, 1]), r"Batch\(devices=...\) must be a non-empty sequence"),
+    (dict(precision="fp8"), r"Batch\(precision=...\) must be one of highest, tf32, bf16"),
+    (dict(path="kernel"), r"Batch\(path=...\) must be one of auto, fused, plain"),
+])
+def test_options_validate_with_one_line_naming_the_field(kwargs, match):
+    cls = ja.Save if set(kwargs) <= {"every", "ts", "trajectory", "observe", "aux"} else ja.Batch
+    with pytest.raises(ConfigError, match=match) as e:
+        cls(**kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_batch_is_hashable_and_compares_by_value():
+    a = ja.Batch(size=8, devices=jax.local_devices())  # a list of devices is kept as a tuple
+    b = ja.Batch(size=8, devices=tuple(jax.local_devices()))
+    assert a == b and hash(a) == hash(b) and isinstance(a.devices, tuple)
+    assert ja.Batch() != ja.Batch(precision="tf32")
+    assert ja.Save(every=3) == ja.Save(every=3) and ja.Save(every=3) != ja.Save(every="last")
+
+
+def test_the_same_save_and_batch_work_in_every_driver():
+    model, X0 = _model(), _tokens()
+    save = ja.Save(observe=_along_w, aux={"w": jnp.ones(8) / np.sqrt(8)})
+    batch = ja.Batch(size=4, precision="highest", devices=jax.local_devices()[:1])
+    sim = ja.simulate(model, X0, 6, save=save, batch=batch)
+    passes = ja.repeated_passes(model, X0, 2, dynamics=ja.D1, save=save, batch=batch)
+    assert sim.observables["along"].shape == passes.observables["along"].shape == (5, 7)
+    # two passes of a 3-block model without a final norm are 6 steps of the map
+    np.testing.assert_allclose(np.asarray(passes.observables["along"]), np.asarray(sim.observables["along"]),
+                               rtol=0, atol=1e-13)
+    sol = ja.solve(model, X0, 1.0, save=save, batch=batch)
+    assert sol.observables["along"].shape == (5, 101) and bool(sol.ok.all())
+    out = ja.sweep(model, num_init=5, n=4, steps=6, dtype="float64", save=save, batch=batch, progress=False)
+    ref = ja.simulate(model, ja.init_tokens(jax.random.key(0), 5, 4, 8, dtype=jnp.float64), 6, save=save, batch=batch)
+    np.testing.assert_array_equal(out["observables.along"], np.asarray(ref.observables["along"]))
+
+
+def test_save_every_means_the_same_steps_in_maps():
+    model, X0 = _model(), _tokens()
+    save = ja.Save(every=4, trajectory=True)
+    sim = ja.simulate(model, X0, 6, save=save)
+    passes = ja.repeated_passes(model, X0, 2, dynamics=ja.D1, save=save)
+    redrawn = ja.repeated_passes(model, X0, 2, dynamics=ja.D1, save=save, redraw=True, key=jax.random.key(5))
+    one = ja.simulate_one(model, X0[0], 6, save=save)
+    for res in (sim, passes, redrawn):
+        assert res.observables["diameter"].shape == (5, 3)  # steps 0, 4 and the last, 6
+        assert res.trajectory.shape == (5, 3, 4, 8)
+        np.testing.assert_array_equal(np.asarray(res.trajectory[:, -1]), np.asarray(res.final))
+    np.testing.assert_allclose(np.asarray(passes.trajectory), np.asarray(sim.trajectory), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(one.trajectory), np.asarray(sim.trajectory[0]), rtol=0, atol=1e-13)
+    out = ja.sweep(model, num_init=3, n=4, steps=6, save=ja.Save(every=4), progress=False)
+    assert out["observables.diameter"].shape == (3, 3)
+
+
+@pytest.mark.parametrize("dtype", ["float64", np.float64, jnp.float64, np.dtype("float64")])
+def test_dtype_is_a_name_a_numpy_or_a_jax_dtype_in_every_driver(dtype):
+    model, X0 = _model(), _tokens().astype(jnp.float32)
+    assert ja.simulate(model, X0, 2, dtype=dtype).final.dtype == jnp.float64
+    assert ja.solve(model, X0, 0.5, dtype=dtype).final.dtype == jnp.float64
+    assert ja.repeated_passes(model, X0, 1, dynamics=ja.D1, dtype=dtype).final.dtype == jnp.float64
+    assert ja.sweep(model, num_init=2, n=4, steps=2, dtype=dtype, progress=False)["final"].dtype == np.float64
+
+
+def test_repeated_passes_dtype_defaults_to_the_states_like_the_other_drivers():
+    model, X0 = _model(), _tokens()
+    assert ja.repeated_passes(model, X0, 1, dynamics=ja.D1).final.dtype == jnp.float64
+    assert ja.simulate(model, X0, 1).final.dtype == jnp.float64
+
+
+def test_batch_size_none_is_the_runners_lanes_whatever_the_split():
+    """``Batch(size=None)`` is one fixed width: the numbers equal an explicit width of that size and do not
+    depend on how the batch is split (``repeated_passes`` used to run the whole batch as one block)."""
+    model, X0 = _model(), _tokens(7)
+    lanes = default_lanes(working_bytes(4, 8, 2, jnp.float64))
+    for run in (lambda X, b: ja.repeated_passes(model, X, 2, dynamics=ja.D1, batch=b).final,
+                lambda X, b: ja.simulate(model, X, 6, batch=b).final,
+                lambda X, b: ja.solve(model, X, 0.5, batch=b).final):
+        whole = np.asarray(run(X0, ja.Batch()))
+        np.testing.assert_array_equal(whole, np.asarray(run(X0, ja.Batch(size=lanes))))
+        split = np.concatenate([np.asarray(run(X0[:3], ja.Batch())), np.asarray(run(X0[3:], ja.Batch()))])
+        np.testing.assert_array_equal(whole, split)
+
+
+def test_default_lanes_narrow_for_large_conditions():
+    full = default_lanes()
+    assert default_lanes(1) == full
+    big = default_lanes(2**28)  # 256 MiB a condition: a block fits the backend's budget
+    assert big < full and full % big == 0 and big >= 1
+    assert default_lanes(2**50) == 1
+
+
+def test_save_passes_through_jit_with_traced_times():
+    model, X0 = _model(), _tokens(2)
+    f = jax.jit(lambda save: ja.solve(model, X0, 1.0, save=save).observables["diameter"])
+    ts = jnp.linspace(0.0, 1.0, 3)
+    np.testing.assert_allclose(np.asarray(f(ja.Save(ts=ts))),
+                               np.asarray(ja.solve(model, X0, 1.0, save=ja.Save(ts=ts)).observables["diameter"]),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda m, X: ja.simulate(m, X, 2, observe=None), r"simulate\(\) no longer takes observe=: use save=jaxattn.Save"),
+    (lambda m, X: ja.simulate(m, X, 2, batch_size=4, kernel="plain"),
+     r"no longer takes batch_size=, kernel=: use batch=jaxattn.Batch\(size=...\); batch=jaxattn.Batch\(path=...\)"),
+    (lambda m, X: ja.simulate_one(m, X[0], 2, trajectory=True), r"simulate_one\(\) no longer takes trajectory="),
+    (lambda m, X: ja.solve(m, X, 1.0, ts=[0.0, 1.0]), r"solve\(\) no longer takes ts=: use save=jaxattn.Save\(ts"),
+    (lambda m, X: ja.solve(m, X, 1.0, devices=jax.local_devices()), r"batch=jaxattn.Batch\(devices=...\)"),
+    (lambda m, X: ja.repeated_passes(m, X, 1, batch_size=None), r"repeated_passes\(\) no longer takes batch_size="),
+    (lambda m, X: ja.repeated_passes(m, X, 1, aux={}), r"save=jaxattn.Save\(aux=...\)"),
+    (lambda m, X: ja.sweep(m, num_init=2, n=4, steps=1, precision="tf32"), r"batch=jaxattn.Batch\(precision="),
+    (lambda m, X: ja.sweep_grid({}, "unused", lanes=8), r"sweep_grid\(\) no longer takes lanes="),
+])
+def test_a_removed_keyword_says_where_it_went(call, match):
+    with pytest.raises(TypeError, match=match):
+        call(_model(), _tokens(2))
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda m, X: ja.simulate(m, X, 2, save="last"), r"save must be a jaxattn.Save, got 'last' \(steps to save"),
+    (lambda m, X: ja.simulate(m, X, 2, save=ja.Save(ts=[0.0])), r"Save\(ts=...\) gives times of a flow; simulate"),
+    (lambda m, X: ja.simulate_one(m, X[0], 2, save=ja.Save(ts=[0.0])), r"simulate_one runs a map"),
+    (lambda m, X: ja.repeated_passes(m, X, 1, save=ja.Save(ts=[0.0])), r"repeated_passes runs a map"),
+    (lambda m, X: ja.solve(m, X, 1.0, save=ja.Save(every=2)), r"Save\(every=...\) gives steps of a map; solve"),
+    (lambda m, X: ja.solve(m, X, 1.0, batch=8), r"batch must be a jaxattn.Batch, got 8"),
+    (lambda m, X: ja.repeated_passes(m, X, 1, batch=ja.Batch(path="fused")), r"repeated_passes has no fused path"),
+    (lambda m, X: ja.sweep(m, num_init=2, n=4, steps=1, save=ja.Save(trajectory=True)), r"not trajectories"),
+    (lambda m, X: ja.sweep_grid({}, "unused", batch=ja.Batch(precision="tf32")),
+     r"sweep_grid takes the precision and the path from its configuration"),
+])
+def test_a_field_that_does_not_apply_is_refused(call, match, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=match):
+        call(_model(), _tokens(2))
+    assert not (tmp_path / "unused").exists()
