@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import jaxattn as ja
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 
@@ -93,7 +95,7 @@ def test_simulate_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypa
 
     seen = []
     real = chunked.simulate
-    monkeypatch.setattr(chunked, "simulate", lambda *a, **k: seen.append(k.get("precision")) or real(*a, **k))
+    monkeypatch.setattr(chunked, "simulate", lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
     out = tmp_path / "tf32"
     assert main([*SIM, "--matmul-precision", "tf32", "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["config"]["matmul_precision"] == "tf32"
@@ -120,9 +122,14 @@ def test_simulate_refuses_a_bad_matmul_precision_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "b").exists()
 
 
+def _precision(kwargs) -> str:
+    """The matrix-product precision a driver (or the runner) was called with: its ``Batch``'s."""
+    return kwargs.get("batch", ja.Batch()).precision
+
+
 def _spy(monkeypatch, module, name, seen):
     real = getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *a, **k: seen.append(k.get("precision")) or real(*a, **k))
+    monkeypatch.setattr(module, name, lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
 
 
 def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
