@@ -137,16 +137,15 @@ def test_gradient_flow_energy_is_monotone(attention):
     model = ja.from_heads(q, q, v, np.eye(d)[None, None], scale=1.0)
     X0 = ja.init_tokens(jax.random.key(12), 16, n, d, dtype=jnp.float64)
     aux = {"q": q[0, 0], "k": q[0, 0], "beta_s": jnp.asarray(beta)}
-    sol = ja.solve(model, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta,
-                   save=ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41)), rtol=1e-9, atol=1e-11)
+    save = ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41))
+    sol = ja.solve(model, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, save=save, rtol=1e-9, atol=1e-11)
     E = np.asarray(sol.observables)
     assert np.all(np.diff(E, axis=1) > -1e-9 * np.abs(E[:, 1:])), np.diff(E, axis=1).min()
     assert np.all(E[:, -1] > E[:, 0])
     # a generic V (not QᵀK) is not a gradient flow of this energy: it does decrease somewhere
     other = ja.from_heads(q, q, np.asarray(ja.random_model(jax.random.key(13), d, 1, 1).layers.v),
                           np.eye(d)[None, None], scale=1.0)
-    E2 = np.asarray(ja.solve(other, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta,
-                             save=ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41))).observables)
+    E2 = np.asarray(ja.solve(other, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, save=save).observables)
     assert np.diff(E2, axis=1).min() < -1e-6
 
 
