@@ -297,12 +297,10 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
 def test_a_point_smaller_than_a_chunk_is_padded_to_the_block_width_only(tmp_path, monkeypatch):
     """`solve --num-init 8` integrated the whole default chunk (4096 conditions): a point is padded to
     whole runner blocks, not to the chunk, and gives the numbers of a chunk its own size."""
-    from jaxattn.model import sampling
-
     drawn = []
-    real = sampling.init_tokens
-    monkeypatch.setattr(sampling, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
-                                                                                                         *a, **k))
+    real = grid.init_tokens  # the name sweep_grid calls (imported into the module)
+    monkeypatch.setattr(grid, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
+                                                                                                   *a, **k))
     big = grid.sweep_grid(_cfg(num_init=6, chunk=4096, seed=0, model__mask="full"), tmp_path / "a", progress=False,
                           batch=ja.Batch(devices=jax.local_devices()[:1]))
     assert drawn == [64]  # one block of the CPU runner, not 4096
