@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import math
-import os
 import shutil
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,30 +56,30 @@ RUNS: tuple[Run, ...] = (
         ("analyze", "minilm", "--num-init", "1000", "--n", "10", "--init", "gaussian"),
         ("analyze", "minilm", "--num-init", "8", "--n", "4", "--gammas", "1,1000", "--no-sensitivity")),
     Run("pm_shared",
-        ("analyze", "random", "--d", "768", "--heads", "12", "--depth", "12", "--shared", "--num-init", "1000",
-         "--n", "10", "--prolong", "10", "--no-sensitivity"),
+        ("analyze", "random", "--d", "128", "--heads", "4", "--depth", "12", "--shared", "--num-init", "1000",
+         "--n", "10", "--prolong", "10", "--gammas", "1", "--steer-target", "0", "--no-sensitivity"),
         ("analyze", "random", "--d", "8", "--heads", "2", "--depth", "2", "--shared", "--num-init", "16", "--n", "4",
          "--gammas", "1,1000", "--no-sensitivity", "--steer-target", "0")),
     Run("consensus",
-        ("consensus", "minilm", "--prompts", "100", "--tokens", "200", "--passes", "10", "--synthetic-n", "10",
-         "--synthetic-num", "256", "--t1", "40"),
+        ("consensus", "minilm", "--prompts", "20", "--tokens", "200", "--passes", "10", "--synthetic-n", "10",
+         "--synthetic-num", "128", "--t1", "40"),
         ("consensus", "minilm", "--prompts", "4", "--tokens", "8", "--passes", "2", "--synthetic-num", "4",
          "--t1", "5")),
     Run("clusters",
-        ("clusters", "--n", "40", "--n-1d", "40", "--t1", "15", "--num", "256", "--table-n", "10,20,40",
-         "--table-d", "2,3", "--table-beta", "1,4", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "20000",
-         "--ensembles", "ginibre,symmetric"),
+        ("clusters", "--n", "40", "--n-1d", "40", "--t1", "15", "--num", "64", "--table-n", "10,20,40",
+         "--table-d", "2,3", "--table-beta", "1", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "20000",
+         "--ensembles", "ginibre"),
         ("clusters", "--n", "6", "--n-1d", "6", "--t1", "3", "--num", "8", "--table-n", "5", "--table-d", "2",
          "--table-beta", "1", "--good-d", "2,128", "--good-samples", "40", "--ensembles", "ginibre")),
     Run("stability",
-        ("stability", "--d", "3", "--tokens", "3,4,5,6,8,10", "--models", "100", "--exhaustive-max", "10",
-         "--alpha", "0.5", "--beta", "4", "--search", "200", "--perturb-num", "64", "--basin-num", "2000",
+        ("stability", "--d", "3", "--tokens", "3,4,5,6,8", "--models", "50", "--exhaustive-max", "10",
+         "--alpha", "0.5", "--beta", "4", "--search", "100", "--perturb-num", "32", "--basin-num", "500",
          "--basin-n", "10", "--steps", "600", "--t1", "300"),
         ("stability", "--tokens", "3", "--models", "3", "--basin-num", "8", "--basin-n", "3", "--steps", "50",
          "--t1", "20", "--perturb-num", "2", "--search", "5")),
-    Run("qk_cloud", ("--num", "256", "--n", "20", "--t1", "5"), ("--num", "4", "--n", "5", "--t1", "1"),
+    Run("qk_cloud", ("--num", "128", "--n", "20", "--t1", "5"), ("--num", "4", "--n", "5", "--t1", "1"),
         extra="qk_cloud"),
-    Run("unnormalised", ("--num", "256", "--n", "20"), ("--num", "4", "--n", "4"), extra="unnormalised"),
+    Run("unnormalised", ("--num", "64", "--n", "20"), ("--num", "4", "--n", "4"), extra="unnormalised"),
 )
 RUN_BY_NAME = {r.name: r for r in RUNS}
 
@@ -93,9 +93,9 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
     """Run ``run`` into ``runs/<name>`` (replacing an earlier run) and return its wall time in seconds."""
     out = runs / run.name
     start = time.perf_counter()
+    if out.exists():  # a fresh run each time (an interrupted one of another scale would be refused)
+        shutil.rmtree(out)
     if run.extra:
-        if out.exists():
-            shutil.rmtree(out)
         out.mkdir(parents=True)
         opts = _extra_options(run.argv(reduced))
         if run.extra == "qk_cloud":
@@ -109,7 +109,7 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
     else:
         from jaxattn.cli import main
 
-        argv = [*run.argv(reduced), "--out", str(out), "--overwrite", "--no-progress"]
+        argv = [*run.argv(reduced), "--out", str(out), "--no-progress"]
         status = main(argv)
         if status:
             raise SystemExit(f"reproduce: `jaxattn {' '.join(argv)}` failed with status {status}")
@@ -252,7 +252,8 @@ def pm_shared(d: Path) -> Result:
     what = "ρ(2-D)" if case in ("2", "3") else "ρ1"
     return Result(f"case {case}; after {len(pro)} steps {what} = {fmt(rho)}, mean diameter {fmt(diam)}", verdict(ok),
                   "the prolonged shared-weight run converges to consensus on the predicted eigenspace" if ok else
-                  "the prolonged run did not align within its horizon (raise --prolong)", ["layers.csv", "spectrum.csv"])
+                  "the prolonged run did not align within its horizon (raise --prolong)",
+                  ["layers.csv", "spectrum.csv"])
 
 
 # ---- consensus
@@ -264,7 +265,7 @@ def co_hemisphere(d: Path) -> Result:
     rs = _synthetic(d, "hemisphere")
     end = num(rs[-1]["first_token_mean"])
     h = [num(r["hemisphere_min"]) for r in rs]
-    drop = max([a - b for a, b in zip(h, h[1:], strict=False)] + [0.0])
+    drop = max([a - b for a, b in itertools.pairwise(h)] + [0.0])
     ok = end < 1e-6 and drop <= 1e-9
     return Result(f"first-token measure {fmt(rs[0]['first_token_mean'])} → {fmt(end)} at t = {fmt(rs[-1]['t'])}; "
                   f"largest decrease of min_i <x_i, w>: {fmt(drop)}", verdict(ok),
@@ -361,7 +362,7 @@ def cl_decreasing(d: Path) -> Result:
     g = sorted((r for r in rows(d / "good_triples.csv") if r["ensemble"] == "ginibre" and int(r["d"]) >= 2),
                key=lambda r: int(r["d"]))
     fr = [num(r["fraction"]) for r in g]
-    ok = all(b <= a for a, b in zip(fr, fr[1:], strict=False))
+    ok = all(b <= a for a, b in itertools.pairwise(fr))
     return Result(", ".join(f"d {r['d']}: {fmt(r['fraction'])}" for r in g), verdict(ok),
                   "decreasing in d, slowly" if ok else "not monotone at this sample size", ["good_triples.csv"])
 
@@ -388,8 +389,9 @@ def cl_paper_setting(d: Path) -> Result:
     s = rows(d / "paper_setting.csv")[0]
     ok = num(s["inside_fraction"]) >= 0.9
     return Result(f"{s['draws']} draws of {s['n']} tokens: {fmt(s['vertices_mean'])} polytope vertices, "
-                  f"{fmt(s['clusters_mean'])} clusters (mean), rest inside in {fmt(s['inside_fraction'])}; the unnormalised "
-                  f"kernel from the same tokens blows up before t = {fmt(s['t1'])} in {fmt(s['unnormalised_blown_before_t1'])}",
+                  f"{fmt(s['clusters_mean'])} clusters (mean), rest inside in {fmt(s['inside_fraction'])}; "
+                  f"the unnormalised kernel from the same tokens blows up before t = {fmt(s['t1'])} in "
+                  f"{fmt(s['unnormalised_blown_before_t1'])}",
                   verdict(ok), "the paper's code (softmax) setting is reproduced; with the unnormalised kernel it "
                   "would not exist past the blow-up time" if ok else "tokens outside the polytope at t = 5",
                   ["paper_setting.csv"])
@@ -433,9 +435,11 @@ def st_perturb(d: Path) -> Result:
     back = [num(r["eps"]) for r in rs if num(r["returned_fraction"]) >= 0.99]
     gone = [r for r in rs if num(r["returned_fraction"]) < 0.5]
     ok = bool(back) and bool(gone)
-    esc = (f"below half return from ε = {fmt(gone[0]['eps'])} ({ci(gone[0]['returned_fraction'], gone[0]['ci_low'], gone[0]['ci_high'])})"
+    g = gone[0] if gone else {}
+    esc = (f"below half return from ε = {fmt(g['eps'])} ({ci(g['returned_fraction'], g['ci_low'], g['ci_high'])})"
            if gone else "all sizes return")
-    return Result(f"all return up to ε = {fmt(max(back)) if back else '–'}; {esc}; {rs[0]['total']} perturbations per size",
+    upto = fmt(max(back)) if back else "–"
+    return Result(f"all return up to ε = {upto}; {esc}; {rs[0]['total']} perturbations per size",
                   verdict(ok), "a small basin: small perturbations are reabsorbed, larger ones escape" if ok else
                   "the perturbation sizes did not bracket the basin", ["perturbation.csv"])
 
@@ -533,7 +537,8 @@ PAPERS = {
     PM: "Li & Altafini, *Analogies between Transformer Layers and Power Method*",
     CO: "*The asymptotic behavior of attention in transformers* (consensus)",
     CL: "Geshkovski, Letrouit, Polyanskiy & Rigollet, *The emergence of clusters in self-attention dynamics*",
-    ST: "Altafini, *Multistability of self-attention dynamics in transformers* (with Supp. D of the power-method paper)",
+    ST: "Altafini, *Multistability of self-attention dynamics in transformers* "
+        "(with Supp. D of the power-method paper)",
 }
 
 #: Claims about checkpoints that cannot be had offline: the command that reproduces them where they can.
@@ -564,7 +569,8 @@ def scale(run: str, d: Path) -> str:
                 f"{c.get('dtype')}; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, "
                 f"d {c.get('synthetic_d')}, t ≤ {c.get('t1')}, float64")
     if run == "clusters":
-        return (f"{c.get('n')} tokens (pictures), {c.get('num')} conditions per (n, d, β) row, n ∈ {{{c.get('table_n')}}}, "
+        return (f"{c.get('n')} tokens (pictures), {c.get('num')} conditions per (n, d, β) row, "
+                f"n ∈ {{{c.get('table_n')}}}, "
                 f"t ≤ {c.get('t1')}; {c.get('good_samples')} matrices per d; float64")
     if run == "stability":
         return (f"d {c.get('d')}, n ∈ {{{c.get('tokens')}}}, {c.get('models')} models per n; {c.get('perturb_num')} "
@@ -626,7 +632,7 @@ def render(cells: list[dict], meta: dict, runs: Path) -> str:
     dev = meta.get("device", {})
     ver = meta.get("versions", {})
     reduced = any(t.get("reduced") for t in meta["timings"].values())
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    date = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = [
         "# The papers, reproduced",
         "",
@@ -675,7 +681,7 @@ def _unnormalised_section(runs: Path) -> list[str]:
     d = runs / "unnormalised"
     if not (d / "blowup.csv").exists():
         return []
-    out = ["## The unnormalised kernel exp(β⟨x, y⟩)/n: the model blows up, not the solver", "",
+    out = ["## The unnormalised kernel: the model blows up, not the solver", "",
            "`jaxattn.analysis.blowup`: the flow ẋ_i = (1/n) Σ_j exp(β⟨x_i, x_j⟩) V x_j (Q = K = I, d = 2) solved "
            "with adaptive Tsit5 until the largest score reaches a cap. The time is measured twice (rtol 1e-6, cap 40; "
            "rtol 1e-10, cap 80): the last column is their largest relative difference, so the blow-up time is a "
@@ -690,7 +696,8 @@ def _unnormalised_section(runs: Path) -> list[str]:
                    f"{fmt(r['t_median'])} | {fmt(r['before_1'])} | {fmt(r['before_5'])} | "
                    f"{fmt(r['bound_applies'])} / {fmt(r['bound_holds'])} | {fmt(r['solver_rel_diff'])} |")
     out += ["", "One token (n = 1) against the closed form (E1(βu0) − E1(80))/2:", "",
-            "| u0 = abs(x0)² | measured | closed form | relative error | blow-up time E1(βu0)/2 |", "|---|---|---|---|---|"]
+            "| u0 = abs(x0)² | measured | closed form | relative error | blow-up time E1(βu0)/2 |",
+            "|---|---|---|---|---|"]
     for r in rows(d / "single_token.csv"):
         out.append(f"| {fmt(r['u0'])} | {fmt(r['measured'], 6)} | {fmt(r['closed_form'], 6)} | {fmt(r['rel_error'])} | "
                    f"{fmt(r['blowup_time'], 6)} |")
@@ -726,7 +733,8 @@ def main(argv: list[str] | None = None) -> int:
         run_all(runs, args.reduced, only)
     if only and not args.page_only:
         return 0
-    page = Path(args.page) if args.page else (runs / "reproductions.md" if args.reduced else ROOT / "docs/reproductions.md")
+    default_page = runs / "reproductions.md" if args.reduced else ROOT / "docs/reproductions.md"
+    page = Path(args.page) if args.page else default_page
     write_page(runs, page)
     print(f"reproduce: page {page}", file=sys.stderr)
     return 0

@@ -21,6 +21,7 @@ for the initial distributions the clustering studies use.
 from __future__ import annotations
 
 import csv
+import functools
 import math
 from pathlib import Path
 
@@ -49,7 +50,11 @@ def blowup_times(x0, V, *, beta: float = 1.0, t_max: float = 20.0, score_cap: fl
     V = jnp.asarray(V, jnp.float64)
     Q = jnp.eye(d) if Q is None else jnp.asarray(Q, jnp.float64)
     K = jnp.eye(d) if K is None else jnp.asarray(K, jnp.float64)
+    return np.asarray(_times(x0, V, Q, K, jnp.float64(beta), float(t_max), float(score_cap), float(rtol)))
 
+
+@functools.partial(jax.jit, static_argnames=("t_max", "score_cap", "rtol"))
+def _times(x0, V, Q, K, beta, t_max: float, score_cap: float, rtol: float) -> jax.Array:
     def cond(t, x, args, **kwargs):
         return jnp.max(beta * (x @ Q.T) @ (x @ K.T).T) >= score_cap
 
@@ -62,7 +67,7 @@ def blowup_times(x0, V, *, beta: float = 1.0, t_max: float = 20.0, score_cap: fl
         done = sol.result == diffrax.RESULTS.successful
         return jnp.where(hit, sol.ts[-1], jnp.where(done, jnp.inf, jnp.nan))
 
-    return np.asarray(jax.jit(jax.vmap(one))(x0))
+    return jax.vmap(one)(x0)
 
 
 def single_token_time(u0: float, beta: float = 1.0, score_cap: float = math.inf) -> float:
