@@ -119,12 +119,13 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
 def run_all(runs: Path, reduced: bool, only: list[str]) -> None:
     runs.mkdir(parents=True, exist_ok=True)
     timings_path = runs / "timings.json"
-    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
     for run in RUNS:
         if only and run.name not in only:
             continue
         print(f"reproduce: {run.name} ...", file=sys.stderr, flush=True)
         wall = run_one(run, runs, reduced)
+        # read again just before writing: another reproduce process may share the directory
+        timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
         timings[run.name] = {"wall_s": round(wall, 1), "reduced": reduced,
                              "command": run.command(reduced, str(runs / run.name))}
         timings_path.write_text(json.dumps(timings, indent=1) + "\n")
@@ -559,14 +560,16 @@ OFFLINE = (
 
 def scale(run: str, d: Path) -> str:
     """The scale a run was made at, read from its own ``config.json`` or summary table."""
-    c = config(d).get("config", {})
+    whole = config(d)
+    c = whole.get("config", {})
     if run.startswith("pm_"):
-        model = c.get("model", "?")
-        if model == "random":
-            model = f"random shared d {c.get('d')}, {c.get('heads')} heads, depth {c.get('depth')}"
+        dims = whole.get("model_dims", {})
+        shared = "shared, " if dims.get("shared") else ""
+        model = (f"{whole.get('model')} (d {dims.get('d')}, {dims.get('heads')} heads, {shared}depth "
+                 f"{dims.get('depth')})")
         return f"{model}; {c.get('num_init')} {c.get('init')} conditions × {c.get('n')} tokens; {c.get('dtype')}"
     if run == "consensus":
-        return (f"{c.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, {c.get('passes')} passes, "
+        return (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, {c.get('passes')} passes, "
                 f"{c.get('dtype')}; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, "
                 f"d {c.get('synthetic_d')}, t ≤ {c.get('t1')}, float64")
     if run == "clusters":
@@ -606,8 +609,12 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
     """Every claim's cells (with the run files they were read from) and the run metadata."""
     timings = json.loads((runs / "timings.json").read_text()) if (runs / "timings.json").exists() else {}
     cells = []
+    missing = sorted({c.run for c in CLAIMS if not (runs / c.run / "config.json").exists()
+                      and not any((runs / c.run).glob("*.csv"))})
     for c in CLAIMS:
         d = runs / c.run
+        if c.run in missing:
+            continue
         res = c.measure(d)
         fig = ""
         if c.figure and (d / c.figure).exists():
@@ -620,7 +627,7 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
                       "jaxattn": res.value, "scale": scale(c.run, d), "command": cmd, "verdict": res.verdict,
                       "why": res.why, "figure": fig, "run": c.run,
                       "sources": [str(d / s) for s in res.sources]})
-    meta = {"timings": timings}
+    meta = {"timings": timings, "missing": missing}
     for r in RUNS:
         cfg = config(runs / r.name)
         if cfg:
@@ -649,8 +656,12 @@ def render(cells: list[dict], meta: dict, runs: Path) -> str:
     ]
     if reduced:
         out += ["**Reduced mode**: tiny scales for the test suite; the verdicts mean nothing at this size.", ""]
+    if meta["missing"]:
+        out += [f"**Not run yet** (their claims are left out): {', '.join(meta['missing'])}.", ""]
     for paper, title in PAPERS.items():
         rows_ = [c for c in cells if c["paper"] == paper]
+        if not rows_:
+            continue
         ok = sum(c["verdict"] == "reproduced" for c in rows_)
         out += [f"## {title}", "", f"{ok} of {len(rows_)} claims reproduced.", "",
                 "| id | where | the paper says | jaxattn | scale | command | verdict | figure |",
