@@ -77,7 +77,7 @@ RUNS: tuple[Run, ...] = (
          "--basin-n", "10", "--steps", "600", "--t1", "300"),
         ("stability", "--tokens", "3", "--models", "3", "--basin-num", "8", "--basin-n", "3", "--steps", "50",
          "--t1", "20", "--perturb-num", "2", "--search", "5")),
-    Run("qk_cloud", ("--num", "128", "--n", "20", "--t1", "5"), ("--num", "4", "--n", "5", "--t1", "1"),
+    Run("qk_cloud", ("--num", "128", "--n", "20", "--t1", "10"), ("--num", "4", "--n", "5", "--t1", "1"),
         extra="qk_cloud"),
     Run("unnormalised", ("--num", "64", "--n", "20"), ("--num", "4", "--n", "4"), extra="unnormalised"),
 )
