@@ -391,7 +391,8 @@ def cl_paper_setting(d: Path) -> Result:
     s = rows(d / "paper_setting.csv")[0]
     ok = num(s["inside_fraction"]) >= 0.9
     return Result(f"{s['draws']} draws of {s['n']} tokens: {fmt(s['vertices_mean'])} polytope vertices, "
-                  f"{fmt(s['gap_clusters_mean'])} clusters by the largest gap ({fmt(s['clusters_mean'])} at distance 1e-3), "
+                  f"{fmt(s['gap_clusters_mean'])} clusters by the largest gap "
+                  f"({fmt(s['clusters_mean'])} at distance 1e-3), "
                   f"rest inside in {fmt(s['inside_fraction'])}; "
                   f"the unnormalised kernel from the same tokens blows up before t = {fmt(s['t1'])} in "
                   f"{fmt(s['unnormalised_blown_before_t1'])}",
@@ -570,7 +571,8 @@ def scale(run: str, d: Path) -> str:
                  f"{dims.get('depth')})")
         return f"{model}; {c.get('num_init')} {c.get('init')} conditions × {c.get('n')} tokens; {c.get('dtype')}"
     if run == "consensus":
-        return (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, {c.get('passes')} passes, "
+        return (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, "
+                f"{c.get('passes')} passes, "
                 f"{c.get('dtype')}; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, "
                 f"d {c.get('synthetic_d')}, t ≤ {c.get('t1')}, float64")
     if run == "clusters":
@@ -706,7 +708,8 @@ def _unnormalised_section(runs: Path) -> list[str]:
            "time. For V = −I the same estimate bounds the growth by a linear function of t: no blow-up. The paper's "
            "own code normalises the rows (softmax), so its setting (row CL8) is well-posed.", "",
            "| V, initial tokens | draws × n | blown up by t = " + "20" + " | median t* | before t = 1 | before t = 5 | "
-           "comparison bound applies / holds | largest change of t* between the two |", "|---|---|---|---|---|---|---|---|"]
+           "comparison bound applies / holds | largest change of t* between the two |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows(d / "blowup.csv"):
         out.append(f"| {r['setting']} | {r['draws']} × {r['n']} | {ci(r['fraction'], r['ci_low'], r['ci_high'])} | "
                    f"{fmt(r['t_median'])} | {fmt(r['before_1'])} | {fmt(r['before_5'])} | "
