@@ -97,9 +97,9 @@ def study(out: Path, num: int = 256, n: int = 20, t1: float = 5.0, seed: int = 0
                "rank_max": int(rank[good].max()) if good.any() else -1,
                "boolean_distance_median": float(np.median(dist[good])) if good.any() else float("nan")}
     with open(out / "qk_summary.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(summary))
-        w.writeheader()
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in summary.items()})
+        dw = csv.DictWriter(f, fieldnames=list(summary))
+        dw.writeheader()
+        dw.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in summary.items()})
     if figures:
         figure(out / "qk_cloud.png", np.asarray(zs[0]), np.asarray(ts), np.asarray(V[0]), np.asarray(Q[0]),
                np.asarray(K[0]))
