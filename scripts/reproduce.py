@@ -47,7 +47,8 @@ class Run:
 
     def command(self, reduced: bool, out: str) -> str:
         if self.extra:
-            return f"python scripts/reproduce.py --runs {Path(out).parent} --only {self.name}{' --reduced' if reduced else ''}"
+            flag = " --reduced" if reduced else ""
+            return f"python scripts/reproduce.py --runs {Path(out).parent} --only {self.name}{flag}"
         return " ".join(["jaxattn", *self.argv(reduced), "--out", out])
 
 
