@@ -68,7 +68,7 @@ RUNS: tuple[Run, ...] = (
         ("consensus", "minilm", "--prompts", "2", "--tokens", "6", "--passes", "1", "--synthetic-num", "2",
          "--t1", "3")),
     Run("clusters",
-        ("clusters", "--n", "40", "--n-1d", "40", "--t1", "10", "--num", "32", "--table-n", "10,20,40",
+        ("clusters", "--n", "40", "--n-1d", "40", "--t1", "15", "--num", "64", "--table-n", "10,20,40",
          "--table-d", "2,3", "--table-beta", "1", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "20000",
          "--ensembles", "ginibre"),
         ("clusters", "--n", "6", "--n-1d", "6", "--t1", "3", "--num", "8", "--table-n", "5", "--table-d", "2",
