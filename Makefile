@@ -3,6 +3,8 @@
 #   make test   ruff, mypy and the whole test suite (creates .venv on first use)
 #   make docs   the documentation site into build/site (mkdocs build --strict)
 #   make gpu-check  everything a GPU can tell (docs/gpu.md); a reduced form off a GPU
+#   make reproduce  every paper reproduction at scale, then docs/reproductions.md from the runs
+#                   (REDUCED=1: tiny scales into runs/reproduce-reduced, the page there)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -17,7 +19,7 @@ GPU_CHECK_PY   ?=
 GPU_CHECK_OUT  ?= runs/gpu-check
 GPU_CHECK_ARGS ?=
 
-.PHONY: demo test docs bench gpu-check clean
+.PHONY: demo test docs bench gpu-check reproduce clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +57,11 @@ bench: $(STAMP)
 gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
 		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# scripts/reproduce.py: the four papers' claims, run (REDUCED=1: seconds per study) and tabulated
+REDUCED ?=
+reproduce: $(STAMP)
+	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(PY) scripts/reproduce.py $(if $(REDUCED),--reduced)
 
 clean:
 	rm -rf $(VENV) runs build/site
