@@ -133,13 +133,15 @@ def _spy(monkeypatch, module, name, seen):
 
 
 def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
+    import jaxattn.analysis.steering as steering
     import jaxattn.dynamics.discrete as discrete
     import jaxattn.sweeps.chunked as chunked
     from jaxattn.cli import main
 
     seen: list = []
     _spy(monkeypatch, chunked, "simulate", seen)  # the chunked runs
-    _spy(monkeypatch, discrete, "simulate", seen)  # steering (imports it from there at call time)
+    _spy(monkeypatch, discrete, "simulate", seen)
+    _spy(monkeypatch, steering, "simulate", seen)  # steering's own name for it
     out = tmp_path / "a"
     args = ["analyze", "random", "--d", "4", "--heads", "1", "--depth", "2", "--num-init", "8", "--n", "3",
             "--prolong", "1", "--gammas", "10", "--steer-target", "0", "--no-figures", "--no-progress"]
