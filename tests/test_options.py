@@ -174,3 +174,27 @@ def test_a_field_that_does_not_apply_is_refused(call, match, tmp_path, monkeypat
     with pytest.raises(ConfigError, match=match):
         call(_model(), _tokens(2))
     assert not (tmp_path / "unused").exists()
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(dynamics=ja.D2), r"unit_output=True \(D2\) needs a single-head model"),
+    (dict(dynamics="D1"), r"dynamics must be a jaxattn.Dynamics"),
+    (dict(alpha=float("nan")), r"alpha must be a finite number"),
+    (dict(beta=float("inf")), r"beta must be a finite number"),
+])
+def test_a_sweep_refused_for_its_dynamics_leaves_nothing_and_blocks_nothing(kwargs, match, tmp_path):
+    """The refusal comes before the store: the corrected call then runs into the same folder."""
+    out = tmp_path / "sw"
+    with pytest.raises(ConfigError, match=match):
+        ja.sweep(_model(), num_init=2, n=4, steps=2, out_dir=out, progress=False, **kwargs)
+    assert not out.exists()
+    got = ja.sweep(_model(), num_init=2, n=4, steps=2, out_dir=out, progress=False)
+    assert got["observables.diameter"].shape == (2, 3)
+
+
+def test_a_numpy_integer_every_is_a_python_int(tmp_path):
+    save = ja.Save(every=np.int64(2))
+    assert type(save.every) is int and save == ja.Save(every=2)
+    got = ja.sweep(_model(), num_init=2, n=4, steps=3, save=save, out_dir=tmp_path / "sw", progress=False)
+    ref = ja.sweep(_model(), num_init=2, n=4, steps=3, save=ja.Save(every=2), progress=False)
+    np.testing.assert_array_equal(got["observables.diameter"], ref["observables.diameter"])

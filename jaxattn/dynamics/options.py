@@ -67,7 +67,9 @@ class Save(eqx.Module):
         jaxattn.errors.ConfigError: Save(every=...) must be None, a positive integer or 'last', got 0
     """
 
-    every: int | str | None = eqx.field(default=None, static=True)
+    # a NumPy integer becomes a Python one: it is static (hashed into the compiled program) and recorded in JSON
+    every: int | str | None = eqx.field(default=None, static=True,
+                                        converter=lambda v: int(v) if isinstance(v, np.integer) else v)
     ts: Any = eqx.field(default=None, converter=lambda v: _times(v))
     trajectory: bool = eqx.field(default=False, static=True)
     observe: Callable | None = eqx.field(default=None, static=True)

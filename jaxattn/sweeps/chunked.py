@@ -22,13 +22,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics.discrete import D1, Dynamics, simulate
+from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.dynamics.runner import default_lanes, lanes_for, resolve_dtype
+from jaxattn.dynamics.runner import check_scalar, default_lanes, lanes_for, resolve_dtype
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
 from jaxattn.io.store import SweepStore, chunk_ranges
-from jaxattn.model.params import Model
+from jaxattn.model.params import Model, validate
 from jaxattn.model.sampling import MAX_CONDITIONS, init_tokens  # one seed names 2^32 conditions (32-bit fold_in)
 
 STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
@@ -81,6 +81,12 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     if save.trajectory:
         raise ConfigError("sweep keeps observables and final states, not trajectories: Save(trajectory=True) is "
                           "for simulate")
+    # what simulate would refuse, refused before a store is written (a refused run leaves nothing behind)
+    if not isinstance(dynamics, Dynamics):
+        raise ConfigError(f"dynamics must be a jaxattn.Dynamics, got {dynamics!r}")
+    validate(model)
+    check_dynamics(model, dynamics, S)
+    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     dtype = resolve_dtype(dtype)
     lanes = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
     if chunk is None:
