@@ -136,7 +136,7 @@ def test_the_checks_see_what_they_check():
     """The walk finds a function-local relative import and an upward one, and Tarjan finds a two-cycle."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert not _cycles({"a": {"b"}, "b": set()})
-    cli = _imports(ROOT / "cli" / "__init__.py")
+    cli = _imports(ROOT / "cli" / "_config.py")
     assert any(local and dst == "jaxattn.io.configfile" for dst, _, local in cli)
     assert any(not local and dst == "jaxattn.errors" for dst, _, local in cli)
     assert ORDER.index(_layer("jaxattn.dynamics.discrete")) < ORDER.index(_layer("jaxattn.analysis.metrics"))

@@ -38,12 +38,11 @@ def test_attention_kernel_errors_are_config_errors(tmp_path, capsys, monkeypatch
     with pytest.raises(ConfigError, match="attention kernel must be one of"):
         attention.probabilities(X0[0], model.layers.take(0), kernel="sparsemax")
     # the command line's handler catches it: one line, exit 2
-    import jaxattn.cli as cli
 
     def bad(*a, **k):
         return attention.probabilities(X0[0], model.layers.take(0), kernel="sparsemax")
 
-    monkeypatch.setattr(cli, "load_model_arg", bad)
+    monkeypatch.setattr("jaxattn.cli.simulate.load_model_arg", bad)
     assert main(["simulate", "--num-init", "2", "--n", "3", "--d", "4", "--heads", "1", "--depth", "1",
                  "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     err = capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""What ``simulate`` and ``analyze`` share: the ``--model`` argument, the precision, the run directory, checks."""
+
+from __future__ import annotations
+
+from jaxattn.cli._config import RANDOM_ONLY
+from jaxattn.errors import JaxattnError, positive_int, real
+
+
+def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
+    """``--out`` of a resumable command, checked and prepared before any computation: new, empty, an unfinished
+    run of the command (resumed) or, with ``--overwrite``, a finished one (see :mod:`jaxattn.io.rundir`)."""
+    from jaxattn.io import rundir
+
+    return rundir.start(cfg["out"], command, overwrite=cfg["overwrite"], resumable=True, own=own)
+
+
+def _check_number(name: str, v) -> None:
+    real(f"--{name}", v, error=JaxattnError)
+
+
+def _dtype(name: str):
+    import jax
+    import jax.numpy as jnp
+
+    if name == "float64":
+        jax.config.update("jax_enable_x64", True)
+        return jnp.float64
+    if name != "float32":
+        raise JaxattnError(f"dtype must be float32 or float64, got {name!r}")
+    return jnp.float32
+
+
+def load_model_arg(spec: str, cfg: dict):
+    """Resolve ``--model``: 'random', 'minilm' or a converted file."""
+    from jaxattn.model.sampling import seeded_model
+
+    if spec == "random":
+        for k in ("d", "heads", "depth"):
+            positive_int(f"--{k}", cfg.get(k), JaxattnError)
+        if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or not 0 <= cfg["seed"] < 2**63:
+            raise JaxattnError(f"--seed must be an integer in [0, 2^63), got {cfg['seed']!r}")
+        return seeded_model(cfg["seed"], cfg["d"], cfg["heads"], cfg["depth"], shared=cfg["shared"],
+                            weights=cfg["weights"], value=cfg["value"], mask=cfg["mask"], scale=cfg.get("scale"))
+    given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
+    if given:
+        raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "
+                           "dimensions, heads, depth and masks)")
+    from jaxattn.io.checkpoints import load_any
+
+    return load_any(spec)
+
+
+def _check_rope(model, rope: str) -> None:
+    if rope == "model" and model.rope is None:
+        raise JaxattnError("--rope model: this model has no RoPE (its positions, if any, are embeddings); "
+                           "--rope on applies the standard one")
+
+
+def model_dims(model) -> dict:
+    """What a converted model brings instead of the random-model options (recorded in config.json)."""
+    lay = model.layers
+    masks = [("causal" if bool(lay.causal[g]) else "full") + (f"/local:{int(lay.window[g])}" if int(lay.window[g])
+                                                              else "") for g in range(lay.n_sets)]
+    return {"d": model.d_model, "heads": model.n_heads, "depth": model.depth, "shared": model.shared,
+            "masks": masks, "family": model.family}

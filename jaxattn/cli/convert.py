@@ -1,0 +1,37 @@
+"""``jaxattn convert SOURCE``: a Hugging Face checkpoint to jaxattn's canonical safetensors."""
+
+from __future__ import annotations
+
+from jaxattn.cli._study import formatter
+from jaxattn.errors import JaxattnError
+
+
+def register(sub):
+    p = sub.add_parser("convert", formatter_class=formatter,
+                       help="convert a Hugging Face checkpoint to canonical safetensors",
+                       description="Convert a Hugging Face checkpoint (ALBERT, BERT-family, GPT-2, GPT-Neo) to "
+                                   "jaxattn's canonical safetensors layout. SOURCE is a local folder with config.json "
+                                   "and model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id "
+                                   "when online.")
+    p.add_argument("source", help="checkpoint folder or hub model id")
+    p.add_argument("--out", required=True, help="output .safetensors file (written atomically)")
+    p.add_argument("--dtype", choices=["source", "float32", "float64"], default="source",
+                   help="stored precision [source: keep the checkpoint's]")
+    p.add_argument("--revision", help="hub revision (branch, tag or commit) for a hub id")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out file")
+    p.set_defaults(func=run)
+
+
+def run(args, cfg) -> int:
+    from jaxattn.io.checkpoints import convert_source, inspect, save
+    from jaxattn.io.rundir import file_out
+
+    target = file_out(args.out, args.overwrite)
+    model, info = convert_source(args.source, dtype=args.dtype, revision=args.revision)
+    try:
+        out = save(model, target, info)
+    except OSError as e:  # written through a temporary file beside --out: name the user's path, not that one
+        raise JaxattnError(f"writing --out {args.out} failed: {e.strerror or e}") from None
+    print(inspect(out))
+    print(f"written      {out}")
+    return 0
