@@ -82,6 +82,8 @@ def test_simulate_command_reaches_the_kernel_and_scale(tmp_path, capsys):
     assert main(["simulate", *common, "--attention", "unnormalised", "--scale", "1", "--out", str(tmp_path / "a")]) == 0
     assert main(["simulate", *common, "--out", str(tmp_path / "b")]) == 0
     capsys.readouterr()
+    assert "attention=unnormalised" in (tmp_path / "a" / "summary.txt").read_text()
+    assert "attention=" not in (tmp_path / "b" / "summary.txt").read_text()
     cfg = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
     assert cfg["attention"] == "unnormalised" and cfg["scale"] == 1.0
     got = load_arrays(tmp_path / "a" / "observables.safetensors")["final"]
@@ -98,6 +100,7 @@ def test_simulate_command_reaches_the_kernel_and_scale(tmp_path, capsys):
     (["--scale", "0"], "--scale must be a finite number > 0"),
     (["--attention", "sparsemax"], "invalid choice"),
     (["--norm", "layernorm"], "no LayerNorm weights"),
+    (["--attention", "uniform", "--scale", "1"], "--scale does nothing with --attention uniform"),
 ])
 def test_simulate_command_refuses_in_one_line(argv, msg, tmp_path, capsys):
     try:

@@ -56,7 +56,7 @@ def register(sub):
                    help=f"include biases (converted models) [{d['biases']}]")
     g.add_argument("--attention", choices=ATTENTION_KERNELS,
                    help=f"attention kernel: softmax, uniform a_ij = 1/n (the Oja model D3) or unnormalised "
-                        f"exp(scores)/n (the clustering papers' code) [{d['attention']}]")
+                        f"exp(scores)/n (rows not normalised) [{d['attention']}]")
     g.add_argument("--rope", choices=["none", "model", "on"],
                    help=f"positions in attention: 'none' position-free (tokens exchangeable), 'model' the model's own "
                         f"RoPE (Llama, GPT-NeoX...), 'on' the model's or the standard RoPE (θ = 10⁴) [{d['rope']}]")
@@ -130,6 +130,8 @@ def run(args, cfg) -> int:
     check_dynamics(model, dyn)
     if cfg["attention"] == "uniform" and cfg["beta"] != SIM_DEFAULTS["beta"]:
         raise JaxattnError("--beta does nothing with --attention uniform (a_ij = 1/n whatever the scores): remove it")
+    if cfg["attention"] == "uniform" and cfg["scale"] is not None:
+        raise JaxattnError("--scale does nothing with --attention uniform (no scores): remove it")
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":
@@ -164,7 +166,9 @@ def run(args, cfg) -> int:
         "jaxattn simulate",
         model.summary(),
         f"run          {cfg['num_init']} initial conditions x {cfg['n']} tokens, {steps} steps, "
-        f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} dtype={cfg['dtype']} "
+        f"alpha={cfg['alpha']:g} beta={cfg['beta']:g} norm={cfg['norm']} "
+        + (f"attention={cfg['attention']} " if cfg["attention"] != "softmax" else "")
+        + f"dtype={cfg['dtype']} "
         f"matmul={cfg['matmul_precision']} seed={cfg['seed']}",
         f"time         {t.seconds:.2f} s ({rate:,.0f} condition-steps/s computed"
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),

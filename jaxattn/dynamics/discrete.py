@@ -15,7 +15,8 @@ D6         ``FAITHFUL``: the model's affine norm (LayerNorm or RMSNorm), FFN, bi
 
 Intermediate settings between D1 and D6 (the power-method paper's simplification drops the FFN
 and replaces LayerNorm by L2) are any other combination; ``attention='unnormalised'`` uses the
-kernel ``exp(β s <Q x_i, K x_j>) / n`` of the clustering papers' code.
+kernel ``exp(β s <Q x_i, K x_j>) / n`` (the clustering paper's flow before its rows are normalised; its
+public code normalises them, i.e. softmax).
 The block of a model with ``norm_style='post'`` (BERT, ALBERT, synthetic) is
 ``y = Norm1(x + α Attn(x))``, then with the FFN ``x' = Norm2(y + FFN(y))``.
 With ``'pre'`` (GPT-2, GPT-Neo): ``y = x + α Attn(Norm1(x) if pre_ln else x)``, then
