@@ -325,8 +325,9 @@ def cl_polytope(d: Path) -> Result:
     le = min(num(r["le_hull_fraction"]) for r in rs)
     conds = sum(int(r["conditions"]) for r in rs)
     ok = inside >= 0.95 and le >= 0.95
-    return Result(f"over {conds} conditions ({len(rs)} (n, d) rows, β = 1): rest inside the polytope ≥ {fmt(inside)}, "
-                  f"count ≤ initial hull vertices ≥ {fmt(le)}, tokens at vertices ≥ {fmt(at)}", verdict(ok),
+    return Result(f"{conds} conditions ({len(rs)} (n, d) rows, β = 1); fraction of conditions, smallest over the rows: "
+                  f"other tokens inside the polytope {fmt(inside)}, clusters ≤ initial hull vertices {fmt(le)}, "
+                  f"clusters at polytope vertices {fmt(at)}", verdict(ok),
                   "tokens gather at the vertices of a convex polytope, the rest inside it" if ok else
                   "some conditions end with tokens outside the polytope of the clusters at this horizon",
                   ["counts.csv"])
