@@ -1,6 +1,5 @@
 """Cluster analysis, good triples and `jaxattn clusters` (Geshkovski et al., emergence of clusters)."""
 
-import contextlib
 import csv
 import json
 import math
@@ -16,22 +15,12 @@ from jaxattn.analysis import clusters as cl
 from jaxattn.cli import main
 from jaxattn.studies.clusters import solve_rescaled
 
+from .x64 import x64_off
+
 
 def _csv_rows(path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
-
-
-@contextlib.contextmanager
-def _x64_off():
-    """The user's default, ``jax_enable_x64`` off (the tests' conftest turns it on), restored afterwards; the study
-    must leave it off (it enables float64 in a scope, never for the rest of the process)."""
-    jax.config.update("jax_enable_x64", False)
-    try:
-        yield
-        assert jax.config.jax_enable_x64 is False, "the study switched jax_enable_x64 on for the whole process"
-    finally:
-        jax.config.update("jax_enable_x64", True)
 
 
 def _similar(M, seed=0):
@@ -233,7 +222,7 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     """Tiny sizes, plus the V = I bound over 1000 initial conditions: at large t the number of
     clusters never exceeds the number of vertices of the initial convex hull."""
     out = tmp_path / "c"
-    with _x64_off():
+    with x64_off():
         rc = main(["clusters", "--out", str(out), "--no-progress", "--n", "6", "--n-1d", "5", "--t1", "10",
                    "--num", "1000", "--table-n", "5", "--table-d", "2", "--table-beta", "2", "--good-d", "1,2",
                    "--good-samples", "400", "--ensembles", "ginibre,positive"])

@@ -1,6 +1,5 @@
 """Equilibria and stability (jaxattn.analysis.stability) against closed forms, and `jaxattn stability`."""
 
-import contextlib
 import csv
 import json
 
@@ -15,22 +14,12 @@ from jaxattn.analysis import stability as st
 from jaxattn.cli import main
 from jaxattn.studies.skeleton import md_cell
 
+from .x64 import x64_off
+
 
 def _csv_rows(path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
-
-
-@contextlib.contextmanager
-def _x64_off():
-    """The user's default, ``jax_enable_x64`` off (the tests' conftest turns it on), restored afterwards; the study
-    must leave it off (it enables float64 in a scope, never for the rest of the process)."""
-    jax.config.update("jax_enable_x64", False)
-    try:
-        yield
-        assert jax.config.jax_enable_x64 is False, "the study switched jax_enable_x64 on for the whole process"
-    finally:
-        jax.config.update("jax_enable_x64", True)
 
 
 def _match(a, b) -> float:
@@ -248,7 +237,7 @@ def test_bad_input_is_refused():
 
 def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     out = tmp_path / "s"
-    with _x64_off():
+    with x64_off():
         rc = main(["stability", "--out", str(out), "--tokens", "3,4", "--models", "3", "--basin-num", "12",
                    "--basin-n", "4", "--perturb-num", "3", "--search", "30", "--no-progress"])
     assert rc == 0, capsys.readouterr().err
