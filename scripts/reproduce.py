@@ -6,7 +6,7 @@
     python scripts/reproduce.py --page-only           # the page again from the runs already there
 
 One registry holds every run (a ``jaxattn`` command at a full and a reduced scale, or one of the two
-extra computations of ``jaxattn.analysis.qk_cloud`` / ``jaxattn.analysis.blowup``) and every claim
+extra computations of ``jaxattn.studies.qk_cloud`` / ``jaxattn.studies.blowup``) and every claim
 (the paper's statement and a function that reads the run's CSV files and returns jaxattn's number,
 the scale it was run at and the verdict). The page is generated whole, so it cannot drift from what
 was run; ``make reproduce`` runs this script.
@@ -101,11 +101,11 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
         out.mkdir(parents=True)
         opts = _extra_options(run.argv(reduced))
         if run.extra == "qk_cloud":
-            from jaxattn.analysis import qk_cloud
+            from jaxattn.studies import qk_cloud
 
             qk_cloud.study(out, **opts)
         else:
-            from jaxattn.analysis import blowup
+            from jaxattn.studies import blowup
 
             blowup.study(out, reduced=reduced, **opts)
     else:
