@@ -140,3 +140,24 @@ def test_the_checks_see_what_they_check():
     assert any(local and dst == "jaxattn.io.configfile" for dst, _, local in cli)
     assert any(not local and dst == "jaxattn.errors" for dst, _, local in cli)
     assert ORDER.index(_layer("jaxattn.dynamics.discrete")) < ORDER.index(_layer("jaxattn.analysis.metrics"))
+
+
+def test_public_drivers_declare_their_array_shapes():
+    """The shapes in the public signatures are jaxtyping annotations that resolve (a typo in a shape string would
+    pass the linter, whose F722 check is off for jaxtyping, but not this)."""
+    import typing
+
+    import jaxtyping
+
+    import jaxattn as ja
+
+    want = {ja.simulate: ("X0", "*B n d"), ja.simulate_one: ("X0", "n d"), ja.solve: ("X0", "*B n d"),
+            ja.repeated_passes: ("X0", "B n d"), ja.step: ("X", "n d"), ja.velocity: ("X", "n d"),
+            ja.metrics.diameter: ("X", "n d"), ja.init_tokens: ("return", "batch n d"),
+            ja.layer_matrices: ("return", "G d d")}
+    for fn, (arg, dims) in want.items():
+        fn = getattr(fn, "__wrapped__", fn)
+        hint = typing.get_type_hints(fn, include_extras=True)[arg]
+        shaped = [h for h in typing.get_args(hint) or (hint,) if isinstance(h, type)
+                  and issubclass(h, jaxtyping.AbstractArray)]
+        assert shaped and shaped[0].dim_str == dims, (fn.__name__, hint)

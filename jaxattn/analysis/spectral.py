@@ -11,6 +11,7 @@ import dataclasses
 import os
 
 import numpy as np
+from jaxtyping import Float
 
 from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, repeat_kv
@@ -18,7 +19,7 @@ from jaxattn.model.params import Model, repeat_kv
 ORDERS = ("real", "modulus", "step")
 
 
-def layer_matrices(model: Model) -> np.ndarray:
+def layer_matrices(model: Model) -> Float[np.ndarray, "G d d"]:
     """``F[g] = Σ_h O_h V_{g(h)}`` of every weight set, ``[G, d, d]`` float64 (shared models: once);
     with grouped-query attention ``V_{g(h)}`` is the value head query head ``h`` shares.
 

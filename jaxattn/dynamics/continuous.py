@@ -23,6 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
@@ -189,8 +190,8 @@ class _FlowProgram:
 
 
 @moved
-def solve(model: Model, X0, t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None, save: Save = Save(),
-          batch: Batch = Batch(), dtype=None, solver="tsit5", rtol=1e-6, atol=1e-8, dt=None,
+def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None,
+          save: Save = Save(), batch: Batch = Batch(), dtype=None, solver="tsit5", rtol=1e-6, atol=1e-8, dt=None,
           max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
           stepsize_controller=None, adjoint=None) -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.

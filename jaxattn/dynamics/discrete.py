@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.kernels import choose, fused_simulate
@@ -187,8 +188,8 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
     return geom.retract(y)
 
 
-def block(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
-          return_probs: bool = False, probs: jax.Array | None = None):
+def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
+          return_probs: bool = False, probs: Float[Array, "H n n"] | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
     ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them.
@@ -231,7 +232,8 @@ def layer_index(model: Model, k) -> jax.Array:
     return sched[jnp.mod(k, model.depth)]
 
 
-def step(X: jax.Array, k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0, S=None) -> jax.Array:
+def step(X: Float[Array, "n d"], k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
+         S=None) -> Float[Array, "n d"]:
     """The step map ``X(k) -> X(k+1)`` of the model at (possibly traced) step ``k``."""
     return block(X, model.layers.take(layer_index(model, k)), model, dyn, alpha, beta, S)
 
@@ -393,8 +395,8 @@ def check_steps(steps) -> int:
 
 
 @moved
-def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-                 save: Save = Save(), start=0, pass_norm: bool = False) -> Simulation:
+def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0,
+                 beta=1.0, S=None, save: Save = Save(), start=0, pass_norm: bool = False) -> Simulation:
     """The map of one configuration ``X0: [n, d]``: the pure core that :func:`simulate`,
     :func:`jaxattn.forward` and :func:`jaxattn.repeated_passes` run for every condition.
 
@@ -439,8 +441,8 @@ def simulate_one(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha
 
 
 @moved
-def simulate(model: Model, X0, steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-             save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Simulation:
+def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0,
+             beta=1.0, S=None, save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
     Args:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
@@ -180,8 +181,8 @@ def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
     return probabilities(X, lw, beta, biases=flow.biases, kernel=flow.attention)
 
 
-def velocity(model: Model, X, t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer_time=1.0,
-             weights_fn: Callable | None = None) -> jax.Array:
+def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer_time=1.0,
+             weights_fn: Callable | None = None) -> Float[Array, "n d"]:
     """The vector field of ``flow`` at time ``t`` for one configuration ``X: [n, d]``, shape ``[n, d]``.
 
     A pure function of ``X``: ``jax.jacfwd(lambda X: velocity(model, X, ...))(X)`` linearises the flow.

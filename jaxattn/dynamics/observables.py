@@ -6,13 +6,13 @@ metrics.
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from jaxattn.model.nn import l2
 
 
-def pairwise_distances(X: jax.Array) -> jax.Array:
+def pairwise_distances(X: Float[Array, "n d"]) -> Float[Array, "n n"]:
     """``[n, n]`` Euclidean distances ``||x_i - x_j||``.
 
     Gram form on centred tokens: ``||y_i||² + ||y_j||² − 2<y_i, y_j>`` with ``y = x − mean(x)``.
@@ -28,12 +28,12 @@ def pairwise_distances(X: jax.Array) -> jax.Array:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
 
-def diameter(X: jax.Array) -> jax.Array:
+def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
     """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus)."""
     return pairwise_distances(X).max()
 
 
-def cos_consensus(X: jax.Array) -> jax.Array:
+def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
     """``1 - mean_{i≠j} cos(x_i, x_j)``: 0 exactly at consensus (all tokens parallel)."""
     U = l2(X)  # tokens as unit vectors
     n = X.shape[0]
@@ -44,7 +44,7 @@ def cos_consensus(X: jax.Array) -> jax.Array:
     return 1.0 - (m @ m - jnp.sum(U * U)) / (n * (n - 1))
 
 
-def consensus_observables(t, X: jax.Array, ctx=None) -> dict:
+def consensus_observables(t, X: Float[Array, "n d"], ctx=None) -> dict[str, Float[Array, ""]]:
     """Default observables of :func:`jaxattn.simulate` and :func:`jaxattn.solve` (signature
     ``(t, X, ctx)``): diameter and cosine consensus."""
     return {"diameter": diameter(X), "cos_consensus": cos_consensus(X)}

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics, saved_steps
 from jaxattn.dynamics.observables import consensus_observables
@@ -78,9 +79,9 @@ def with_mask(model: Model, mask: str) -> Model:
 
 
 @moved
-def repeated_passes(model: Model, X0, passes: int, *, dynamics: Dynamics = FAITHFUL, final_norm: bool = True,
-                    redraw: bool = False, key=None, init_std: float = 0.02, mask: str | None = None,
-                    save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Passes:
+def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *, dynamics: Dynamics = FAITHFUL,
+                    final_norm: bool = True, redraw: bool = False, key=None, init_std: float = 0.02,
+                    mask: str | None = None, save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Passes:
     """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
 
     ``X0`` is the input of the first block (e.g. :func:`jaxattn.dynamics.prompts.embed_prompts`). Calling the

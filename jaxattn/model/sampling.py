@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import Model, from_heads
@@ -215,7 +216,7 @@ def seeded_model(seed: int, d: int, heads: int = 1, depth: int = 1, **options) -
 
 
 def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None, start: int = 0,
-                dtype=jnp.float32) -> jax.Array:
+                dtype=jnp.float32) -> Float[Array, "batch n d"]:
     """Random initial configurations ``X0: [batch, n, d]``.
 
     Condition ``i`` (global index ``start + i``) uses ``fold_in(key, start + i)``; its Gaussian
