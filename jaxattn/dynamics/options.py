@@ -1,9 +1,10 @@
 """The option objects every driver shares, in the style of diffrax's ``SaveAt``.
 
-:func:`jaxattn.simulate`, :func:`jaxattn.simulate_one`, :func:`jaxattn.solve`,
-:func:`jaxattn.repeated_passes`, :func:`jaxattn.sweep` and :func:`jaxattn.sweep_grid` say **what is
-saved** with one :class:`Save` and **how the batch runs** with one :class:`Batch`; an option means the
-same thing in each of them. A field that does not apply to a driver (times ``ts`` for a map, steps
+:func:`jaxattn.simulate`, :func:`jaxattn.solve`, :func:`jaxattn.repeated_passes` and
+:func:`jaxattn.sweep` say **what is saved** with one :class:`Save` and **how the batch runs** with one
+:class:`Batch` (:func:`jaxattn.simulate_one`, one condition, takes only a ``Save``; :func:`jaxattn.sweep_grid`
+only a ``Batch``, its configuration file saying what is saved); an option means the same thing in each
+of them. A field that does not apply to a driver (times ``ts`` for a map, steps
 ``every`` for a flow, the fused path for a flow) is refused by that driver with one line rather than
 ignored.
 
