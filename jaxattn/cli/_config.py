@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 
-from jaxattn.errors import JaxattnError
+from jaxattn.config import Spec, check_value
+from jaxattn.errors import ConfigError, JaxattnError
 
 #: Options that only describe a random model (refused with a converted one: it brings its own).
 RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask", "scale")
@@ -42,9 +44,23 @@ def _check_type(key: str, value, default):
     return value
 
 
-def _resolve(args: argparse.Namespace, defaults: dict) -> dict:
-    """Command line > config file > defaults. Unknown config keys are refused; values are type-checked.
-    A finished run's own ``config.json`` is accepted as a config (its ``config`` table is replayed)."""
+def _check(key: str, value, option, prefix: str = "config value "):
+    """A value checked by its option's :class:`~jaxattn.config.Spec` (one ``JaxattnError`` line)."""
+    if not isinstance(option, Spec):
+        return _check_type(key, value, option)
+    try:
+        return check_value(key, option, value)
+    except ConfigError as e:
+        raise JaxattnError(f"{prefix}{e}") from None
+
+
+def _resolve(args: argparse.Namespace, defaults: Mapping) -> dict:
+    """Command line > config file > defaults. Unknown config keys are refused; values are checked.
+    A finished run's own ``config.json`` is accepted as a config (its ``config`` table is replayed).
+
+    ``defaults``: the command's options (``{dest: Spec}``, see :mod:`jaxattn.config`), each config-file value
+    checked by its :class:`~jaxattn.config.Spec`; or plain defaults (``{name: default}``), whose type is checked.
+    """
     cfg = _load_config(args.config) if getattr(args, "config", None) else {}
     if "command" in cfg and isinstance(cfg.get("config"), dict):  # a run directory's config.json
         if cfg["command"] != args.command:
@@ -54,16 +70,18 @@ def _resolve(args: argparse.Namespace, defaults: dict) -> dict:
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)}")
-    cfg = {k: _check_type(k, v, defaults[k]) for k, v in cfg.items()}
+    cfg = {k: _check(k, v, defaults[k]) for k, v in cfg.items()}
     out = {}
     for k, default in defaults.items():
         v = getattr(args, k, None)
-        out[k] = v if v is not None else cfg.get(k, default)
+        if v is not None and isinstance(default, Spec):  # argparse checked the type and the choices, not the rest
+            v = _check(default.cli, v, default, prefix="")
+        out[k] = v if v is not None else cfg.get(k, default.default if isinstance(default, Spec) else default)
     out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in cfg}
     return out
 
 
-def _replayed(run: dict, defaults: dict) -> dict:
+def _replayed(run: dict, defaults: Mapping) -> dict:
     """The options of a finished run's ``config.json``: its ``config`` table and the model it ran on (the studies
     record the model beside the table; ``analyze`` a random model's dimensions in ``model_dims``). A converted
     model brings its own dimensions, so the random-model options that ``simulate`` records are not replayed."""

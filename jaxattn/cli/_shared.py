@@ -2,8 +2,54 @@
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+from collections.abc import Mapping, Sequence
+
 from jaxattn.cli._config import RANDOM_ONLY
+from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.errors import JaxattnError, positive_int, real
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """The options of a command's run directory (the library has none: they are the command line's)."""
+
+    out: str = option("runs/out", "output run directory (new, empty, or an unfinished run of this command)")
+    overwrite: bool = option(False, "replace a finished run in --out (only the files jaxattn wrote)")
+    progress: bool = option(True, "show progress on stderr")
+    figures: bool = option(True, "write PNG figures")
+
+
+def add_options(p: argparse.ArgumentParser, groups: Mapping[str, Sequence[Spec]]) -> dict[str, Spec]:
+    """The options ``groups`` (``{group title: [Spec, ...]}``) as arguments of ``p``; returns them by ``argparse``
+    destination, the table :func:`jaxattn.cli._config._resolve` resolves a config file against."""
+    out: dict[str, Spec] = {}
+    for title, group in groups.items():
+        g = p.add_argument_group(title) if title else p
+        for spec in group:
+            add_argument(g, spec)
+            out[spec.dest] = spec
+    return out
+
+
+def output_options(p: argparse.ArgumentParser, *, out: str, figures: bool = False, progress: str | None = None,
+                   resumes: bool = True) -> dict[str, Spec]:
+    """An "output" group: ``--figures`` (studies), ``--out`` (default ``out``), ``--overwrite``, ``--progress``
+    (help ``progress``) and ``--config``; returns the options as :func:`add_options` does. ``resumes``: whether
+    an interrupted run resumes (said on Ctrl-C)."""
+    o = specs(Output)
+    chosen = [dataclasses.replace(o["out"], default=out), o["overwrite"],
+              dataclasses.replace(o["progress"], help=progress or o["progress"].help)]
+    g = p.add_argument_group("output")
+    options = {}
+    for spec in [o["figures"]] * figures + chosen:
+        add_argument(g, spec)
+        options[spec.dest] = spec
+    g.add_argument("--config", help="JSON or TOML file of option = value, or a finished run's config.json "
+                                    "(command-line options win)")
+    p.set_defaults(resumes=resumes)
+    return options
 
 
 def _start_run(cfg: dict, command: str, own: tuple[str, ...]):

@@ -48,6 +48,11 @@ SOLVERS = {
     "bosh3": diffrax.Bosh3, "tsit5": diffrax.Tsit5, "dopri5": diffrax.Dopri5, "dopri8": diffrax.Dopri8,
 }
 
+
+def adaptive(solver: str) -> bool:
+    """Whether the solver named ``solver`` (a key of :data:`SOLVERS`) has an error estimate (step-size control)."""
+    return issubclass(SOLVERS[solver], diffrax.AbstractAdaptiveSolver)
+
 #: Result codes of :class:`Solution`: ``result == i`` means diffrax's ``RESULTS.<RESULT_NAMES[i]>``; the
 #: last code stands for any other failure diffrax reports.
 RESULT_NAMES = ("successful", "max_steps_reached", "dt_min_reached", "nonfinite", "max_steps_rejected", "other")

@@ -28,6 +28,9 @@ from flax import struct
 from jaxattn.errors import ConfigError
 
 SPACES = ("sphere", "ellipsoid", "flat")
+#: The spaces (and normalisations) that need the matrix ``S``, an array: Python arguments, not command-line or
+#: configuration-file values.
+NEEDS_S = ("ellipsoid",)
 
 
 @struct.dataclass

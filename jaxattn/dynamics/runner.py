@@ -256,6 +256,9 @@ def cast_floats(tree: Any, dtype) -> Any:
 
 #: Floating dtypes by name; every driver's ``dtype`` takes one of these names or a NumPy/JAX dtype.
 DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float32, "float64": jnp.float64}
+#: The state precisions that the commands and sweeps offer (a 16-bit state cannot resolve consensus: its
+#: rounding, about 1e-3, is above the distances measured).
+SIMULATION_DTYPES = ("float32", "float64")
 
 
 def dtype_of(dtype) -> jnp.dtype | None:

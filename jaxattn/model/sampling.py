@@ -29,6 +29,8 @@ from jaxattn.model.params import Model, from_heads
 WEIGHT_KINDS = ("gaussian", "uniform", "identity")
 VALUE_KINDS = ("random", "identity", "symmetric")
 INIT_KINDS = ("sphere", "gaussian", "ellipsoid")
+#: The kinds that need an array (Python arguments, not command-line or configuration-file values), and which.
+NEEDS_ARRAY = {"symmetric": "spectrum", "ellipsoid": "S"}
 
 
 #: Conditions per block of :func:`init_tokens` by backend (other backends: 8192), as the runner's lanes.

@@ -1,5 +1,5 @@
 """Running one grid point's chunk: its model (built or loaded once per sweep), its drivers' options, the rows
-a chunk computes and the path (kernel) its chunks take."""
+a chunk computes and the path (fused kernel or plain) its chunks take."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def _rows(chunk: int, num_init: int, batch) -> int:
 def _options(p: dict, batch):
     """A point's flat configuration keys as the drivers' :class:`~jaxattn.Save` and :class:`~jaxattn.Batch`
     (the one place they are mapped): ``observables``, ``dynamics.save`` (maps) or ``dynamics.t1`` and
-    ``dynamics.saves`` (flows), ``matmul_precision`` and ``kernel`` (the map's path), on top of the sweep's
+    ``dynamics.saves`` (flows), ``matmul_precision`` and ``path`` (the map's), on top of the sweep's
     ``batch`` (lane width and devices)."""
     default = tuple(p["observables"]) == ("diameter", "cos_consensus")  # the fused kernel computes these on chip
     obs = None if default else Observables(tuple(p["observables"]))
@@ -53,12 +53,12 @@ def _options(p: dict, batch):
         save = Save(ts=np.linspace(0.0, p["dynamics.t1"], p["dynamics.saves"]), observe=obs)
         return save, dataclasses.replace(batch, precision=p["matmul_precision"])
     save = Save(every=p["dynamics.save"], observe=obs)
-    return save, dataclasses.replace(batch, precision=p["matmul_precision"], path=p["kernel"])
+    return save, dataclasses.replace(batch, precision=p["matmul_precision"], path=p["path"])
 
 
 def _dynamics(p: dict) -> Dynamics:
     return Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
-                    biases=p["dynamics.biases"], attention=p["dynamics.attention"])
+                    biases=p["dynamics.biases"], attention=p["dynamics.attention"], rope=p["dynamics.rope"])
 
 
 def _run_chunk(p: dict, model, X0, batch):

@@ -48,7 +48,16 @@ from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._distributed import distributed_from_env
 from jaxattn.sweeps._execution import _kernel_choice, _model_of, _rows, _run_chunk, saved_times
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
-from jaxattn.sweeps._schema import CONTINUOUS_ONLY, DISCRETE_ONLY, SCHEMA, Key, expand, inert_keys, validate_config
+from jaxattn.sweeps._schema import (
+    CONTINUOUS_ONLY,
+    DISCRETE_ONLY,
+    SCHEMA,
+    Key,
+    decisive,
+    expand,
+    inert_keys,
+    validate_config,
+)
 
 #: the names this module was importable by before the schema, observables, execution and process start-up
 #: moved to their own modules
@@ -64,7 +73,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
 
     ``batch`` (:class:`jaxattn.Batch`): the lane width (``size``) and the devices each chunk is split over;
     default ``Batch(devices=jax.local_devices())``, every local device. Its precision and path are the
-    configuration's (``matmul_precision``, ``kernel``), so a ``Batch`` giving its own is refused.
+    configuration's (``matmul_precision``, ``path``), so a ``Batch`` giving its own is refused.
     ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
     under ``jax.distributed``; see :func:`distributed_from_env`.
 
@@ -86,7 +95,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     if batch is not None and (check_batch(batch, "sweep_grid", fused=True).precision,
                               batch.path) != ("highest", "auto"):
         raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
-                          "kernel): give Batch(size=..., devices=...) only")
+                          "path): give Batch(size=..., devices=...) only")
     cfg = validate_config(load_config(config))
     points = expand(cfg)
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
@@ -99,14 +108,14 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     batch = Batch(devices=jax.local_devices()) if batch is None else batch
     devices = list(batch.devices or jax.local_devices()[:1])
     chunk = cfg[""]["chunk"]
-    decisive = {s: {k: v for k, v in keys.items() if k not in ("name",)} for s, keys in cfg.items()}
     models: dict = {}
     point_info = []
     for p in points:
         m = _model_of(p, models)
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
                            "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
-    manifest = {"fingerprint": fingerprint({"config": decisive, "lanes": batch.size}), "config": cfg, "chunk": chunk,
+    manifest = {"fingerprint": fingerprint({"config": decisive(cfg), "lanes": batch.size}), "config": cfg,
+                "chunk": chunk,
                 "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
                                                     "processes": nproc}}
     existed = Path(out).exists()

@@ -1,0 +1,222 @@
+"""The one configuration mechanism: typed dataclasses whose fields are options.
+
+A field declared with :func:`option` carries its help, its allowed values (taken from the constants of the
+module that implements them, never retyped) and a check. Everything else is derived from those dataclasses:
+
+* the command-line options of a command (:func:`add_arguments`; a list option is one comma-separated
+  argument, a boolean a ``--x/--no-x`` pair);
+* the keys of a config file and their checks (:func:`check_value`, :func:`from_mapping`): no silent
+  coercion, one line naming the key;
+* the sweep schema (:data:`jaxattn.sweeps.grid.SCHEMA`: one dataclass per section) and the studies'
+  configurations (``jaxattn.studies.<name>.Config``).
+
+So adding an option, or a value of one (a normalisation, an attention kind), touches the module that
+implements it and nothing that lists options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from jaxattn.errors import ConfigError
+
+Check = Callable[[Any], "str | None"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """One option, resolved from its dataclass field: ``types`` accepted (of the items, for a list), default,
+    ``choices``, ``check`` (returns what is wrong, or ``None``), ``help``; ``axis``: a list given in a sweep
+    makes it a grid axis; ``flag``: its command-line name when not the field's name."""
+
+    name: str
+    types: tuple
+    default: Any
+    optional: bool = False
+    is_list: bool = False
+    choices: tuple | None = None
+    check: Check | None = None
+    help: str = ""
+    axis: bool = True
+    flag: str | None = None
+
+    @property
+    def cli(self) -> str:
+        """The command-line option, ``--num-init``."""
+        return "--" + (self.flag or self.name).replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        """The ``argparse`` attribute it is stored in."""
+        return (self.flag or self.name).replace("-", "_")
+
+
+def option(default: Any, help: str, *, choices: Iterable | None = None, check: Check | None = None,
+           axis: bool = True, flag: str | None = None) -> Any:
+    """A dataclass field that is an option (see the module docstring). A list default is copied per instance."""
+    meta = {"option": {"help": help, "choices": None if choices is None else tuple(choices), "check": check,
+                       "axis": axis, "flag": flag}}
+    if isinstance(default, list):
+        return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def _types(hint) -> tuple[tuple, bool, bool]:
+    """``(accepted types, optional, is_list)`` of a field's annotation: ``int``, ``float`` (an int is accepted),
+    ``bool``, ``str``, unions of them, ``X | None``, ``list[X]``."""
+    optional = False
+    args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
+        else (hint,)
+    out: list = []
+    is_list = False
+    for a in args:
+        if a is type(None):
+            optional = True
+        elif typing.get_origin(a) is list:
+            is_list = True
+            out.extend(_types(typing.get_args(a)[0])[0])
+        elif a is float:
+            out.extend((int, float))
+        else:
+            out.append(a)
+    return tuple(dict.fromkeys(out)), optional, is_list
+
+
+def specs(cls: type) -> dict[str, Spec]:
+    """The options of a configuration dataclass, by field name (fields not declared with :func:`option` are
+    not options)."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("option")
+        if meta is None:
+            continue
+        typs, optional, is_list = _types(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
+        out[f.name] = Spec(f.name, typs, default, optional=optional, is_list=is_list, **meta)
+    return out
+
+
+def _names(typs: tuple) -> str:
+    return "/".join(t.__name__ for t in typs if not (t is int and float in typs))
+
+
+def _check_item(where: str, spec: Spec, v):
+    if v is None and spec.optional and not spec.is_list:
+        return None
+    if (isinstance(v, bool) and bool not in spec.types) or not isinstance(v, spec.types):
+        raise ConfigError(f"{where}: expected {_names(spec.types)}, got {v!r}")
+    if isinstance(v, float) and not math.isfinite(v):
+        raise ConfigError(f"{where}: must be finite, got {v!r}")
+    if spec.choices is not None and v not in spec.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(map(str, spec.choices))}, got {v!r}")
+    if spec.check is not None:
+        msg = spec.check(v)
+        if msg:
+            raise ConfigError(f"{where}: {msg}, got {v!r}")
+    return v
+
+
+def check_value(where: str, spec: Spec, v):
+    """``v`` checked against ``spec`` (type, finiteness, choices, check), or a :class:`ConfigError` naming
+    ``where``. A list option takes a list (or tuple) whose every item is checked, and returns a list."""
+    if spec.is_list:
+        if not isinstance(v, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list of {_names(spec.types)}, got {v!r}")
+        if not v:
+            raise ConfigError(f"{where}: give at least one value")
+        return [_check_item(f"{where}[{i}]", spec, x) for i, x in enumerate(v)]
+    return _check_item(where, spec, v)
+
+
+def from_mapping(cls: type, mapping: Mapping, *, prefix: str = ""):
+    """An instance of the configuration dataclass ``cls`` from a mapping of its option names (``-`` or ``_``)
+    to values, each checked; unknown keys are refused with the known ones listed."""
+    known = specs(cls)
+    values = {}
+    for name, v in mapping.items():
+        key = str(name).replace("-", "_")
+        if key not in known:
+            raise ConfigError(f"unknown key '{prefix}{key}' (known: {', '.join(known)})")
+        values[key] = check_value(prefix + key, known[key], v)
+    return cls(**values)
+
+
+def _item_parser(spec: Spec) -> Callable[[str], Any]:
+    """Text of the command line to one item of the option's type (an int or float before a str)."""
+    order = [t for t in (int, float, str) if t in spec.types]
+
+    def parse(text: str):
+        for t in order:
+            try:
+                return t(text)
+            except ValueError:
+                continue
+        raise argparse.ArgumentTypeError(f"expected {_names(spec.types)}, got {text!r}")
+
+    parse.__name__ = _names(spec.types)  # argparse names the type in its error
+    return parse
+
+
+def _list_parser(spec: Spec) -> Callable[[str], list]:
+    item = _item_parser(spec)
+
+    def parse(text: str) -> list:
+        return [item(s.strip()) for s in text.split(",") if s.strip()]
+
+    parse.__name__ = f"comma-separated {_names(spec.types)}"
+    return parse
+
+
+def add_argument(group, spec: Spec, default: Any = dataclasses.MISSING) -> None:
+    """The command-line option of ``spec`` in ``group`` (a parser or argument group). Its value is ``None``
+    when not given, so that a config file and the default can be told from the command line; the help
+    ends with the default."""
+    default = spec.default if default is dataclasses.MISSING else default
+    shown = ",".join(map(str, default)) if isinstance(default, list) else default
+    # the choices of a list option are not argparse's (it sees one string): they go in the help
+    choices = f" (among {', '.join(map(str, spec.choices))})" if spec.choices and spec.is_list else ""
+    text = (f"{spec.help}{choices}" + (f" [{shown}]" if default is not None else "")).replace("%", "%%")
+    if spec.types == (bool,):
+        group.add_argument(spec.cli, dest=spec.dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+    elif spec.is_list:
+        group.add_argument(spec.cli, dest=spec.dest, type=_list_parser(spec), metavar="A,B,...",
+                           help=f"comma-separated: {text}")
+    else:
+        metavar = None if spec.choices else spec.dest.upper()
+        group.add_argument(spec.cli, dest=spec.dest, type=_item_parser(spec), metavar=metavar, help=text,
+                           **({"choices": spec.choices} if spec.choices else {}))
+
+
+# ---------------------------------------------------------------- checks shared by the declarations
+def positive(v) -> str | None:
+    return None if v > 0 else "must be > 0"
+
+
+def non_negative(v) -> str | None:
+    return None if v >= 0 else "must be >= 0"
+
+
+def at_least(k: int) -> Check:
+    def check(v):
+        return None if v >= k else f"must be >= {k}"
+    return check
+
+
+def seed(v) -> str | None:
+    return None if 0 <= v < 2**63 else "must be in [0, 2^63)"
+
+
+def replace_defaults(options: Mapping[str, Spec], **defaults) -> dict[str, Spec]:
+    """``options`` with some defaults changed (a command whose defaults differ from the library's)."""
+    return {k: dataclasses.replace(s, default=defaults[k]) if k in defaults else s for k, s in options.items()}
+
+
+__all__ = ["Spec", "add_argument", "at_least", "check_value", "from_mapping", "non_negative", "option", "positive",
+           "replace_defaults", "seed", "specs"]
