@@ -97,7 +97,7 @@ def test_simulate_command_reaches_the_kernel_and_scale(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv,msg", [
-    (["--scale", "0"], "--scale must be a finite number > 0"),
+    (["--scale", "0"], "--scale: must be > 0, got 0"),
     (["--attention", "sparsemax"], "invalid choice"),
     (["--norm", "layernorm"], "no LayerNorm weights"),
     (["--attention", "uniform", "--scale", "1"], "--scale does nothing with --attention uniform"),

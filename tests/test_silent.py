@@ -171,7 +171,7 @@ def test_simulate_converted_model_records_its_own_dims_and_replays(tmp_path, cap
      "dynamics.alpha does nothing with dynamics.kind = 'continuous'"),
     ({"dynamics": {"t1": 3.0}}, "dynamics.t1 does nothing with dynamics.kind = 'discrete'"),
     ({"dynamics": {"steps": 4, "kind": "continuous"}}, "dynamics.steps does nothing"),
-    ({"kernel": "plain", "dynamics": {"kind": "continuous"}}, "kernel does nothing"),
+    ({"kernel": "plain", "dynamics": {"kind": "continuous"}}, "path does nothing"),
     ({"dynamics": {"attention": "uniform", "beta": 5.0}}, "dynamics.beta does nothing with dynamics.attention"),
     ({"model": {"scale": 0.3}, "dynamics": {"attention": "uniform"}}, "model.scale does nothing"),
     ({"dynamics": {"kind": "continuous", "solver": "euler", "dt": 0.1, "rtol": 1e-3}}, "dynamics.rtol does nothing"),

@@ -214,7 +214,7 @@ def test_points_differing_in_alpha_and_beta_compile_once(tmp_path, monkeypatch):
     ({"model": {"source": "minilm", "d": 7}}, "model.d only applies"),
     ({"chunk": [1, 2]}, "chunk: takes a single value"),
     ({"dynamics": {"kind": "continuous", "solver": "rk99"}}, "dynamics.solver"),
-    ({"observables": ["energy"]}, "unknown observable"),
+    ({"observables": ["energy"]}, r"observables\[0\]: must be one of diameter"),
     ({"init": {"kind": "cube"}}, "init.kind: must be one of"),
 ])
 def test_bad_configurations_name_the_key(cfg, match, tmp_path):
@@ -254,7 +254,7 @@ def test_cli_sweep_and_solve(tmp_path):
     (["solve", "--solver", "euler", "--t1", "1"], "fixed step size"),
     (["solve", "--heads", "3"], "not divisible"),
     (["solve", "--model", "minilm", "--d", "7"], "--d only applies"),
-    (["solve", "--space", "ellipse"], "--space: must be one of"),
+    (["solve", "--space", "ellipse"], "argument --space: invalid choice"),
     (["sweep", "missing.toml"], "does not exist"),
 ])
 def test_cli_bad_input_one_line_exit_2_nothing_left(args, match, tmp_path):

@@ -86,7 +86,8 @@ def load_model_arg(spec: str, cfg: dict):
         if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or not 0 <= cfg["seed"] < 2**63:
             raise JaxattnError(f"--seed must be an integer in [0, 2^63), got {cfg['seed']!r}")
         return seeded_model(cfg["seed"], cfg["d"], cfg["heads"], cfg["depth"], shared=cfg["shared"],
-                            weights=cfg["weights"], value=cfg["value"], mask=cfg["mask"], scale=cfg.get("scale"))
+                            weights=cfg["weights"], value=cfg["value"], mask=cfg["mask"], scale=cfg.get("scale"),
+                            unit_output=cfg.get("unit_output", False))  # D2: drawn with O = I
     given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
     if given:
         raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "

@@ -20,6 +20,7 @@ from jaxattn.cli._shared import (
 from jaxattn.cli._study import formatter
 from jaxattn.config import Spec
 from jaxattn.errors import JaxattnError
+from jaxattn.sweeps._schema import dynamics_of
 from jaxattn.sweeps.grid import SCHEMA
 
 
@@ -31,7 +32,8 @@ def _of(section: str, *keys: str) -> list[Spec]:
 #: and choices come from there; the chunk size is chosen from a memory budget unless given).
 GROUPS = {
     "model": _of("model", "source", "d", "heads", "depth", "shared", "weights", "value", "mask", "scale"),
-    "dynamics": _of("dynamics", "steps", "alpha", "beta", "norm", "ffn", "pre_ln", "biases", "attention", "rope"),
+    "dynamics": _of("dynamics", "steps", "alpha", "beta", "norm", "ffn", "pre_ln", "biases", "drop_ln2", "unit_output",
+                    "attention", "rope"),
     "initial conditions and run": [*_of("init", "n"), *_of("", "num_init"), *_of("init", "kind"),
                                    *_of("", "seed", "dtype", "matmul_precision"),
                                    dataclasses.replace(SCHEMA[""]["chunk"], default=None,
@@ -73,7 +75,7 @@ def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
 
 
 def run(args, cfg) -> int:
-    from jaxattn.dynamics.discrete import Dynamics, check_dynamics
+    from jaxattn.dynamics.discrete import check_dynamics
     from jaxattn.dynamics.options import Batch
     from jaxattn.io import rundir
     from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
@@ -84,8 +86,7 @@ def run(args, cfg) -> int:
     out = Path(cfg["out"])
     model = load_model_arg(cfg["model"], cfg)
     steps = model.depth if cfg["steps"] is None else cfg["steps"]
-    dyn = Dynamics(norm=cfg["norm"], ffn=cfg["ffn"], pre_ln=cfg["pre_ln"], biases=cfg["biases"],
-                   attention=cfg["attention"], rope=cfg["rope"])
+    dyn = dynamics_of(cfg)
     # options that would be recorded but change nothing are refused, before anything is written: what no model
     # could run (the library's checks), then what this model would ignore
     check_dynamics(model, dyn)

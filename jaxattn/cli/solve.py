@@ -8,27 +8,24 @@ run directory is a sweep store (chunked, checksummed, resumable) with ``config.j
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 
+from jaxattn.cli._shared import add_options
 from jaxattn.cli._study import formatter
 from jaxattn.errors import ConfigError
+from jaxattn.sweeps.grid import SCHEMA
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
 KEYS = {
     "": ("num_init", "chunk", "seed", "dtype", "matmul_precision", "keep_final", "observables"),
     "model": ("source", "d", "heads", "depth", "shared", "mask", "weights", "value", "scale"),
-    "dynamics": ("space", "rescaled", "attention", "beta", "t1", "saves", "solver", "rtol", "atol", "dt",
+    "dynamics": ("space", "rescaled", "attention", "biases", "beta", "t1", "saves", "solver", "rtol", "atol", "dt",
                  "max_steps", "layer_time"),
     "init": ("n", "kind"),
 }
-#: Option names that differ from the key names.
-FLAGS = {("model", "source"): "model", ("init", "kind"): "init"}
-
-
 def _flag(sec: str, key: str) -> str:
-    return FLAGS.get((sec, key), key).replace("_", "-")
+    return SCHEMA[sec][key].cli[2:]
 
 
 def _as_flags(message: str) -> str:
@@ -46,7 +43,6 @@ def _as_flags(message: str) -> str:
 
 def register(sub) -> None:
     from jaxattn.cli.sweep import add_process_options
-    from jaxattn.sweeps.grid import SCHEMA
 
     p = sub.add_parser("solve", formatter_class=formatter,
                        help="integrate a continuous-time model (C2 sphere, C3 flat, Oja) over many initial conditions",
@@ -58,22 +54,9 @@ def register(sub) -> None:
                                    "model changes weights every --layer-time (solved interval by interval). Failed "
                                    "solves are flagged per condition (result column), never aborting the run. The "
                                    "output directory is resumable: run the same command again after an interruption.")
-    groups = {"model": p.add_argument_group("model"), "dynamics": p.add_argument_group("flow"),
-              "init": p.add_argument_group("initial conditions"), "": p.add_argument_group("run")}
-    for sec, keys in KEYS.items():
-        for key in keys:
-            spec = SCHEMA[sec][key]
-            flag = "--" + _flag(sec, key)
-            extra = f" [{', '.join(map(str, spec.choices))}]" if spec.choices else ""
-            helptext = f"{spec.help}{extra} (default: {spec.default})"
-            if spec.types == (bool,):
-                groups[sec].add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=helptext)
-            elif key == "observables":
-                groups[sec].add_argument(flag, help=f"comma-separated: {helptext}")
-            else:
-                typ = int if spec.types == (int,) else (float if float in spec.types else str)
-                groups[sec].add_argument(flag, type=typ, help=helptext)
-    g = groups[""]
+    titles = {"model": "model", "dynamics": "flow", "init": "initial conditions", "": "run"}
+    add_options(p, {titles[sec]: [SCHEMA[sec][k] for k in keys] for sec, keys in KEYS.items()})
+    g = p.add_argument_group("output")
     g.add_argument("--out", help="output run directory [runs/solve]")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
@@ -103,7 +86,7 @@ def _point_config(args) -> dict:
         for key in keys:
             v = getattr(args, _flag(sec, key).replace("-", "_"))
             if v is not None:
-                flat_cfg[(sec, key)] = v.split(",") if key == "observables" else v
+                flat_cfg[(sec, key)] = v
     cfg: dict = {"dynamics": {"kind": "continuous"}}
     for (sec, key), v in flat_cfg.items():
         if (sec and key not in KEYS.get(sec, ())) or (not sec and key not in KEYS[""]):

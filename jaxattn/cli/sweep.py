@@ -22,7 +22,8 @@ def add_process_options(p) -> None:
 def register(sub) -> None:
     from jaxattn.sweeps.grid import SCHEMA
 
-    keys = "\n".join(f"  {(s + '.' if s else '') + k:<22} {spec.help} [{spec.default!r}]"
+    keys = "\n".join(f"  {(s + '.' if s else '') + k:<22} {spec.help}"
+                     + (f" ({', '.join(map(str, spec.choices))})" if spec.choices else "") + f" [{spec.default!r}]"
                      for s, ks in SCHEMA.items() for k, spec in ks.items())
     p = sub.add_parser("sweep", formatter_class=argparse.RawDescriptionHelpFormatter,
                        help="run a grid of simulations from a TOML/JSON configuration into a resumable store",

@@ -18,16 +18,18 @@ from jaxattn.errors import NonFiniteWarning
 from jaxattn.io.checkpoints import load_any
 from jaxattn.model.sampling import seeded_model
 from jaxattn.sweeps._observables import Observables
+from jaxattn.sweeps._schema import dynamics_of
 
 
 def _model_of(p: dict, cache: dict):
     if p["model.source"] == "random":
+        unit = p["dynamics.kind"] == "discrete" and p["dynamics.unit_output"]  # D2: drawn with O = I
         spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
-                p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"])
+                       p["model.mask"], p["model.weights"], p["model.value"], p["model.scale"], unit)
         if spec not in cache:
             cache[spec] = seeded_model(p["seed"], p["model.d"], p["model.heads"], p["model.depth"],
                                        shared=p["model.shared"], weights=p["model.weights"], value=p["model.value"],
-                                       mask=p["model.mask"], scale=p["model.scale"])
+                                       mask=p["model.mask"], scale=p["model.scale"], unit_output=unit)
         return cache[spec]
     spec = ("file", p["model.source"])
     if spec not in cache:
@@ -57,8 +59,7 @@ def _options(p: dict, batch):
 
 
 def _dynamics(p: dict) -> Dynamics:
-    return Dynamics(norm=p["dynamics.norm"], ffn=p["dynamics.ffn"], pre_ln=p["dynamics.pre_ln"],
-                    biases=p["dynamics.biases"], attention=p["dynamics.attention"], rope=p["dynamics.rope"])
+    return dynamics_of({k.split(".", 1)[1]: v for k, v in p.items() if k.startswith("dynamics.")})
 
 
 def _run_chunk(p: dict, model, X0, batch):
@@ -71,7 +72,8 @@ def _run_chunk(p: dict, model, X0, batch):
             res = simulate(model, X0, steps, dynamics=_dynamics(p), alpha=p["dynamics.alpha"], beta=p["dynamics.beta"],
                            save=save, batch=batch, dtype=dtype)
         return {"observables": res.observables, "final": res.final}
-    flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"])
+    flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"],
+                biases=p["dynamics.biases"])
     sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"], save=save, batch=batch, dtype=dtype,
                 solver=p["dynamics.solver"], rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"],
                 max_steps=p["dynamics.max_steps"], layer_time=p["dynamics.layer_time"])

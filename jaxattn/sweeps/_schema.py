@@ -11,7 +11,7 @@ from jaxattn.config import Spec as Key
 from jaxattn.config import at_least, check_value, non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics.continuous import SOLVERS, adaptive
-from jaxattn.dynamics.discrete import NORMS, ROPES
+from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
 from jaxattn.dynamics.geometry import NEEDS_S, SPACES
 from jaxattn.dynamics.options import PATHS, PRECISIONS
 from jaxattn.dynamics.runner import SIMULATION_DTYPES
@@ -96,7 +96,11 @@ class DynamicsOptions:
     save: int | str = option(1, "discrete: observe every m-th step, or 'last'", check=_save)
     ffn: bool = option(False, "discrete: keep the FFN (converted models)")
     pre_ln: bool = option(False, "discrete: pre-norm models (GPT-2, GPT-Neo): keep ln_1 before attention")
-    biases: bool = option(False, "discrete: include biases (converted models)")
+    biases: bool = option(False, "include biases (converted models)")
+    drop_ln2: bool = option(False, "discrete: pre-norm models without the FFN: the block is x + α Attn(LN1 x), no "
+                            "norm after it (the GPT-Consensus reading)")
+    unit_output: bool = option(False, "discrete: D2, one head with O = I (a random model is drawn so; a converted "
+                               "one must have it)")
     rope: str = option("none", "discrete: positions in attention: 'none' position-free (tokens exchangeable), "
                        "'model' the model's own RoPE (Llama, GPT-NeoX...), 'on' the model's or the standard RoPE "
                        "(θ = 10⁴)", choices=ROPES)
@@ -129,7 +133,13 @@ SCHEMA: dict[str, dict[str, Key]] = {sec: specs(cls) for sec, cls in SECTIONS.it
 RENAMED = {"kernel": "path"}
 #: Keys added after stores were first written, with the value every older store ran: left out of the
 #: fingerprint at that value, so those stores resume.
-ADDED = {("dynamics", "rope"): "none"}
+ADDED = {("dynamics", "rope"): "none", ("dynamics", "drop_ln2"): False, ("dynamics", "unit_output"): False}
+
+
+def dynamics_of(values: Mapping) -> Dynamics:
+    """The :class:`~jaxattn.Dynamics` that options name (``values``: by field name, e.g. a command's resolved
+    options or a point's ``dynamics.*`` keys without the prefix); the fields not given keep their defaults."""
+    return Dynamics(**{f.name: values[f.name] for f in dataclasses.fields(Dynamics) if f.name in values})
 
 
 def decisive(cfg: dict) -> dict:
@@ -191,10 +201,10 @@ def inert_keys(p: dict) -> dict[str, str]:
         out["dynamics.beta"] = out["model.scale"] = "dynamics.attention = 'uniform' (no scores)"
     if kind == "continuous" and p["dynamics.dt"] is not None:
         out["dynamics.rtol"] = out["dynamics.atol"] = "a fixed step size dynamics.dt (no step-size control)"
-    if kind == "discrete" and p["model.source"] == "random":
-        for k in ("dynamics.ffn", "dynamics.pre_ln", "dynamics.biases"):
-            out[k] = "model.source = 'random' (attention-only, post-norm, no biases)"
-        if p["dynamics.rope"] == "model":
+    if p["model.source"] == "random":
+        for k in ("dynamics.ffn", "dynamics.pre_ln", "dynamics.biases", "dynamics.drop_ln2"):
+            out.setdefault(k, "model.source = 'random' (attention-only, post-norm, no biases)")
+        if kind == "discrete" and p["dynamics.rope"] == "model":
             out["dynamics.rope"] = "model.source = 'random' (no RoPE of its own; 'on' applies the standard one)"
     return out
 

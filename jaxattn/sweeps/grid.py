@@ -52,8 +52,10 @@ from jaxattn.sweeps._schema import (
     CONTINUOUS_ONLY,
     DISCRETE_ONLY,
     SCHEMA,
+    SECTIONS,
     Key,
     decisive,
+    dynamics_of,
     expand,
     inert_keys,
     validate_config,
@@ -61,8 +63,8 @@ from jaxattn.sweeps._schema import (
 
 #: the names this module was importable by before the schema, observables, execution and process start-up
 #: moved to their own modules
-__all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "SCHEMA", "Key", "Observables", "distributed_from_env",
-           "expand", "inert_keys", "saved_times", "sweep_grid", "validate_config"]
+__all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "SCHEMA", "SECTIONS", "Key", "Observables",
+           "distributed_from_env", "dynamics_of", "expand", "inert_keys", "saved_times", "sweep_grid", "validate_config"]
 
 
 @moved

@@ -1,0 +1,186 @@
+"""The one configuration mechanism (jaxattn.config): options declared once as dataclass fields, from which the
+command-line options, the config-file checks and the sweep schema are derived, their choices the library's own."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import jaxattn as ja
+from jaxattn.cli import build_parser, main
+from jaxattn.config import check_value, from_mapping, option, positive, specs
+from jaxattn.errors import ConfigError
+from jaxattn.model.sampling import seeded_model
+from jaxattn.sweeps.grid import SCHEMA, validate_config
+
+
+@dataclasses.dataclass(frozen=True)
+class _Example:
+    n: int = option(3, "tokens", check=positive)
+    scale: float | None = option(None, "a scale", check=positive)
+    sizes: list[int] = option([2, 3], "sizes", choices=(1, 2, 3, 4))
+    on: bool = option(False, "a switch")
+    save: int | str = option(1, "every or 'last'")
+    kind: str = option("a", "a kind", choices=("a", "b"))
+    internal: int = 0  # not an option
+
+
+def test_specs_come_from_the_annotations():
+    sp = specs(_Example)
+    assert set(sp) == {"n", "scale", "sizes", "on", "save", "kind"}
+    assert sp["n"].types == (int,) and not sp["n"].optional
+    assert sp["scale"].types == (int, float) and sp["scale"].optional
+    assert sp["sizes"].is_list and sp["sizes"].types == (int,) and sp["sizes"].default == [2, 3]
+    assert sp["save"].types == (int, str)
+    assert _Example().sizes is not _Example().sizes  # a list default is copied per instance
+
+
+@pytest.mark.parametrize("key,value,match", [
+    ("n", True, "expected int"), ("n", 2.0, "expected int"), ("n", 0, "must be > 0"),
+    ("scale", float("inf"), "must be finite"), ("scale", "1", "expected float"),
+    ("sizes", "2,3", "expected a list of int"), ("sizes", [], "at least one"), ("sizes", [2, 5], r"sizes\[1\]"),
+    ("kind", "c", "must be one of a, b"), ("on", 1, "expected bool"),
+])
+def test_check_value_names_the_key(key, value, match):
+    with pytest.raises(ConfigError, match=match):
+        check_value(key, specs(_Example)[key], value)
+
+
+def test_from_mapping_checks_and_refuses_unknown_keys():
+    assert from_mapping(_Example, {"sizes": [4], "scale": 2, "save": "last"}) == _Example(sizes=[4], scale=2,
+                                                                                         save="last")
+    with pytest.raises(ConfigError, match="unknown key 'nn'"):
+        from_mapping(_Example, {"nn": 1})
+
+
+def test_command_line_options_are_derived():
+    from jaxattn.cli._shared import add_options
+
+    p = argparse.ArgumentParser()
+    add_options(p, {"x": list(specs(_Example).values())})
+    a = p.parse_args(["--sizes", "1,4", "--save", "last", "--on", "--scale", "0.5"])
+    assert (a.sizes, a.save, a.on, a.scale, a.n) == ([1, 4], "last", True, 0.5, None)
+    assert p.parse_args(["--save", "3"]).save == 3
+    with pytest.raises(SystemExit):
+        p.parse_args(["--kind", "c"])
+
+
+def _choices(command: str) -> dict[str, tuple]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: tuple(a.choices) for a in sub.choices[command]._actions if a.choices}
+
+
+def test_choices_are_the_library_constants():
+    """Adding a normalisation, an attention kind, a solver... touches the module that implements it: every list
+    of values offered is that module's constant (less the kinds that need an array, a Python argument)."""
+    from jaxattn.dynamics.continuous import SOLVERS
+    from jaxattn.dynamics.discrete import NORMS, ROPES
+    from jaxattn.dynamics.geometry import NEEDS_S, SPACES
+    from jaxattn.dynamics.options import PATHS, PRECISIONS
+    from jaxattn.dynamics.runner import SIMULATION_DTYPES
+    from jaxattn.model.attention import KERNELS
+    from jaxattn.model.sampling import INIT_KINDS, NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS
+    from jaxattn.sweeps.grid import OBSERVABLES
+
+    def plain(kinds, needs):
+        return tuple(k for k in kinds if k not in needs)
+
+    expected = {
+        ("dynamics", "norm"): plain(NORMS, NEEDS_S), ("dynamics", "space"): plain(SPACES, NEEDS_S),
+        ("dynamics", "attention"): KERNELS, ("dynamics", "rope"): ROPES, ("dynamics", "solver"): tuple(SOLVERS),
+        ("model", "weights"): WEIGHT_KINDS, ("model", "value"): plain(VALUE_KINDS, NEEDS_ARRAY),
+        ("init", "kind"): plain(INIT_KINDS, NEEDS_ARRAY), ("", "dtype"): SIMULATION_DTYPES,
+        ("", "matmul_precision"): tuple(PRECISIONS), ("", "path"): PATHS, ("", "observables"): tuple(OBSERVABLES),
+    }
+    for (sec, key), want in expected.items():
+        assert SCHEMA[sec][key].choices == want, (sec, key)
+    assert "ellipsoid" not in SCHEMA["dynamics"]["norm"].choices and "layernorm" in SCHEMA["dynamics"]["norm"].choices
+    for command in ("simulate", "solve"):
+        for dest, choices in _choices(command).items():
+            spec = next(s for sec in SCHEMA.values() for s in sec.values() if s.dest == dest)
+            assert choices == spec.choices, (command, dest)
+
+
+def test_every_option_of_a_dynamics_is_reachable_everywhere():
+    """Every field of Dynamics (maps) is a sweep key and a `simulate` option; every field of Flow a sweep key
+    and a `solve` option."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {c: {o for a in sub.choices[c]._actions for o in a.option_strings} for c in ("simulate", "solve")}
+    for cls, command in ((ja.Dynamics, "simulate"), (ja.Flow, "solve")):
+        for f in dataclasses.fields(cls):
+            assert f.name in SCHEMA["dynamics"], (cls.__name__, f.name)
+            assert "--" + f.name.replace("_", "-") in flags[command], (command, f.name)
+
+
+#: Fingerprints of sweep stores written before the schema was derived from dataclasses (computed with that
+#: code): a store written then still resumes.
+OLD_FINGERPRINTS = [
+    ({}, "97070c7c1b83908f"),
+    ({"kernel": "plain", "dynamics": {"beta": [1.0, 2.0]}, "init": {"n": 5}}, "3965581d783ea4da"),
+    ({"dynamics": {"kind": "continuous", "t1": 3.0}, "observables": ["diameter"]}, "fa14b14aaa25d6a7"),
+]
+
+
+@pytest.mark.parametrize("raw,want", OLD_FINGERPRINTS)
+def test_old_stores_keep_their_fingerprint(raw, want):
+    from jaxattn.io.store import fingerprint
+    from jaxattn.sweeps._schema import decisive
+
+    assert fingerprint({"config": decisive(validate_config(raw)), "lanes": None}) == want
+
+
+def test_renamed_key_still_reads():
+    assert validate_config({"kernel": "plain"})[""]["path"] == "plain"
+    assert validate_config({"path": "plain"})[""]["path"] == "plain"
+
+
+def _sweep_vs_simulate(tmp_path, dynamics: dict, model_opts: dict, dyn: ja.Dynamics):
+    cfg = {"num_init": 4, "chunk": 4, "seed": 3, "init": {"n": 4},
+           "model": {"source": "random", "d": 4, "depth": 2, **model_opts}, "dynamics": dynamics}
+    sw = ja.sweep_grid(cfg, tmp_path / "s", progress=False)
+    model = seeded_model(3, 4, model_opts.get("heads", 4), 2, unit_output=dyn.unit_output)
+    X0 = ja.init_tokens(jax.random.key(3), 4, 4, 4, dtype=np.float32)
+    ref = ja.simulate(model, X0, 2, dynamics=dyn, dtype="float32")
+    np.testing.assert_allclose(sw.arrays(0)["observables.diameter"], np.asarray(ref.observables["diameter"]),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_sweep_reaches_rope(tmp_path):
+    _sweep_vs_simulate(tmp_path, {"rope": "on"}, {"heads": 2}, ja.Dynamics(rope="on"))
+
+
+def test_sweep_reaches_unit_output(tmp_path):
+    _sweep_vs_simulate(tmp_path, {"unit_output": True}, {"heads": 1}, ja.D2)
+
+
+def test_simulate_command_reaches_unit_output(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["simulate", "--unit-output", "--heads", "1", "--d", "4", "--depth", "2", "--n", "3", "--num-init",
+                 "2", "--out", str(out), "--no-progress"]) == 0
+    assert json.loads((out / "config.json").read_text())["config"]["unit_output"] is True
+    capsys.readouterr()
+    assert main(["simulate", "--drop-ln2", "--num-init", "2", "--out", str(tmp_path / "p")]) == 2
+    assert "drop_ln2" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--n", "0"], "--n: must be > 0, got 0"),
+    (["--mask", "diagonal"], "--mask: "),
+    (["--steps", "-1"], "--steps: must be >= 0"),
+])
+def test_simulate_command_line_values_are_checked_by_their_declaration(argv, match, tmp_path, capsys):
+    assert main(["simulate", *argv, "--num-init", "2", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("\n") == 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_simulate_config_file_values_are_checked_by_their_declaration(tmp_path, capsys):
+    (tmp_path / "c.toml").write_text('attention = "sparsemax"\n')
+    assert main(["simulate", "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o")]) == 2
+    assert "config value attention: must be one of softmax, uniform, unnormalised" in capsys.readouterr().err
