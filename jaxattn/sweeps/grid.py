@@ -64,7 +64,8 @@ from jaxattn.sweeps._schema import (
 #: the names this module was importable by before the schema, observables, execution and process start-up
 #: moved to their own modules
 __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "SCHEMA", "SECTIONS", "Key", "Observables",
-           "distributed_from_env", "dynamics_of", "expand", "inert_keys", "saved_times", "sweep_grid", "validate_config"]
+           "distributed_from_env", "dynamics_of", "expand", "inert_keys", "saved_times", "sweep_grid",
+           "validate_config"]
 
 
 @moved
