@@ -60,6 +60,27 @@ def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
     return rundir.start(cfg["out"], command, overwrite=cfg["overwrite"], resumable=True, own=own)
 
 
+def write_summary(out, lines: list[str], bad, files: str) -> str:
+    """The summary of a run of many conditions: ``lines``, a warning when some of the conditions (``bad``: a
+    ``[N]`` bool array) became non-finite (also on stderr), and where the ``files`` are; written to
+    ``out/summary.txt`` atomically, printed, and returned."""
+    import sys
+
+    from jaxattn.io.results import atomic_write_text
+    from jaxattn.io.store import nonfinite_warning
+
+    lines = list(lines)
+    if bad.any():
+        warning = nonfinite_warning(int(bad.sum()), len(bad))
+        lines.append(f"warning      {warning}")
+        print(f"jaxattn: warning: {warning}", file=sys.stderr)
+    lines.append(f"output       {out}/ ({files})")
+    text = "\n".join(lines) + "\n"
+    atomic_write_text(out / "summary.txt", text)
+    print(text, end="")
+    return text
+
+
 def _check_number(name: str, v) -> None:
     real(f"--{name}", v, error=JaxattnError)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import sys
 from pathlib import Path
 
 from jaxattn.cli._config import RANDOM_ONLY
@@ -16,6 +15,7 @@ from jaxattn.cli._shared import (
     load_model_arg,
     model_dims,
     output_options,
+    write_summary,
 )
 from jaxattn.cli._study import formatter
 from jaxattn.config import Spec
@@ -78,8 +78,8 @@ def run(args, cfg) -> int:
     from jaxattn.dynamics.discrete import check_dynamics
     from jaxattn.dynamics.options import Batch
     from jaxattn.io import rundir
-    from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
-    from jaxattn.io.store import nonfinite_conditions, nonfinite_warning
+    from jaxattn.io.results import provenance, save_arrays, weights_sha256, write_json
+    from jaxattn.io.store import nonfinite_conditions
     from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
 
     dtype = _dtype(cfg["dtype"])  # every option was checked against its declaration (jaxattn.sweeps.grid.SCHEMA)
@@ -136,14 +136,7 @@ def run(args, cfg) -> int:
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
         *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps),
     ]
-    if bad.any():
-        warning = nonfinite_warning(int(bad.sum()), len(bad))
-        lines.append(f"warning      {warning}")
-        print(f"jaxattn: warning: {warning}", file=sys.stderr)
-    lines.append(f"output       {out}/ (config.json, observables.safetensors, summary.txt)")
-    text = "\n".join(lines) + "\n"
-    atomic_write_text(out / "summary.txt", text)
+    write_summary(out, lines, bad, "config.json, observables.safetensors, summary.txt")
     rundir.finish(run)
     finish(out)
-    print(text, end="")
     return 0

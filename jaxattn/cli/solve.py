@@ -9,9 +9,8 @@ run directory is a sweep store (chunked, checksummed, resumable) with ``config.j
 from __future__ import annotations
 
 import re
-import sys
 
-from jaxattn.cli._shared import add_options
+from jaxattn.cli._shared import add_options, write_summary
 from jaxattn.cli._study import formatter
 from jaxattn.errors import ConfigError
 from jaxattn.sweeps.grid import SCHEMA
@@ -101,9 +100,9 @@ def run(args, cfg) -> int:
     import numpy as np
 
     from jaxattn.cli.sweep import execute
-    from jaxattn.io.results import atomic_write_text, provenance, write_json
+    from jaxattn.io.results import provenance, write_json
     from jaxattn.io.rundir import dir_out
-    from jaxattn.io.store import nonfinite_conditions, nonfinite_warning
+    from jaxattn.io.store import nonfinite_conditions
     from jaxattn.sweeps.grid import expand, validate_config
 
     point = _point_config(args)
@@ -138,12 +137,5 @@ def run(args, cfg) -> int:
             q = np.quantile(a[:, -1], [0.0, 0.5, 1.0])
             lines.append(f"{name:<12} t=0 mean {np.mean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
                          f"median {q[1]:.3g} max {q[2]:.3g}")
-    if nonfinite.any():
-        warning = nonfinite_warning(int(nonfinite.sum()), len(nonfinite))
-        lines.append(f"warning      {warning}")
-        print(f"jaxattn: warning: {warning}", file=sys.stderr)
-    lines.append(f"output       {out}/ (config.json, summary.txt, manifest.json, data.zarr)")
-    text = "\n".join(lines) + "\n"
-    atomic_write_text(out / "summary.txt", text)
-    print(text, end="")
+    write_summary(out, lines, nonfinite, "config.json, summary.txt, manifest.json, data.zarr")
     return 0
