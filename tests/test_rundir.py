@@ -172,7 +172,15 @@ def test_a_killed_simulate_resumes_and_drops_its_stale_temporary(tmp_path, monke
 
 def test_an_unfinished_run_of_another_command_needs_overwrite(tmp_path, monkeypatch, capsys):
     out = tmp_path / "r"
-    monkeypatch.setattr(sweep_mod, "simulate", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt))
+    real, calls = sweep_mod.simulate, []
+
+    def dies(*a, **k):  # after one finished chunk (a run stopped before any result keeps no store)
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "simulate", dies)
     assert main([*SIM, "--out", str(out)]) == 130
     capsys.readouterr()
     assert main([*CLUSTERS, "--out", str(out)]) == 2

@@ -307,3 +307,90 @@ def test_a_point_smaller_than_a_chunk_is_padded_to_the_block_width_only(tmp_path
     small = grid.sweep_grid(_cfg(num_init=6, chunk=6, seed=0, model__mask="full"), tmp_path / "b", progress=False,
                             batch=ja.Batch(devices=jax.local_devices()[:1]))
     _assert_same(_arrays(big.store.root), _arrays(small.store.root))
+
+
+# ---------------------------------------------------------------- one engine: sweep is a one-point grid
+def test_a_sweep_refused_before_any_result_leaves_no_store_in_the_way(tmp_path):
+    """An option only the first chunk refuses (an unknown init kind) left a store with its fingerprint behind,
+    which then refused the corrected run as 'another configuration'; sweep removes the store it created, as
+    sweep_grid does."""
+    import jaxattn.sweeps.chunked as chunked
+
+    model = ja.random_model(jax.random.key(0), 8, 2, 2)
+    kw = dict(num_init=8, n=3, steps=2, chunk=4, progress=False, out_dir=tmp_path)
+    with pytest.raises(ConfigError, match="init kind"):
+        ja.sweep(model, init="cube", **kw)
+    assert not (tmp_path / chunked.STORE).exists()
+    stats: dict = {}
+    ja.sweep(model, stats=stats, **kw)
+    assert stats["computed"] == 8
+
+
+def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
+    """A store as `sweep` wrote it before it ran on the chunk loop it shares with sweep_grid (written here with
+    that code's calls of the store: its stamp, p0000/observables/<name> and p0000/final, markers without a
+    process) resumes with nothing computed, and holds the numbers of a direct `simulate`."""
+    import jaxattn.sweeps.chunked as chunked
+    from jaxattn.io.results import config_hash, weights_sha256
+    from jaxattn.io.store import SweepStore
+
+    model = ja.random_model(jax.random.key(0), 8, 2, 2)
+    num_init, n, steps, chunk, seed = 10, 3, 2, 4, 5
+    ref = ja.simulate(model, ja.init_tokens(jax.random.key(seed), num_init, n, 8, dtype=jnp.float64), steps,
+                      dtype=jnp.float64)
+    want = {"observables.diameter": np.asarray(ref.observables["diameter"]),
+            "observables.cos_consensus": np.asarray(ref.observables["cos_consensus"]), "final": np.asarray(ref.final)}
+    stamp = {"fingerprint": {}, "weights": weights_sha256(model), "num_init": num_init, "chunk": chunk, "n": n,
+             "steps": steps, "seed": seed, "init": "sphere", "dynamics": repr(ja.D1), "alpha": 1.0, "beta": 1.0,
+             "dtype": "float64", "keep_final": True, "observe": "None", "S": None}
+    store = SweepStore.open(tmp_path / chunked.STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
+                                                       "points": [{"num_init": num_init, "params": {}}],
+                                                       "stamp": stamp})
+    for c, start in enumerate(range(0, num_init, chunk)):
+        store.write_chunk(0, c, start, {k.replace(".", "/", 1): v[start:start + chunk] for k, v in want.items()},
+                          num_init, chunk)
+    kw = dict(num_init=num_init, n=n, steps=steps, seed=seed, chunk=chunk, dtype="float64", progress=False)
+    fresh = ja.sweep(model, **kw)  # what this code computes: the same numbers
+    real = chunked.simulate
+    monkeypatch.setattr(chunked, "simulate", lambda *a, **k: pytest.fail("a finished chunk was computed again"))
+    stats: dict = {}
+    got = ja.sweep(model, out_dir=tmp_path, stats=stats, **kw)
+    assert stats == {"computed": 0, "resumed": num_init, "chunk": chunk}
+    assert sorted(got) == sorted(want) == sorted(fresh)
+    for k, v in want.items():
+        np.testing.assert_array_equal(got[k], v, err_msg=k)
+        np.testing.assert_array_equal(fresh[k], v, err_msg=k)
+    monkeypatch.setattr(chunked, "simulate", real)
+    (tmp_path / chunked.STORE / "done" / "p0000" / "c000001.json").unlink()  # a lost marker: that chunk only
+    again = ja.sweep(model, out_dir=tmp_path, stats=stats, **kw)
+    assert stats == {"computed": 4, "resumed": num_init - 4, "chunk": chunk}
+    for k, v in want.items():
+        np.testing.assert_array_equal(again[k], v, err_msg=k)
+
+
+def test_a_grid_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
+    """A grid store whose chunks were written as sweep_grid wrote them before the shared chunk loop (markers with
+    the process) resumes with nothing computed, and holds the numbers of a direct `simulate`."""
+    import shutil
+
+    from jaxattn.io.store import SweepStore
+
+    cfg = _cfg(num_init=10, chunk=4, seed=0, model__mask="full", dynamics__beta=[1.0, 2.0])
+    out = tmp_path / "s"
+    grid.sweep_grid(cfg, out, progress=False)  # for its manifest; the chunks are written again below
+    shutil.rmtree(out / "data.zarr")
+    shutil.rmtree(out / "done")
+    model = ja.random_model(jax.random.fold_in(jax.random.key(0), 2**31 - 1), 8, 2, 3, shared=False, mask="full",
+                            dtype=jnp.float32)
+    X0 = ja.init_tokens(jax.random.key(0), 10, 5, 8)
+    store = SweepStore.open(out)
+    want = []
+    for i, beta in enumerate((1.0, 2.0)):
+        ref = ja.simulate(model, X0, 3, beta=beta)
+        want.append({f"observables/{k}": np.asarray(ref.observables[k]) for k in ("diameter", "cos_consensus")})
+        for c, start in enumerate(range(0, 10, 4)):
+            store.write_chunk(i, c, start, {k: v[start:start + 4] for k, v in want[i].items()}, 10, 4, {"process": 0})
+    monkeypatch.setattr(grid, "_run_chunk", lambda *a, **k: pytest.fail("a finished chunk was computed again"))
+    sw = grid.sweep_grid(cfg, out, progress=False)
+    assert (sw.summary["computed"], sw.summary["resumed"], sw.summary["nonfinite_per_point"]) == (0, 20, [0, 0])
+    _assert_same(_arrays(out), [{k.replace("/", "."): v for k, v in w.items()} for w in want])

@@ -1,21 +1,23 @@
 """Chunked, resumable runs of one configuration over many random initial conditions (``simulate``
-and ``analyze``), on the verified store of :mod:`jaxattn.io.store`.
+and ``analyze``), on the verified store of :mod:`jaxattn.io.store`: a one-point grid, run by the chunk
+loop :func:`jaxattn.sweep_grid` runs on too (:mod:`jaxattn.sweeps._chunks`).
 
 The conditions ``0..N-1`` are cut into chunks; each finished chunk is written to
-``out_dir/.jaxattn-sweep/`` with a checksum. Running the same sweep again into the same folder skips
-the chunks that verify and recomputes the others (half-written, truncated, zeroed); a folder holding
-a run with another configuration — any option that changes the numbers, the weights themselves
-included (their sha256 is part of the fingerprint) — is refused rather than mixed. Condition ``i``
-is always drawn from ``fold_in(key(seed), i)`` and computed in blocks of a fixed width, so the
-numbers do not depend on the chunk size. :func:`finish` removes only the folder the tool created.
+``out_dir/.jaxattn-sweep/`` (grid point ``p0000``) with a checksum. Running the same sweep again into the
+same folder skips the chunks that verify and recomputes the others (half-written, truncated, zeroed); a
+folder holding a run with another configuration — any option that changes the numbers, the weights
+themselves included (their sha256 is part of the fingerprint) — is refused rather than mixed, and a run
+stopped before its first chunk (refused, interrupted) removes the store it created. Condition ``i`` is
+always drawn from ``fold_in(key(seed), i)`` and computed in blocks of a fixed width, so the numbers do
+not depend on the chunk size. :func:`finish` removes only the folder the tool created.
 """
 
 from __future__ import annotations
 
 import shutil
-import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -27,9 +29,10 @@ from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.dynamics.runner import check_scalar, default_lanes, lanes_for, resolve_dtype
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
-from jaxattn.io.store import SweepStore, chunk_ranges
+from jaxattn.io.store import SweepStore
 from jaxattn.model.params import Model, validate
 from jaxattn.model.sampling import MAX_CONDITIONS, init_tokens  # one seed names 2^32 conditions (32-bit fold_in)
+from jaxattn.sweeps._chunks import run_chunks, work_items
 
 STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
 CHUNK_BUDGET = 256 * 2**20  # bytes of host arrays per chunk when the chunk size is chosen automatically
@@ -101,7 +104,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model
     key = jax.random.key(seed)
-    store = None
+    store, existed = None, True
     if out_dir is not None:
         stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
                  "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": repr(dynamics),
@@ -113,52 +116,35 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                  **({"every": save.every} if save.every is not None else {}),
                  **({"lanes": batch.size} if batch.size is not None else {}),
                  **({"path": batch.path} if batch.path != "auto" else {})}
+        existed = (Path(out_dir) / STORE).exists()
         store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
                                                         "points": [{"num_init": num_init, "params": {}}],
                                                         "stamp": stamp})
-        store.lock(0)
-    from tqdm.auto import tqdm
+    # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
+    # fixed lane width keeps every condition's numbers independent of the split
+    piece = min(chunk, -(-chunk // (PIECES * lanes)) * lanes)  # whole lane blocks
 
-    bar = tqdm(total=num_init, unit="cond", desc="simulate", file=sys.stderr, disable=not progress, smoothing=0.1)
-    parts, computed, resumed = [], 0, 0
-    try:
-        for c, start, size in chunk_ranges(num_init, chunk):
-            if store is not None and store.chunk_done(0, c, start, size):
-                g = store.group["p0000"]
-                part = {"observables." + k: np.asarray(a[start:start + size]) for k, a in g["observables"].arrays()}
-                if keep_final:
-                    part["final"] = np.asarray(g["final"][start:start + size])
-                resumed += size
-                bar.update(size)
-            else:
-                # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk;
-                # the runner's fixed lane width keeps every condition's numbers independent of the split
-                piece = min(chunk, -(-chunk // (PIECES * lanes)) * lanes)  # whole lane blocks
-                pieces = []
-                for p0 in range(0, size, piece):
-                    X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
-                    with warnings.catch_warnings():  # non-finite conditions are counted and reported by the caller
-                        warnings.simplefilter("ignore", NonFiniteWarning)
-                        res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S,
-                                       save=save, batch=batch, dtype=dtype)
-                    got = flatten({"observables": res.observables})
-                    if keep_final:
-                        got["final"] = np.asarray(res.final)
-                    pieces.append({k: np.asarray(v)[:min(piece, size - p0)] for k, v in got.items()})
-                    bar.update(min(piece, size - p0))
-                part = {k: np.concatenate([q[k] for q in pieces]) for k in pieces[0]}
-                if store is not None:
-                    store.write_chunk(0, c, start, {k.replace("observables.", "observables/", 1): v
-                                                    for k, v in part.items()}, num_init, chunk)
-                computed += size
-            parts.append(part)
-    finally:
-        bar.close()
-        if store is not None:
-            store.release()
+    def compute(point: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
+        pieces = []
+        for p0 in range(0, size, piece):
+            X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
+            with warnings.catch_warnings():  # non-finite conditions are counted and reported by the caller
+                warnings.simplefilter("ignore", NonFiniteWarning)
+                res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S,
+                               save=save, batch=batch, dtype=dtype)
+            got = flatten({"observables": res.observables})
+            if keep_final:
+                got["final"] = np.asarray(res.final)
+            pieces.append({k.replace("observables.", "observables/", 1): np.asarray(v)[:min(piece, size - p0)]
+                           for k, v in got.items()})
+            advance(min(piece, size - p0))
+        return {k: np.concatenate([q[k] for q in pieces]) for k in pieces[0]}
+
+    ran = run_chunks(store, work_items([num_init], chunk), compute, rows=[num_init], chunk=chunk, desc="simulate",
+                     progress=progress, keep=True, discard_if_empty=not existed)
     if stats is not None:
-        stats.update(computed=computed, resumed=resumed, chunk=chunk)
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        stats.update(computed=ran.computed, resumed=ran.resumed, chunk=chunk)
+    return {k.replace("observables/", "observables.", 1): v for k, v in ran.arrays[0].items()}
 
 
 def finish(out_dir) -> None:

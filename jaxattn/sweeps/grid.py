@@ -20,7 +20,8 @@ or an impossible value is an error that names the key. Example::
     [init]                     # tolerances share one compiled program
     n = 32
 
-Execution (:func:`sweep_grid`): the conditions of every point are cut into chunks; each chunk is
+Execution (:func:`sweep_grid`, on the chunk loop it shares with :func:`jaxattn.sweep`,
+:mod:`jaxattn.sweeps._chunks`): the conditions of every point are cut into chunks; each chunk is
 split over the local devices (``shard_map``), its observables (and optionally final states) written
 to the store with a checksum, and an interrupted sweep resumes where it stopped. With several
 processes (``jax.distributed``; one per host, e.g. under Slurm) process ``p`` of ``P`` takes the
@@ -30,8 +31,7 @@ so every number is the same whatever the chunk size, device count or process cou
 
 from __future__ import annotations
 
-import sys
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import jax
@@ -43,8 +43,9 @@ from jaxattn.dynamics.runner import mesh_of, replicate
 from jaxattn.errors import ConfigError
 from jaxattn.io.configfile import load_config
 from jaxattn.io.results import device_info, versions
-from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, fingerprint, nonfinite_conditions, open_sweep
+from jaxattn.io.store import SweepStore, fingerprint, open_sweep
 from jaxattn.model.sampling import init_tokens
+from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
 from jaxattn.sweeps._execution import _kernel_choice, _model_of, _rows, _run_chunk, saved_times
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
@@ -93,8 +94,6 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         (12, 7)
         >>> shutil.rmtree(tmp)
     """
-    from tqdm.auto import tqdm
-
     if batch is not None and (check_batch(batch, "sweep_grid", fused=True).precision,
                               batch.path) != ("highest", "auto"):
         raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
@@ -123,65 +122,40 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                                                     "processes": nproc}}
     existed = Path(out).exists()
     store = SweepStore.open(out, manifest)
-    store.lock(pid)
-    computed = 0
-    try:
-        work = [(i, c, start, size) for i, p in enumerate(points)
-                for c, start, size in chunk_ranges(p["num_init"], chunk)]
-        mine = [w for j, w in enumerate(work) if j % nproc == pid]
-        total = sum(w[3] for w in mine)
-        bar = tqdm(total=total, unit="cond", desc="sweep", file=sys.stderr, disable=not progress, smoothing=0.1)
-        t0 = time.perf_counter()
-        resumed = failed = 0
-        nonfinite = [0] * len(points)  # conditions whose observables or states became NaN or inf, per point
-        replicated: dict = {}
-        for i, c, start, size in mine:
-            p = points[i]
-            try:
-                kept = store.read_chunk(i, c, start, size)
-            except CorruptChunk:  # recomputed
-                kept = None
-            if kept is not None:
-                nonfinite[i] += int(nonfinite_conditions(kept, size).sum())
-                resumed += size
-                bar.update(size)
-                continue
-            m = _model_of(p, models)
-            dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
-            key = id(m), str(dtype)
-            if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
-                bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
-                replicated[key] = replicate(bare, mesh_of(devices))
-            # every chunk of a point has one shape (the last one padded): one compiled program. A point with
-            # fewer conditions than a chunk is padded only to the runner's block width, not to the chunk (a
-            # solve of 8 conditions integrated 4096); the blocks, hence the numbers, are the same either way
-            X0 = init_tokens(jax.random.key(p["seed"]), _rows(chunk, p["num_init"], batch), p["init.n"],
-                             m.d_model, kind=p["init.kind"], start=start, dtype=dtype)
-            res = _run_chunk(p, replicated[key], X0, batch)
-            arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
-            if p["keep_final"]:
-                arrays["final"] = np.asarray(res["final"])[:size]
-            if "result" in res:
-                arrays["result"] = np.asarray(res["result"])[:size]
-                arrays["num_steps"] = np.asarray(res["num_steps"])[:size]
-                failed += int(np.sum(arrays["result"] != 0))
-            nonfinite[i] += int(nonfinite_conditions(arrays, size).sum())
-            store.write_chunk(i, c, start, arrays, p["num_init"], chunk, {"process": pid})
-            computed += size
-            bar.update(size)
-        bar.close()
-        seconds = time.perf_counter() - t0
-    except BaseException:
-        store.release()
-        if not existed and computed == 0 and not any((store.root / "done").rglob("*.json")):
-            import shutil  # a run refused before any result: leave nothing behind
+    mine = [w for j, w in enumerate(work_items([p["num_init"] for p in points], chunk)) if j % nproc == pid]
+    replicated: dict = {}
+    failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed
 
-            shutil.rmtree(store.root, ignore_errors=True)
-        raise
-    store.release()
+    def compute(i: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
+        nonlocal failed
+        p = points[i]
+        m = _model_of(p, models)
+        dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
+        key = id(m), str(dtype)
+        if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
+            bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
+            replicated[key] = replicate(bare, mesh_of(devices))
+        # every chunk of a point has one shape (the last one padded): one compiled program. A point with
+        # fewer conditions than a chunk is padded only to the runner's block width, not to the chunk (a
+        # solve of 8 conditions integrated 4096); the blocks, hence the numbers, are the same either way
+        X0 = init_tokens(jax.random.key(p["seed"]), _rows(chunk, p["num_init"], batch), p["init.n"],
+                         m.d_model, kind=p["init.kind"], start=start, dtype=dtype)
+        res = _run_chunk(p, replicated[key], X0, batch)
+        arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
+        if p["keep_final"]:
+            arrays["final"] = np.asarray(res["final"])[:size]
+        if "result" in res:
+            arrays["result"] = np.asarray(res["result"])[:size]
+            arrays["num_steps"] = np.asarray(res["num_steps"])[:size]
+            failed += int(np.sum(arrays["result"] != 0))
+        return arrays
+
+    ran = run_chunks(store, mine, compute, rows=[p["num_init"] for p in points], chunk=chunk, desc="sweep",
+                     progress=progress, process=pid, info={"process": pid}, discard_if_empty=not existed)
+    computed, seconds = ran.computed, ran.seconds
     summary = {"points": len(points), "conditions": sum(p["num_init"] for p in points), "computed": computed,
-               "resumed": resumed, "failed": failed, "nonfinite": sum(nonfinite), "nonfinite_per_point": nonfinite,
-               "seconds": round(seconds, 3),
+               "resumed": ran.resumed, "failed": failed, "nonfinite": sum(ran.nonfinite),
+               "nonfinite_per_point": ran.nonfinite, "seconds": round(seconds, 3),
                "conditions_per_second": round(computed / seconds, 1) if seconds > 0 and computed else None,
                "process": pid, "processes": nproc, "devices": [str(d) for d in devices]}
     store.mark_finished(summary, pid)
