@@ -190,7 +190,11 @@ def test_solve_under_transformations(name):
 
 
 def _solve_under_transformations(name):
+    """Every flow: jit, and gradients with respect to the tokens, a weight (and S) against finite differences,
+    what goes through its own vector field. C2 also: vmap, the gradients with respect to β and t1 and forward
+    mode, which go through what every flow shares (the solver, the saving, the adjoint): once is enough."""
     flow = FLOWS[name]
+    full = name == "C2"
     model = _model(shared=True, depth=1)
     S = _S() if flow.space == "ellipsoid" else None
     X0 = _tokens()
@@ -205,12 +209,18 @@ def _solve_under_transformations(name):
     plain = ja.solve(model, X0, 0.5, beta=1.3, **kw)
     jitted = jax.jit(lambda X, b: ja.solve(model, X, 0.5, beta=b, **kw))(X0, 1.3)
     np.testing.assert_allclose(jitted.final, plain.final, **TIGHT)
-    vb = jax.vmap(lambda b: ja.solve(model, X0, 0.5, beta=b, **kw).final)(jnp.asarray([0.5, 1.3]))
-    np.testing.assert_allclose(vb[1], plain.final, **TIGHT)
     f = lambda **a: float(loss(**a))
-    gb = jax.grad(loss)(1.3)
-    assert _rel(gb, _fd(lambda b: f(b=b), 1.3)) < 1e-6
-    assert _rel(jax.grad(lambda t: loss(t1=t))(0.5), _fd(lambda t: f(t1=t), 0.5)) < 1e-6
+    if full:
+        vb = jax.vmap(lambda b: ja.solve(model, X0, 0.5, beta=b, **kw).final)(jnp.asarray([0.5, 1.3]))
+        np.testing.assert_allclose(vb[1], plain.final, **TIGHT)
+        gb = jax.grad(loss)(1.3)
+        assert _rel(gb, _fd(lambda b: f(b=b), 1.3)) < 1e-6
+        assert _rel(jax.grad(lambda t: loss(t1=t))(0.5), _fd(lambda t: f(t1=t), 0.5)) < 1e-6
+        # forward mode through diffrax needs its forward-mode adjoint (reverse-mode checkpointing cannot be jvp-ed)
+        fwd = lambda b: jnp.sum(ja.solve(model, X0, 0.5, beta=b, adjoint=diffrax.ForwardMode(), **kw).final ** 2
+                                * jnp.arange(1.0, 1.0 + X0[0].size).reshape((1, *X0.shape[1:])))
+        _, tb = jax.jvp(fwd, (1.3,), (1.0,))
+        np.testing.assert_allclose(tb, gb, rtol=1e-8)
     gX = jax.grad(lambda X: loss(X=X))(X0)
     e = jnp.zeros_like(X0).at[0, 1, 2].set(1.0)
     assert _rel(gX[0, 1, 2], _fd(lambda t: f(X=X0 + t * e), 0.0)) < 1e-6
@@ -218,11 +228,6 @@ def _solve_under_transformations(name):
     W = model.layers.v
     along = lambda eps: f(m=model.replace(layers=model.layers.replace(v=W.at[0, 1, 0, 2].add(eps))))
     assert _rel(gm.layers.v[0, 1, 0, 2], _fd(along, 0.0)) < 1e-6
-    # forward mode through diffrax needs its forward-mode adjoint (reverse-mode checkpointing cannot be jvp-ed)
-    fwd = lambda b: jnp.sum(ja.solve(model, X0, 0.5, beta=b, adjoint=diffrax.ForwardMode(), **kw).final ** 2
-                            * jnp.arange(1.0, 1.0 + X0[0].size).reshape((1, *X0.shape[1:])))
-    _, tb = jax.jvp(fwd, (1.3,), (1.0,))
-    np.testing.assert_allclose(tb, gb, rtol=1e-8)
     if S is not None:
         E = jnp.zeros_like(S).at[0, 1].set(1.0).at[1, 0].set(1.0)
         gS = jax.grad(lambda S_: loss(S_=S_))(S)
