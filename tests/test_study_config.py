@@ -114,3 +114,10 @@ def test_a_config_json_of_comma_separated_lists_replays(tmp_path, command, recor
     run["config"][key] = "1,x"
     with pytest.raises(JaxattnError, match=f"config value {key}: expected"):
         _resolved(tmp_path, command, json.dumps(run), "config.json")
+
+
+def test_integer_gains_resume_a_run_of_float_gains():
+    """The command line reads ``--gammas 1,10`` as integers (a float option takes them); the run they decide is the
+    one of ``[1.0, 10.0]``, so its resume fingerprint is the same (before lists were lists, the CLI gave floats)."""
+    assert pm._as_floats(pm.Config(gammas=[1, 10], alpha=1)) == pm._as_floats(pm.Config(gammas=[1.0, 10.0]))
+    assert pm._as_floats(pm.Config())["gammas"] == [1.0, 10.0, 100.0, 1000.0]

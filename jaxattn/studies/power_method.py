@@ -31,7 +31,7 @@ from jaxattn.analysis.spectral import (
     spectrum,
 )
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
-from jaxattn.config import non_negative, option, positive
+from jaxattn.config import non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
 from jaxattn.dynamics.options import PRECISIONS, Batch, Save
@@ -79,6 +79,14 @@ class StudyConfig:
     def check(self) -> None:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
         check_options(self)
+
+
+def _as_floats(cfg: StudyConfig) -> dict:
+    """The configuration with its float options as floats: ``gammas=[1, 10]`` (a config file, the command line)
+    and ``[1.0, 10.0]`` decide the same numbers, so a run resumes the other."""
+    floats = {k for k, s in specs(StudyConfig).items() if float in s.types and not s.optional}
+    return {k: ([float(x) for x in v] if isinstance(v, (list, tuple)) else float(v)) if k in floats else v
+            for k, v in dataclasses.asdict(cfg).items()}
 
 
 def _dtype(name):
@@ -220,8 +228,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                   beta=cfg.beta, dtype=dtype, batch=Batch(precision=cfg.matmul_precision), progress=cfg.progress,
                   keep_final=True)
     # what decides the numbers (not progress bars or figures): a resumed run must match it
-    fp = {"model": model_name,
-          "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
+    fp = {"model": model_name, "cfg": {k: v for k, v in _as_floats(cfg).items() if k not in ("progress", "figures")}}
     tables: dict[str, list] = {}
     finals: dict[str, np.ndarray] = {}
     timings = {}
