@@ -155,10 +155,10 @@ def test_lists_in_a_config_file_are_accepted(tmp_path, capsys):
     from jaxattn.cli import _resolve, build_parser
 
     args = build_parser().parse_args(["stability", "--config", str(cfg)])
-    assert _resolve(args, args.defaults)["tokens"] == "3,4"
+    assert _resolve(args, args.defaults)["tokens"] == [3, 4]
     cfg.write_text("tokens = [3, true]\n")
     assert main(["stability", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
-    assert "tokens must be str" in _err(capsys)
+    assert "config value tokens[1]: expected int, got True" in _err(capsys)
 
 
 # ------------------------------------------------------------------ errors in the user's words
