@@ -572,6 +572,11 @@ OFFLINE = (
 )
 
 
+def _listed(v) -> str:
+    """A list option as the command line writes it (runs before lists were lists recorded that text)."""
+    return ",".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
 def scale(run: str, d: Path) -> str:
     """The scale a run was made at, read from its own ``config.json`` or summary table."""
     whole = config(d)
@@ -589,11 +594,12 @@ def scale(run: str, d: Path) -> str:
                 f"d {c.get('synthetic_d')}, t ≤ {c.get('t1')}, float64")
     if run == "clusters":
         return (f"{c.get('n')} tokens (pictures), {c.get('num')} conditions per (n, d, β) row, "
-                f"n ∈ {{{c.get('table_n')}}}, "
+                f"n ∈ {{{_listed(c.get('table_n'))}}}, "
                 f"t ≤ {c.get('t1')}; {c.get('good_samples')} matrices per d; float64")
     if run == "stability":
-        return (f"d {c.get('d')}, n ∈ {{{c.get('tokens')}}}, {c.get('models')} models per n; {c.get('perturb_num')} "
-                f"perturbations per size; {c.get('basin_num')} basin starts of {c.get('basin_n')} tokens; float64")
+        return (f"d {c.get('d')}, n ∈ {{{_listed(c.get('tokens'))}}}, {c.get('models')} models per n; "
+                f"{c.get('perturb_num')} perturbations per size; {c.get('basin_num')} basin starts of "
+                f"{c.get('basin_n')} tokens; float64")
     if run == "qk_cloud":
         s = rows(d / "qk_summary.csv")[0]
         return f"{s['draws']} draws × {s['n']} tokens, d {s['d']}, t ≤ {fmt(s['t1'])}; float64"

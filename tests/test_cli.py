@@ -60,7 +60,7 @@ def test_config_file_and_precedence(tmp_path, capsys):
     (["simulate", "--mask", "diagonal"], "mask must be"),
     (["simulate", "--model", "nowhere.safetensors"], "does not exist"),
     (["simulate", "--n", "abc"], "invalid int value"),
-    (["analyze", "random", "--gammas", "1,x"], "comma-separated"),
+    (["analyze", "random", "--gammas", "1,x"], "argument --gammas: expected float, got 'x'"),
     (["frobnicate"], "invalid choice"),
 ])
 def test_bad_input_exits_nonzero_with_one_line(argv, msg, tmp_path, capsys):

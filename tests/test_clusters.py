@@ -265,18 +265,21 @@ def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--n", "1"], "n and n_1d"),
-    (["--tol", "nan"], "tol must be"),
-    (["--table-n", "8,x"], "table_n"),
-    (["--table-d", "1"], "table_d values must be >= 2"),
-    (["--table-beta", "0"], "table_beta"),
-    (["--ensembles", "ginibre,gue"], "ensembles"),
-    (["--good-samples", "0"], "good_samples"),
-    (["--seed", "-1"], "seed"),
+    (["--n", "1"], "--n: must be >= 2 (clusters need several tokens)"),
+    (["--tol", "nan"], "--tol: must be finite"),
+    (["--table-n", "8,x"], "argument --table-n: expected int, got 'x'"),
+    (["--table-d", "1"], "--table-d[0]: must be >= 2 (the polytope analysis needs a hull)"),
+    (["--table-beta", "0"], "--table-beta[0]: must be > 0"),
+    (["--ensembles", "ginibre,gue"], "--ensembles[1]: must be one of ginibre, symmetric, positive, uniform"),
+    (["--good-samples", "0"], "--good-samples: must be > 0"),
+    (["--seed", "-1"], "--seed: must be in [0, 2^63)"),
 ])
 def test_clusters_command_bad_input(tmp_path, capsys, args, match):
     out = tmp_path / "c"
-    rc = main(["clusters", "--out", str(out), "--no-progress", *args])
+    try:
+        rc = main(["clusters", "--out", str(out), "--no-progress", *args])
+    except SystemExit as e:  # argparse: a value that is not of the option's type
+        rc = e.code
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("jaxattn: error:") and match in err and err.count("\n") == 1
     assert not out.exists()

@@ -71,10 +71,10 @@ def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--passes", "0"], "passes must be"),
+    (["--passes", "0"], "--passes: must be > 0"),
     (["--tokens", "500"], "exceed"),
-    (["--synthetic-d", "1"], "synthetic_d"),
-    (["--t1", "nan"], "t1 must be"),
+    (["--synthetic-d", "1"], "--synthetic-d: must be >= 2 (tokens on a sphere)"),
+    (["--t1", "nan"], "--t1: must be finite"),
 ])
 def test_consensus_bad_input(gpt2_file, tmp_path, capsys, args, match):
     out = tmp_path / "c"

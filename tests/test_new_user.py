@@ -137,7 +137,7 @@ def test_analyze_config_json_replays(tmp_path):
     args = build_parser().parse_args(["analyze", "--config", str(a / "config.json"), "--out", str(tmp_path / "b")])
     cfg = _resolve(args, args.defaults)
     assert {k: cfg[k] for k in ("model", "d", "heads", "depth", "shared", "mask", "gammas", "num_init")} == dict(
-        model="random", d=8, heads=2, depth=2, shared=False, mask="causal", gammas="0.0,2.0", num_init=4)
+        model="random", d=8, heads=2, depth=2, shared=False, mask="causal", gammas=[0.0, 2.0], num_init=4)
     assert weights_sha256(load_model_arg(cfg["model"], cfg)) == _config(a)["weights_sha256"]
 
 
@@ -155,10 +155,10 @@ def test_lists_in_a_config_file_are_accepted(tmp_path, capsys):
     from jaxattn.cli import _resolve, build_parser
 
     args = build_parser().parse_args(["stability", "--config", str(cfg)])
-    assert _resolve(args, args.defaults)["tokens"] == "3,4"
+    assert _resolve(args, args.defaults)["tokens"] == [3, 4]
     cfg.write_text("tokens = [3, true]\n")
     assert main(["stability", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
-    assert "tokens must be str" in _err(capsys)
+    assert "config value tokens[1]: expected int, got True" in _err(capsys)
 
 
 # ------------------------------------------------------------------ errors in the user's words
@@ -173,10 +173,10 @@ def test_solve_errors_name_the_flags(tmp_path, capsys):
 
 def test_consensus_refuses_a_negative_seed(tmp_path, capsys):
     assert main(["consensus", "--seed", "-1", "--out", str(tmp_path / "c")]) == 2
-    assert "seed must be an integer >= 0" in _err(capsys)
+    assert "--seed: must be in [0, 2^63), got -1" in _err(capsys)
     from jaxattn.studies.power_method import StudyConfig
 
-    with pytest.raises(ConfigError, match="seed must be an integer"):  # analyze: before the spectra, not after
+    with pytest.raises(ConfigError, match=r"seed: must be in \[0, 2\^63\)"):  # analyze: before the spectra, not after
         StudyConfig(seed=-1).check()
 
 

@@ -92,3 +92,9 @@ def test_unknown_run_is_one_line(capsys):
         rep.main(["--only", "nope"])
     assert e.value.code == 2
     assert "unknown run(s) nope" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recorded", [[3, 4, 5], "3,4,5"])  # a list since list options are lists; text before
+def test_scale_writes_a_list_option_as_the_command_line_does(tmp_path, recorded):
+    (tmp_path / "config.json").write_text(json.dumps({"command": "stability", "config": {"d": 3, "tokens": recorded}}))
+    assert rep.scale("stability", tmp_path).startswith("d 3, n ∈ {3,4,5}, ")

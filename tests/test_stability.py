@@ -269,15 +269,19 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("args,match", [
-    (["--models", "0"], "models must be"),
-    (["--tokens", "3,x"], "tokens"),
-    (["--d", "1"], "d must be"),
-    (["--alpha", "nan"], "alpha"),
-    (["--time", "sometimes"], "time"),
+    (["--models", "0"], "--models: must be > 0"),
+    (["--tokens", "3,x"], "argument --tokens: expected int, got 'x'"),
+    (["--tokens", "3,65"], "--tokens[1]: must be between 2 and 64"),
+    (["--d", "1"], "--d: must be >= 2 (tokens on a sphere)"),
+    (["--alpha", "nan"], "--alpha: must be finite"),
+    (["--time", "sometimes"], "argument --time: invalid choice"),
 ])
 def test_stability_cli_bad_input(tmp_path, capsys, args, match):
     out = tmp_path / "s"
-    rc = main(["stability", "--out", str(out), "--no-progress", *args])
+    try:
+        rc = main(["stability", "--out", str(out), "--no-progress", *args])
+    except SystemExit as e:  # argparse: a value that is not of the option's type or choices
+        rc = e.code
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("jaxattn: error:") and match in err and err.count("\n") == 1
     assert not out.exists()

@@ -12,9 +12,9 @@ from jaxattn.studies import STUDIES, clusters, stability
 
 # configurations of the model-free studies (refused before they run)
 TINY = {
-    "clusters": clusters.Config(n=3, n_1d=2, t1=0.5, num=2, table_n="3", table_d="2", table_beta="1", good_d="1",
+    "clusters": clusters.Config(n=3, n_1d=2, t1=0.5, num=2, table_n=[3], table_d=[2], table_beta=[1.0], good_d=[1],
                                 good_samples=10, figures=False),
-    "stability": stability.Config(tokens="2", models=1, search=1, basin_num=2, basin_n=2, steps=5, t1=1.0,
+    "stability": stability.Config(tokens=[2], models=1, search=1, basin_num=2, basin_n=2, steps=5, t1=1.0,
                                   perturb_num=1, time="discrete", figures=False),
 }
 

@@ -1,13 +1,13 @@
 """Configuration resolution of the commands whose options have defaults: command line > config file (JSON or
-TOML, or a finished run's ``config.json``, replayed) > defaults; config-file values are type-checked."""
+TOML, or a finished run's ``config.json``, replayed) > defaults; every value is checked by its option's
+declaration (:mod:`jaxattn.config`)."""
 
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Mapping
 
-from jaxattn.config import Spec, check_value
+from jaxattn.config import Spec, _list_parser, check_value
 from jaxattn.errors import ConfigError, JaxattnError
 
 #: Options that only describe a random model (refused with a converted one: it brings its own).
@@ -20,46 +20,20 @@ def _load_config(path: str) -> dict:
     return {k.replace("-", "_"): v for k, v in load_config(path).items()}
 
 
-def _check_type(key: str, value, default):
-    """Config-file values must have the type of the option's default (no silent coercion)."""
-    if value is None or default is None:
-        return value
-    if isinstance(default, bool):
-        ok = isinstance(value, bool)
-    elif isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and not math.isfinite(value):
-            raise JaxattnError(f"config value {key} must be finite, got {value!r}")
-    elif isinstance(default, str) and isinstance(value, list):
-        # a list option (gammas, tokens, ...) is one comma-separated string on the command line; config files and
-        # replayed config.json files may hold it as a list
-        ok = all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in value)
-        value = ",".join(map(str, value))
-    else:
-        ok = isinstance(value, type(default))
-    if not ok:
-        raise JaxattnError(f"config value {key} must be {type(default).__name__}, got {value!r}")
-    return value
-
-
-def _check(key: str, value, option, prefix: str = "config value "):
+def _check(key: str, value, option: Spec, prefix: str = "config value "):
     """A value checked by its option's :class:`~jaxattn.config.Spec` (one ``JaxattnError`` line)."""
-    if not isinstance(option, Spec):
-        return _check_type(key, value, option)
     try:
         return check_value(key, option, value)
     except ConfigError as e:
         raise JaxattnError(f"{prefix}{e}") from None
 
 
-def _resolve(args: argparse.Namespace, defaults: Mapping) -> dict:
+def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
     """Command line > config file > defaults. Unknown config keys are refused; values are checked.
     A finished run's own ``config.json`` is accepted as a config (its ``config`` table is replayed).
 
-    ``defaults``: the command's options (``{dest: Spec}``, see :mod:`jaxattn.config`), each config-file value
-    checked by its :class:`~jaxattn.config.Spec`; or plain defaults (``{name: default}``), whose type is checked.
+    ``defaults``: the command's options (``{dest: Spec}``, see :mod:`jaxattn.config`); every value, from the
+    command line or a config file, is checked by its :class:`~jaxattn.config.Spec`.
     """
     cfg = _load_config(args.config) if getattr(args, "config", None) else {}
     if "command" in cfg and isinstance(cfg.get("config"), dict):  # a run directory's config.json
@@ -74,9 +48,9 @@ def _resolve(args: argparse.Namespace, defaults: Mapping) -> dict:
     out = {}
     for k, default in defaults.items():
         v = getattr(args, k, None)
-        if v is not None and isinstance(default, Spec):  # argparse checked the type and the choices, not the rest
+        if v is not None:  # argparse checked the type and the choices, not the rest
             v = _check(default.cli, v, default, prefix="")
-        out[k] = v if v is not None else cfg.get(k, default.default if isinstance(default, Spec) else default)
+        out[k] = v if v is not None else cfg.get(k, default.default)
     out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in cfg}
     return out
 
@@ -98,5 +72,15 @@ def _replayed(run: dict, defaults: Mapping) -> dict:
         masks = set(dims.get("masks", ()))
         if len(masks) == 1 and "mask" in defaults:  # recorded per weight set as 'full', 'causal', 'causal/local:W'
             cfg["mask"] = masks.pop().replace("causal/local:", "local:")
-    return cfg
+    # runs before list options were lists recorded them as the command line's text ("gammas": "1,10,100")
+    return {k: _listed(k, defaults[k], v) if isinstance(v, str) and getattr(defaults[k], "is_list", False) else v
+            for k, v in cfg.items()}
+
+
+def _listed(key: str, option: Spec, text: str) -> list:
+    """The comma-separated ``text`` of a list option, parsed as on the command line."""
+    try:
+        return _list_parser(option)(text)
+    except argparse.ArgumentTypeError as e:
+        raise JaxattnError(f"config value {key}: {e}") from None
 

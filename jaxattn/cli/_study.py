@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from jaxattn.cli._shared import Output, add_options, output_options
+from jaxattn.config import Spec, specs
 from jaxattn.studies.skeleton import run_into, stages
 
 T = TypeVar("T")
@@ -18,17 +20,15 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.HelpFormatter(prog, max_help_position=32, width=100)
 
 
-def add_output_options(p: argparse.ArgumentParser, d: dict) -> None:
-    """``--figures``, ``--out``, ``--overwrite``, ``--progress`` and ``--config``, with the command's defaults ``d``."""
-    p.add_argument("--figures", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"write PNG figures [{d['figures']}]")
-    p.add_argument("--out", help=f"output run directory (new, empty, or an earlier run of this study) [{d['out']}]")
-    p.add_argument("--overwrite", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"replace a finished run in --out (only the files jaxattn wrote) [{d['overwrite']}]")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"stage messages on stderr [{d['progress']}]")
-    p.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
-    p.set_defaults(resumes=False)  # an interrupted study leaves its directory as it found it: rerun, not resume
+def study_options(p: argparse.ArgumentParser, config_cls: type, *, out: str, progress: str = "stage messages on stderr",
+                  resumes: bool = False) -> dict[str, Spec]:
+    """The options of a study command, derived from its configuration ``config_cls`` (see
+    :mod:`jaxattn.config`): every option field, then the output group (``--figures``, ``--progress``, ``--out``,
+    ``--overwrite``, ``--config``; a field of the output group is not repeated). Returns them by ``argparse``
+    destination, the table :func:`jaxattn.cli._config._resolve` resolves a config file against. ``resumes``:
+    whether an interrupted run resumes (``analyze``; the other studies leave their directory as they found it)."""
+    options = add_options(p, {"": [s for k, s in specs(config_cls).items() if k not in specs(Output)]})
+    return options | output_options(p, out=out, figures=True, progress=progress, resumes=resumes)
 
 
 def config_of(config_cls: type[T], cfg: dict) -> T:

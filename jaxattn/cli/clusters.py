@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
+from jaxattn.cli._study import config_of, formatter, run_in_out, study_options
 from jaxattn.studies import clusters as study
-from jaxattn.studies.skeleton import config_defaults
-
-DEFAULTS = config_defaults(study.Config, out="runs/clusters", progress=True, overwrite=False)
 
 
 def register(sub) -> None:
-    d = DEFAULTS
     p = sub.add_parser("clusters", formatter_class=formatter,
                        help="the clustering study: polytopes, hyperplanes, Boolean attention, good triples",
                        description="Where do tokens go without normalisation? The flow x_i' = sum_j P_ij V x_j "
@@ -21,22 +17,7 @@ def register(sub) -> None:
                                    "of cluster counts over many initial conditions against n, d and beta, and the "
                                    "fraction of good triples among random matrices against d. Writes tables (CSV), "
                                    "figures (PNG) and report.md.")
-    p.add_argument("--n", type=int, help=f"tokens of the pictures (the paper: 40) [{d['n']}]")
-    p.add_argument("--n-1d", type=int, help=f"tokens of the one-dimensional run (the paper: 40) [{d['n_1d']}]")
-    p.add_argument("--t1", type=float, help=f"final time of every flow [{d['t1']}]")
-    p.add_argument("--beta", type=float, help=f"inverse temperature of the pictures and the 1-D run [{d['beta']}]")
-    p.add_argument("--tol", type=float, help=f"distance under which tokens share a cluster [{d['tol']}]")
-    p.add_argument("--num", type=int, help=f"initial conditions per row of the count table [{d['num']}]")
-    p.add_argument("--table-n", help=f"comma-separated token counts of the count table [{d['table_n']}]")
-    p.add_argument("--table-d", help=f"comma-separated dimensions of the count table [{d['table_d']}]")
-    p.add_argument("--table-beta", help=f"comma-separated inverse temperatures of the count table [{d['table_beta']}]")
-    p.add_argument("--good-d", help=f"comma-separated dimensions of the good-triple estimate [{d['good_d']}]")
-    p.add_argument("--good-samples", type=int, help=f"random matrices per dimension and ensemble [{d['good_samples']}]")
-    p.add_argument("--ensembles", help="comma-separated random ensembles among ginibre (entries N(0, 1/d)), symmetric, "
-                                       f"positive, uniform [{d['ensembles']}]")
-    p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
-    add_output_options(p, d)
-    p.set_defaults(func=run, defaults=DEFAULTS)
+    p.set_defaults(func=run, defaults=study_options(p, study.Config, out="runs/clusters"))
 
 
 def run(args, cfg) -> int:

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 
 import jax
 
-from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
-from jaxattn.dynamics.runner import DTYPES
+from jaxattn.cli._study import config_of, formatter, run_in_out, study_options
 from jaxattn.io.checkpoints import load_any
 from jaxattn.studies import consensus as study
-from jaxattn.studies.skeleton import config_defaults
+from jaxattn.sweeps.grid import SCHEMA
 
-DEFAULTS = config_defaults(study.Config, model="minilm", out="runs/consensus", progress=True, overwrite=False)
+#: The model the study runs on (the command's own option; a converted model, not 'random').
+MODEL = dataclasses.replace(SCHEMA["model"]["source"], default="minilm",
+                            help="'minilm' (built-in all-MiniLM-L6-v2), a converted .safetensors file or a checkpoint "
+                                 "folder")
 
 
 def register(sub) -> None:
-    d = DEFAULTS
     p = sub.add_parser("consensus", formatter_class=formatter,
                        help="the consensus study: theorem settings in continuous time and a real model run for many "
                             "passes",
@@ -27,24 +28,9 @@ def register(sub) -> None:
                                    "on random prompts, with and without the FFN, with the same or redrawn weights each "
                                    "pass; the first-token measure 1 - mean_j cos(x_1, x_j) after every layer. Writes "
                                    "tables (CSV), figures (PNG) and report.md.")
-    p.add_argument("model", nargs="?", help=f"'minilm' (built-in all-MiniLM-L6-v2), a converted .safetensors file or "
-                                            f"a checkpoint folder [{d['model']}]")
-    p.add_argument("--passes", type=int, help=f"passes of the model [{d['passes']}]")
-    p.add_argument("--prompts", type=int, help=f"random prompts [{d['prompts']}]")
-    p.add_argument("--tokens", type=int, help=f"tokens per prompt (the paper: 200) [{d['tokens']}]")
-    p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
-    p.add_argument("--dtype", choices=list(DTYPES),
-                   help=f"precision of the passes [{d['dtype']}]")
-    p.add_argument("--matmul-precision", choices=["highest", "tf32", "bf16"],
-                   help=f"matrix products of float32 passes (docs/gpu.md) [{d['matmul_precision']}]")
-    p.add_argument("--synthetic", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"also run the theorem settings in continuous time [{d['synthetic']}]")
-    p.add_argument("--synthetic-d", type=int, help=f"token dimension of the theorem settings [{d['synthetic_d']}]")
-    p.add_argument("--synthetic-n", type=int, help=f"tokens of the theorem settings [{d['synthetic_n']}]")
-    p.add_argument("--synthetic-num", type=int, help=f"initial conditions per theorem setting [{d['synthetic_num']}]")
-    p.add_argument("--t1", type=float, help=f"final time of the theorem settings [{d['t1']}]")
-    add_output_options(p, d)
-    p.set_defaults(func=run, defaults=DEFAULTS)
+    p.add_argument("model", nargs="?", help=f"{MODEL.help} [{MODEL.default}]")
+    options = {MODEL.dest: MODEL} | study_options(p, study.Config, out="runs/consensus")
+    p.set_defaults(func=run, defaults=options)
 
 
 def run(args, cfg) -> int:

@@ -3,15 +3,11 @@
 
 from __future__ import annotations
 
-from jaxattn.cli._study import add_output_options, config_of, formatter, run_in_out
+from jaxattn.cli._study import config_of, formatter, run_in_out, study_options
 from jaxattn.studies import stability as study
-from jaxattn.studies.skeleton import config_defaults
-
-DEFAULTS = config_defaults(study.Config, out="runs/stability", progress=True, overwrite=False)
 
 
 def register(sub) -> None:
-    d = DEFAULTS
     p = sub.add_parser("stability", formatter_class=formatter,
                        help="equilibria and their stability: counts of stable equilibria, a small-basin bipartite "
                             "equilibrium, sphere trajectories, basins of attraction",
@@ -24,25 +20,7 @@ def register(sub) -> None:
                                    "(3) Trajectories on the sphere for d = 3, one head and three heads. (4) Basin "
                                    "fractions over random initial conditions with 95% intervals. Writes tables (CSV), "
                                    "figures (PNG) and report.md.")
-    p.add_argument("--seed", type=int, help=f"random seed [{d['seed']}]")
-    p.add_argument("--d", type=int, help=f"token dimension of the counts [{d['d']}]")
-    p.add_argument("--tokens", help=f"numbers of tokens n of the counts, comma-separated [{d['tokens']}]")
-    p.add_argument("--models", type=int, help=f"random models per n [{d['models']}]")
-    p.add_argument("--exhaustive-max", type=int,
-                   help=f"every sign pattern up to this n, random ones above [{d['exhaustive_max']}]")
-    p.add_argument("--patterns", type=int,
-                   help=f"random sign patterns per model above --exhaustive-max [{d['patterns']}]")
-    p.add_argument("--alpha", type=float, help=f"step of the map [{d['alpha']}]")
-    p.add_argument("--beta", type=float, help=f"inverse temperature of the attention [{d['beta']}]")
-    p.add_argument("--time", help=f"'discrete' (the map), 'continuous' (the flow) or 'both' [{d['time']}]")
-    p.add_argument("--basin-num", type=int, help=f"initial conditions of the basin table [{d['basin_num']}]")
-    p.add_argument("--basin-n", type=int, help=f"tokens of the example model and its basins [{d['basin_n']}]")
-    p.add_argument("--steps", type=int, help=f"map steps run to the end [{d['steps']}]")
-    p.add_argument("--t1", type=float, help=f"flow time run to the end [{d['t1']}]")
-    p.add_argument("--perturb-num", type=int, help=f"random perturbations per size [{d['perturb_num']}]")
-    p.add_argument("--search", type=int, help=f"models searched for a stable bipartite equilibrium [{d['search']}]")
-    add_output_options(p, d)
-    p.set_defaults(func=run, defaults=DEFAULTS)
+    p.set_defaults(func=run, defaults=study_options(p, study.Config, out="runs/stability"))
 
 
 def run(args, cfg) -> int:

@@ -35,80 +35,50 @@ from jaxattn.analysis.good_triples import ENSEMBLES, good_triple_fraction
 from jaxattn.analysis.hulls import hull_vertices, polytope
 from jaxattn.analysis.hyperplanes import coordinate, hyperplanes, top_eigen
 from jaxattn.analysis.linkage import cluster_observables
+from jaxattn.config import option, positive
+from jaxattn.config import seed as seed_check
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Save
-from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import csv_text, no_model, quiet, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, no_model, quiet, write_report
 
 
-def _ints(name: str, s: str) -> list[int]:
-    try:
-        out = [int(v) for v in str(s).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{name} must be comma-separated integers, got {s!r}") from None
-    if not out:
-        raise ConfigError(f"{name} needs at least one value, got {s!r}")
-    return out
+def _several(v) -> str | None:
+    return None if v >= 2 else "must be >= 2 (clusters need several tokens)"
 
 
-def _floats(name: str, s: str) -> list[float]:
-    try:
-        out = [float(v) for v in str(s).split(",") if v.strip()]
-    except ValueError:
-        raise ConfigError(f"{name} must be comma-separated numbers, got {s!r}") from None
-    if not out or not all(np.isfinite(v) and v > 0 for v in out):
-        raise ConfigError(f"{name} must be positive finite numbers, got {s!r}")
-    return out
+def _hull(v) -> str | None:
+    return None if v >= 2 else "must be >= 2 (the polytope analysis needs a hull)"
 
 
 @dataclasses.dataclass
 class ClustersConfig:
-    n: int = 20  # tokens of the pictures (the paper: 40)
-    n_1d: int = 20  # tokens of the one-dimensional Boolean-attention run (the paper: 40)
-    t1: float = 10.0  # final time of every flow
-    beta: float = 1.0  # inverse temperature of the pictures
-    tol: float = 1e-3  # distance under which tokens share a cluster
-    num: int = 256  # initial conditions per cell of the cluster-count table
-    table_n: str = "10"  # token counts of the table
-    table_d: str = "2,3"  # dimensions of the table
-    table_beta: str = "1,4"  # inverse temperatures of the table
-    good_d: str = "1,2,4,8,16"  # dimensions of the good-triple estimate
-    good_samples: int = 4000  # random matrices per dimension and ensemble
-    ensembles: str = "ginibre,symmetric"
-    seed: int = 0
-    figures: bool = True
+    """The clustering study's options (those of ``jaxattn clusters``, see :mod:`jaxattn.config`)."""
+
+    n: int = option(20, "tokens of the pictures (the paper: 40)", check=_several)
+    n_1d: int = option(20, "tokens of the one-dimensional run (the paper: 40)", check=_several)
+    t1: float = option(10.0, "final time of every flow", check=positive)
+    beta: float = option(1.0, "inverse temperature of the pictures and the 1-D run", check=positive)
+    tol: float = option(1e-3, "distance under which tokens share a cluster", check=positive)
+    num: int = option(256, "initial conditions per row of the count table", check=positive)
+    table_n: list[int] = option([10], "token counts of the count table", check=_several)
+    table_d: list[int] = option([2, 3], "dimensions of the count table", check=_hull)
+    table_beta: list[float] = option([1.0, 4.0], "inverse temperatures of the count table", check=positive)
+    good_d: list[int] = option([1, 2, 4, 8, 16], "dimensions of the good-triple estimate", check=positive)
+    good_samples: int = option(4000, "random matrices per dimension and ensemble", check=positive)
+    ensembles: list[str] = option(["ginibre", "symmetric"], "random ensembles of the good-triple estimate; ginibre: "
+                                  "entries N(0, 1/d)", choices=ENSEMBLES)
+    seed: int = option(0, "random seed", check=seed_check)
+    figures: bool = option(True, "write PNG figures")
 
     def check(self) -> ClustersConfig:
-        for k in ("n", "n_1d", "num", "good_samples"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{k} must be a positive integer, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")
-        if self.n < 2 or self.n_1d < 2:
-            raise ConfigError("n and n_1d must be >= 2 (clusters need several tokens)")
-        for k in ("t1", "beta", "tol"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v <= 0:
-                raise ConfigError(f"{k} must be finite and > 0, got {v!r}")
-        if any(v < 2 for v in _ints("table_n", self.table_n)):
-            raise ConfigError(f"table_n values must be >= 2, got {self.table_n!r}")
-        if any(v < 2 for v in _ints("table_d", self.table_d)):  # convex hulls need d >= 2
-            raise ConfigError(f"table_d values must be >= 2 (the polytope analysis needs a hull), got {self.table_d!r}")
-        if any(v < 1 for v in _ints("good_d", self.good_d)):
-            raise ConfigError(f"good_d values must be >= 1, got {self.good_d!r}")
-        _floats("table_beta", self.table_beta)
-        for e in self.ensembles.split(","):
-            if e.strip() not in ENSEMBLES:
-                raise ConfigError(f"ensembles must be among {', '.join(ENSEMBLES)}, got {e.strip()!r}")
+        """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
+        check_options(self)
         return self
-
-
 
 
 def _nothing(t, X, ctx) -> dict:
@@ -230,19 +200,19 @@ def _run(out: Path, cfg: ClustersConfig, say) -> dict:
     pics["boolean"] = (A0, dist, rank)
 
     # 5: cluster counts over many initial conditions, V = I
-    for n in _ints("table_n", cfg.table_n):
-        for d in _ints("table_d", cfg.table_d):
+    for n in cfg.table_n:
+        for d in cfg.table_d:
             Xc = init_tokens(jax.random.fold_in(key, 1000 * n + d), cfg.num, n, d, kind="gaussian", dtype=jnp.float64)
             model = paper_model(np.eye(d))
             hull = np.asarray([hull_vertices(x).sum() for x in np.asarray(Xc)])  # the same for every β
-            for beta in _floats("table_beta", cfg.table_beta):
+            for beta in map(float, cfg.table_beta):  # a config file may give integers
                 say(f"counts: n = {n}, d = {d}, beta = {beta:g}, {cfg.num} initial conditions")
                 sol = solve_rescaled(model, Xc, np.asarray([cfg.t1]), beta=beta, observe=obs)
                 tables["counts"].append(count_row(n, d, beta, hull, sol, cfg.tol))
 
     # 6: good triples against d
-    for e, ens in enumerate(s.strip() for s in cfg.ensembles.split(",")):
-        for d in _ints("good_d", cfg.good_d):
+    for e, ens in enumerate(cfg.ensembles):
+        for d in cfg.good_d:
             say(f"good triples: {ens}, d = {d}, {cfg.good_samples} matrices")
             est = good_triple_fraction(jax.random.fold_in(jax.random.fold_in(key, 5000 + e), d), d, cfg.good_samples,
                                           ensemble=ens)

@@ -29,50 +29,46 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
+from jaxattn.config import option, positive
+from jaxattn.config import seed as seed_check
 from jaxattn.dynamics import continuous
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
 from jaxattn.dynamics.runner import DTYPES, PRECISIONS
-from jaxattn.errors import ConfigError, positive_int
+from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model, repeat_kv
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import csv_text, need_model, quiet, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, need_model, quiet, write_report
+
+
+def _on_sphere(v) -> str | None:
+    return None if v >= 2 else "must be >= 2 (tokens on a sphere)"
 
 
 @dataclasses.dataclass
 class ConsensusConfig:
-    passes: int = 10  # passes of the real model
-    prompts: int = 100  # random prompts (the paper: 100)
-    tokens: int = 32  # tokens per prompt (the paper: 200)
-    seed: int = 0
-    dtype: str = "float32"
-    matmul_precision: str = "highest"  # products of float32 passes: 'highest', 'tf32' or 'bf16' (docs/gpu.md)
-    synthetic: bool = True
-    synthetic_d: int = 3  # token dimension of the synthetic settings
-    synthetic_n: int = 8  # tokens of the synthetic settings
-    synthetic_num: int = 64  # initial conditions of each synthetic setting
-    t1: float = 30.0  # final time of the synthetic flows
-    figures: bool = True
+    """The consensus study's options (those of ``jaxattn consensus``, see :mod:`jaxattn.config`)."""
 
-    def check(self):
-        for k in ("passes", "prompts", "tokens", "synthetic_d", "synthetic_n", "synthetic_num"):
-            positive_int(k, getattr(self, k))
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed must be an integer >= 0, got {self.seed!r}")  # as every other command
-        if self.synthetic_d < 2:
-            raise ConfigError("synthetic_d must be >= 2 (tokens on a sphere)")
-        if not np.isfinite(self.t1) or self.t1 <= 0:
-            raise ConfigError(f"t1 must be finite and > 0, got {self.t1!r}")
-        if self.dtype not in DTYPES:
-            raise ConfigError(f"dtype must be float16, bfloat16, float32 or float64, got {self.dtype!r}")
-        if self.matmul_precision not in PRECISIONS:
-            raise ConfigError(f"matmul_precision must be one of {', '.join(PRECISIONS)}, got {self.matmul_precision!r}")
+    passes: int = option(10, "passes of the model", check=positive)
+    prompts: int = option(100, "random prompts", check=positive)  # the paper: 100
+    tokens: int = option(32, "tokens per prompt (the paper: 200)", check=positive)
+    seed: int = option(0, "random seed", check=seed_check)
+    dtype: str = option("float32", "precision of the passes", choices=tuple(DTYPES))
+    matmul_precision: str = option("highest", "matrix products of float32 passes (docs/gpu.md)", choices=PRECISIONS)
+    synthetic: bool = option(True, "also run the theorem settings in continuous time")
+    synthetic_d: int = option(3, "token dimension of the theorem settings", check=_on_sphere)
+    synthetic_n: int = option(8, "tokens of the theorem settings", check=positive)
+    synthetic_num: int = option(64, "initial conditions per theorem setting", check=positive)
+    t1: float = option(30.0, "final time of the theorem settings", check=positive)
+    figures: bool = option(True, "write PNG figures")
 
-
+    def check(self) -> None:
+        """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
+        check_options(self)
 
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:

@@ -22,60 +22,71 @@ import numpy as np
 from jaxattn.analysis.closed_forms import consensus_step_bound
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
-from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
+from jaxattn.analysis.spectral import (
+    ORDERS,
+    Spectrum,
+    cumulative_products,
+    layer_matrices,
+    lyapunov_exponents,
+    spectrum,
+)
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
+from jaxattn.config import non_negative, option, positive, specs
+from jaxattn.config import seed as seed_check
 from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
-from jaxattn.dynamics.options import Batch, Save
-from jaxattn.dynamics.runner import PRECISIONS
+from jaxattn.dynamics.options import PRECISIONS, Batch, Save
+from jaxattn.dynamics.runner import SIMULATION_DTYPES
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from jaxattn.model.params import Model
-from jaxattn.model.sampling import init_tokens
+from jaxattn.model.sampling import INIT_KINDS, NEEDS_ARRAY, init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import csv_text, need_model
+from jaxattn.studies.skeleton import check_options, csv_text, need_model
 from jaxattn.sweeps.chunked import Timer, sweep
+
+
+def _below_one(v) -> str | None:
+    return None if 0 <= v < 1 else "must be in [0, 1) (0: no search)"
 
 
 @dataclasses.dataclass
 class StudyConfig:
-    num_init: int = 1000  # random initial conditions (the paper: more than 1000)
-    n: int = 10  # tokens per initial condition (the paper's ALBERT figures: 10)
-    seed: int = 0
-    init: str = "gaussian"  # the paper draws Gaussian tokens of the model dimension
-    alpha: float = 1.0
-    beta: float = 1.0
-    order: str = "real"
-    prolong: int = 10  # shared-weight models: also run prolong × depth steps
-    gammas: tuple = (1.0, 10.0, 100.0, 1000.0)
-    steer_target: float = 0.99  # also find the smallest gain reaching this mean alignment (bisection); 0: off
-    ffn_study: bool = True  # also run with FFN and affine LayerNorm when the model has them
-    rope: str = "none"  # D1's reading of positions: 'none' (tokens exchangeable), 'model' or 'on' (see ROPES)
-    sensitivity: bool = True  # also d(mean ρ1)/dε for F_k -> (1+ε)F_k, every block, by jax.grad
-    dtype: str = "float32"
-    matmul_precision: str = "highest"  # float32 matrix products: 'highest', 'tf32' or 'bf16' (docs/gpu.md)
-    chunk: int = 1024
-    progress: bool = True
-    figures: bool = True
+    """The power-method study's options (those of ``jaxattn analyze``, see :mod:`jaxattn.config`)."""
 
-    def check(self):
-        for k in ("num_init", "n", "chunk"):
-            if not isinstance(getattr(self, k), int) or getattr(self, k) < 1:
-                raise ConfigError(f"{k} must be a positive integer, got {getattr(self, k)!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
-            raise ConfigError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")  # checked before any work
-        if not isinstance(self.prolong, int) or self.prolong < 1:
-            raise ConfigError(f"prolong must be a positive integer, got {self.prolong!r}")
-        if self.rope not in ROPES:
-            raise ConfigError(f"rope must be one of {ROPES}, got {self.rope!r}")
-        if any((not np.isfinite(g)) or g < 0 for g in self.gammas):
-            raise ConfigError(f"gammas must be finite and >= 0, got {self.gammas}")
-        if isinstance(self.steer_target, bool) or not isinstance(self.steer_target, (int, float)) \
-                or not (0 <= self.steer_target < 1):
-            raise ConfigError(f"steer_target must be in [0, 1) (0: no search), got {self.steer_target!r}")
-        if self.init not in ("gaussian", "sphere"):
-            raise ConfigError(f"init must be 'gaussian' or 'sphere', got {self.init!r}")
-        if self.matmul_precision not in PRECISIONS:
-            raise ConfigError(f"matmul_precision must be one of {', '.join(PRECISIONS)}, got {self.matmul_precision!r}")
+    num_init: int = option(1000, "random initial conditions", check=positive)  # the paper: more than 1000
+    n: int = option(10, "tokens per initial condition", check=positive)  # the paper's ALBERT figures: 10
+    seed: int = option(0, "random seed", check=seed_check)
+    init: str = option("gaussian", "initial token distribution",  # the paper: Gaussian tokens of the model dimension
+                       choices=tuple(k for k in INIT_KINDS if k not in NEEDS_ARRAY))
+    alpha: float = option(1.0, "step size α")
+    beta: float = option(1.0, "inverse temperature β")
+    order: str = option("real", "principal eigenvalue: largest real part, modulus or |1+αλ|", choices=ORDERS)
+    prolong: int = option(10, "shared-weight models: also run PROLONG × depth steps", check=positive)
+    gammas: list[float] = option([1.0, 10.0, 100.0, 1000.0], "steering gains γ", check=non_negative)
+    steer_target: float = option(0.99, "also find, by bisection in log γ, the smallest gain whose mean alignment with "
+                                 "the steering direction reaches this value; 0: no search", check=_below_one)
+    ffn_study: bool = option(True, "also run with FFN and affine LayerNorm (models that have them)")
+    rope: str = option("none", "D1's positions: 'none' position-free (the plain reading), 'model' the model's own "
+                       "RoPE, 'on' the model's or the standard RoPE (θ = 10⁴)", choices=ROPES)
+    sensitivity: bool = option(True, "also report which layer matters: d(mean ρ1)/d(log F_k) for every block, by "
+                               "jax.grad")
+    dtype: str = option("float32", "simulation precision (spectra are float64)", choices=SIMULATION_DTYPES)
+    matmul_precision: str = option("highest", "matrix products of float32 runs (docs/gpu.md)", choices=PRECISIONS)
+    chunk: int = option(1024, "initial conditions per chunk", check=positive)
+    progress: bool = option(True, "show progress bars")
+    figures: bool = option(True, "write PNG figures")
+
+    def check(self) -> None:
+        """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
+        check_options(self)
+
+
+def _as_floats(cfg: StudyConfig) -> dict:
+    """The configuration with its float options as floats: ``gammas=[1, 10]`` (a config file, the command line)
+    and ``[1.0, 10.0]`` decide the same numbers, so a run resumes the other."""
+    floats = {k for k, s in specs(StudyConfig).items() if float in s.types and not s.optional}
+    return {k: ([float(x) for x in v] if isinstance(v, (list, tuple)) else float(v)) if k in floats else v
+            for k, v in dataclasses.asdict(cfg).items()}
 
 
 def _dtype(name):
@@ -217,8 +228,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                   beta=cfg.beta, dtype=dtype, batch=Batch(precision=cfg.matmul_precision), progress=cfg.progress,
                   keep_final=True)
     # what decides the numbers (not progress bars or figures): a resumed run must match it
-    fp = {"model": model_name,
-          "cfg": {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("progress", "figures")}}
+    fp = {"model": model_name, "cfg": {k: v for k, v in _as_floats(cfg).items() if k not in ("progress", "figures")}}
     tables: dict[str, list] = {}
     finals: dict[str, np.ndarray] = {}
     timings = {}
@@ -275,7 +285,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     entering = entering_states(model, X0, dynamics=d1, **sim)  # the unsteered blocks run once for every gain
     base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=d1, entering=entering, **sim)
     steer_rows.append(srow("D1", 0.0, 0.0, base, model, 0.0))
-    for gamma in cfg.gammas:
+    for gamma in map(float, cfg.gammas):  # a config file may give integers
         a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=d1, entering=entering, **sim)
         steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
     if cfg.steer_target > 0:
@@ -297,7 +307,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     if cfg.ffn_study and has_ffn:
         up = precompensate(model, u)
         entering = entering_states(model, X0, dynamics=FAITHFUL, **sim)
-        for gamma in cfg.gammas:
+        for gamma in map(float, cfg.gammas):
             for name, target in (("FFN+LN, steer u", u), ("FFN+LN, precompensated", up)):
                 a, ms, info = steered_alignment(model, target, gamma, X0, dynamics=FAITHFUL, entering=entering,
                                                 along=u, **sim)  # steered towards target, measured along u

@@ -1,7 +1,9 @@
 """The skeleton every study follows: configuration → run → tables → figures → report.
 
 Every study module (:mod:`jaxattn.studies.power_method`, ``consensus``, ``clusters``, ``stability``) has
-the same public shape: ``Config``, a configuration dataclass with a ``check()`` method, and
+the same public shape: ``Config``, a configuration dataclass whose fields are options (declared with
+:func:`jaxattn.config.option`: help, allowed values, check; the study's command line and config-file keys
+are derived from them) with a ``check()`` method, and
 
     run(out_dir, config=None, *, model=None, model_name="model", progress=None) -> dict
 
@@ -17,13 +19,13 @@ it, never half-written), the CSV tables, the report and the stage messages.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import io
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from jaxattn.config import check_value, specs
 from jaxattn.errors import ConfigError
 from jaxattn.io import rundir
 from jaxattn.io.results import atomic_write_text
@@ -68,10 +70,15 @@ def stages(name: str, enabled: bool) -> Callable[[str], None] | None:
     return lambda message: print(f"[{name}] {message}", file=sys.stderr, flush=True)
 
 
-def config_defaults(config_cls: type, **extra) -> dict:
-    """The defaults of a study's configuration dataclass, plus what only its command takes (``extra``):
-    the one place a command's defaults come from."""
-    return {**{f.name: f.default for f in dataclasses.fields(config_cls)}, **extra}
+def check_options(config) -> None:
+    """Every option of a study's configuration checked against its declaration (type, allowed values, check):
+    a :class:`ConfigError` line naming the field. A list option given as the comma-separated text of the
+    command line is refused with the list it should be."""
+    for name, spec in specs(type(config)).items():
+        v = getattr(config, name)
+        if spec.is_list and isinstance(v, str):
+            raise ConfigError(f"{name} must be a list ({name}=[...]), not comma-separated text; got {v!r}")
+        check_value(name, spec, v)
 
 
 def write_report(out: Path, lines: Sequence[str], figures: Sequence[str] = ()) -> None:

@@ -24,7 +24,6 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import jax
@@ -36,6 +35,8 @@ from jaxattn.analysis.closed_forms import single_head_conditions
 from jaxattn.analysis.equilibria import System, eigen_equilibria, residual, sign_patterns
 from jaxattn.analysis.linearisation import linearisation_bytes, linearise
 from jaxattn.analysis.stats import wilson
+from jaxattn.config import option, positive
+from jaxattn.config import seed as seed_check
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.fields import C2
 from jaxattn.dynamics.options import Batch, Save
@@ -44,7 +45,7 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import csv_text, md_cell, no_model, quiet, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, md_cell, no_model, quiet, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -52,44 +53,45 @@ TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
 MEMORY_LIMIT = 4 * 2**30
 
 
+def _on_sphere(v) -> str | None:
+    return None if v >= 2 else "must be >= 2 (tokens on a sphere)"
+
+
+def _tokens(v) -> str | None:
+    return None if 2 <= v <= 64 else "must be between 2 and 64"
+
+
+def _bipartite(v) -> str | None:
+    return None if v >= 2 else "must be >= 2 (a bipartite split needs two tokens)"
+
+
 @dataclasses.dataclass
 class StabilityConfig:
-    seed: int = 0
-    d: int = 3  # token dimension of the counts
-    tokens: str = "3,4,5"  # numbers of tokens n of the counts, comma-separated
-    models: int = 20  # random models per n
-    exhaustive_max: int = 10  # up to this n every sign pattern; above, `patterns` random ones
-    patterns: int = 128
-    alpha: float = 0.5  # step of the map
-    beta: float = 4.0  # inverse temperature of the counts, the example and the basins
-    time: str = "both"  # 'discrete', 'continuous' or 'both'
-    basin_num: int = 200  # initial conditions of the basin table
-    basin_n: int = 5  # tokens of the example model and its basins
-    steps: int = 300  # map steps to the end
-    t1: float = 150.0  # flow time to the end (the map with α = 0.5 covers t = 150 in 300 steps)
-    perturb_num: int = 8  # random perturbations per size
-    search: int = 50  # models searched for a stable bipartite equilibrium
-    figures: bool = True
+    """The stability study's options (those of ``jaxattn stability``, see :mod:`jaxattn.config`)."""
+
+    seed: int = option(0, "random seed", check=seed_check)
+    d: int = option(3, "token dimension of the counts", check=_on_sphere)
+    tokens: list[int] = option([3, 4, 5], "numbers of tokens n of the counts", check=_tokens)
+    models: int = option(20, "random models per n", check=positive)
+    exhaustive_max: int = option(10, "every sign pattern up to this n, random ones above", check=positive)
+    patterns: int = option(128, "random sign patterns per model above --exhaustive-max", check=positive)
+    alpha: float = option(0.5, "step of the map", check=positive)
+    beta: float = option(4.0, "inverse temperature of the attention", check=positive)  # counts, example, basins
+    time: str = option("both", "'discrete' (the map), 'continuous' (the flow) or 'both'", choices=TIMES)
+    basin_num: int = option(200, "initial conditions of the basin table", check=positive)
+    basin_n: int = option(5, "tokens of the example model and its basins", check=_bipartite)
+    steps: int = option(300, "map steps run to the end", check=positive)
+    # the map with α = 0.5 covers t = 150 in 300 steps
+    t1: float = option(150.0, "flow time run to the end", check=positive)
+    perturb_num: int = option(8, "random perturbations per size", check=positive)
+    search: int = option(50, "models searched for a stable bipartite equilibrium", check=positive)
+    figures: bool = option(True, "write PNG figures")
 
     def check(self) -> None:
-        for k in ("d", "models", "exhaustive_max", "patterns", "basin_num", "basin_n", "steps", "perturb_num",
-                  "search"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"{k} must be a positive integer, got {v!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if self.d < 2:
-            raise ConfigError(f"d must be >= 2 (tokens on a sphere), got {self.d}")
-        if self.basin_n < 2:
-            raise ConfigError(f"basin_n must be >= 2 (a bipartite split needs two tokens), got {self.basin_n}")
+        """Every option checked against its declaration, then what no single option says: the memory the
+        linearisations of one model take (one :class:`ConfigError` line, before any work)."""
+        check_options(self)
         self._check_memory()
-        for k in ("alpha", "beta", "t1"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ConfigError(f"{k} must be a finite number > 0, got {v!r}")
-        if self.time not in TIMES:
-            raise ConfigError(f"time must be one of {', '.join(TIMES)}, got {self.time!r}")
 
     def _check_memory(self) -> None:
         """Every candidate equilibrium of one model is linearised at once: refuse sizes that cannot fit
@@ -106,14 +108,8 @@ class StabilityConfig:
                                   "exhaustive_max (random patterns above it), patterns or the number of tokens")
 
     def ns(self) -> list[int]:
-        try:
-            ns = [int(t) for t in str(self.tokens).split(",") if t.strip()]
-        except ValueError:
-            raise ConfigError(f"tokens must be comma-separated integers >= 2, e.g. '3,4,5'; "
-                              f"got {self.tokens!r}") from None
-        if not ns or min(ns) < 2 or max(ns) > 64:
-            raise ConfigError(f"tokens must be comma-separated integers between 2 and 64, got {self.tokens!r}")
-        return sorted(set(ns))
+        """The numbers of tokens of the counts, each once, in order."""
+        return sorted(set(self.tokens))
 
     def times(self) -> list[str]:
         return ["discrete", "continuous"] if self.time == "both" else [self.time]
