@@ -174,6 +174,11 @@ def _list_parser(spec: Spec) -> Callable[[str], list]:
     return parse
 
 
+def parse_list(spec: Spec, text: str) -> list:
+    """A list option written as on the command line, ``"3,4,5"``, as its list (the items parsed by type)."""
+    return _list_parser(spec)(text)
+
+
 def add_argument(group, spec: Spec, default: Any = dataclasses.MISSING) -> None:
     """The command-line option of ``spec`` in ``group`` (a parser or argument group). Its value is ``None``
     when not given, so that a config file and the default can be told from the command line; the help
@@ -213,10 +218,5 @@ def seed(v) -> str | None:
     return None if 0 <= v < 2**63 else "must be in [0, 2^63)"
 
 
-def replace_defaults(options: Mapping[str, Spec], **defaults) -> dict[str, Spec]:
-    """``options`` with some defaults changed (a command whose defaults differ from the library's)."""
-    return {k: dataclasses.replace(s, default=defaults[k]) if k in defaults else s for k, s in options.items()}
-
-
-__all__ = ["Spec", "add_argument", "at_least", "check_value", "from_mapping", "non_negative", "option", "positive",
-           "replace_defaults", "seed", "specs"]
+__all__ = ["Spec", "add_argument", "at_least", "check_value", "from_mapping", "non_negative", "option", "parse_list",
+           "positive", "seed", "specs"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
-from jaxattn.config import Spec, _list_parser, check_value
+from jaxattn.config import Spec, check_value, parse_list
 from jaxattn.errors import ConfigError, JaxattnError
 
 #: Options that only describe a random model (refused with a converted one: it brings its own).
@@ -80,7 +80,7 @@ def _replayed(run: dict, defaults: Mapping) -> dict:
 def _listed(key: str, option: Spec, text: str) -> list:
     """The comma-separated ``text`` of a list option, parsed as on the command line."""
     try:
-        return _list_parser(option)(text)
+        return parse_list(option, text)
     except argparse.ArgumentTypeError as e:
         raise JaxattnError(f"config value {key}: {e}") from None
 
