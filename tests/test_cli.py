@@ -55,11 +55,11 @@ def test_config_file_and_precedence(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv,msg", [
     (["simulate", "--heads", "5"], "not divisible"),
-    (["simulate", "--steps", "-1"], "non-negative"),
-    (["simulate", "--num-init", "0"], "positive integer"),
+    (["simulate", "--steps", "-1"], "--steps: must be >= 0, got -1"),
+    (["simulate", "--num-init", "0"], "--num-init: must be > 0, got 0"),
     (["simulate", "--mask", "diagonal"], "mask must be"),
     (["simulate", "--model", "nowhere.safetensors"], "does not exist"),
-    (["simulate", "--n", "abc"], "invalid int value"),
+    (["simulate", "--n", "abc"], "argument --n: expected int, got 'abc'"),
     (["analyze", "random", "--gammas", "1,x"], "argument --gammas: expected float, got 'x'"),
     (["frobnicate"], "invalid choice"),
 ])
