@@ -28,6 +28,7 @@ from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import precompensate, steer
 from jaxattn.dynamics import geometry, prompts
+from jaxattn.dynamics._runner import Context
 from jaxattn.dynamics.continuous import Solution, solve
 from jaxattn.dynamics.discrete import (
     D1,
@@ -50,7 +51,6 @@ from jaxattn.dynamics.fields import C1, C2, C2_OJA, C3, C3_RESCALED, Flow, veloc
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
-from jaxattn.dynamics.runner import Context
 from jaxattn.errors import CheckpointError, ConfigError, JaxattnError, NonFiniteWarning
 from jaxattn.io.checkpoints import builtin_path, convert, load, load_any, save
 from jaxattn.io.store import open_sweep

@@ -78,11 +78,11 @@ def _choices(command: str) -> dict[str, tuple]:
 def test_choices_are_the_library_constants():
     """Adding a normalisation, an attention kind, a solver... touches the module that implements it: every list
     of values offered is that module's constant (less the kinds that need an array, a Python argument)."""
+    from jaxattn.dynamics._runner import SIMULATION_DTYPES
     from jaxattn.dynamics.continuous import SOLVERS
     from jaxattn.dynamics.discrete import NORMS, ROPES
     from jaxattn.dynamics.geometry import NEEDS_S, SPACES
     from jaxattn.dynamics.options import PATHS, PRECISIONS
-    from jaxattn.dynamics.runner import SIMULATION_DTYPES
     from jaxattn.model.attention import KERNELS
     from jaxattn.model.sampling import INIT_KINDS, NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS
     from jaxattn.sweeps.grid import OBSERVABLES

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn.dynamics import kernels
+from jaxattn.dynamics import _kernels as kernels
 from jaxattn.errors import ConfigError
 
 CASES = [

@@ -138,7 +138,7 @@ def test_the_checks_see_what_they_check():
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert not _cycles({"a": {"b"}, "b": set()})
     cli = _imports(ROOT / "cli" / "_config.py")
-    assert any(local and dst == "jaxattn.io.configfile" for dst, _, local in cli)
+    assert any(local and dst == "jaxattn.io._configfile" for dst, _, local in cli)
     assert any(not local and dst == "jaxattn.errors" for dst, _, local in cli)
     assert ORDER.index(_layer("jaxattn.dynamics.discrete")) < ORDER.index(_layer("jaxattn.analysis.metrics"))
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn.dynamics.runner import default_lanes, working_bytes
+from jaxattn.dynamics._runner import default_lanes, working_bytes
 from jaxattn.errors import ConfigError
 
 

@@ -29,8 +29,8 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import integrate, special
 
-from jaxattn.analysis.hulls import polytope
-from jaxattn.analysis.linkage import gap_clusters
+from jaxattn.analysis._hulls import polytope
+from jaxattn.analysis._linkage import gap_clusters
 from jaxattn.analysis.qk_cloud import solve
 
 

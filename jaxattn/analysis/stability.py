@@ -1,9 +1,9 @@
 """Equilibria of the token dynamics on the product of spheres, their linearisation and stability,
 and where the dynamics ends over many initial conditions: one import for the stability analysis,
-each job in its own module: :mod:`jaxattn.analysis.equilibria` (the system, equilibria, residuals,
-tangent bases), :mod:`jaxattn.analysis.newton` (:func:`refine`), :mod:`jaxattn.analysis.linearisation`
-(:func:`linearise`), :mod:`jaxattn.analysis.closed_forms` (the single-head conditions) and
-:mod:`jaxattn.analysis.basins` (running the dynamics to its end: :func:`settle`, :func:`classify`,
+each job in its own module: :mod:`jaxattn.analysis._equilibria` (the system, equilibria, residuals,
+tangent bases), :mod:`jaxattn.analysis._newton` (:func:`refine`), :mod:`jaxattn.analysis._linearisation`
+(:func:`linearise`), :mod:`jaxattn.analysis._closed_forms` (the single-head conditions) and
+:mod:`jaxattn.analysis._basins` (running the dynamics to its end: :func:`settle`, :func:`classify`,
 :func:`basins`).
 
 A :class:`System` is a time-invariant (shared-weight) model with either a discrete map on the unit
@@ -92,14 +92,14 @@ its number of clusters, or not converged (residual above the tolerance). Counts 
 95% confidence intervals.
 """
 
-from jaxattn.analysis.basins import Basins, Terminal, basins, classify, settle
-from jaxattn.analysis.closed_forms import (
+from jaxattn.analysis._basins import Basins, Terminal, basins, classify, settle
+from jaxattn.analysis._closed_forms import (
     SingleHeadStability,
     consensus_eigenvalues,
     consensus_step_bound,
     single_head_conditions,
 )
-from jaxattn.analysis.equilibria import (
+from jaxattn.analysis._equilibria import (
     Candidates,
     Kind,
     System,
@@ -114,8 +114,8 @@ from jaxattn.analysis.equilibria import (
     sign_patterns,
     tangent_basis,
 )
-from jaxattn.analysis.linearisation import Linearisation, linearisation_bytes, linearise
-from jaxattn.analysis.newton import Refined, refine
+from jaxattn.analysis._linearisation import Linearisation, linearisation_bytes, linearise
+from jaxattn.analysis._newton import Refined, refine
 
 __all__ = [
     "Basins",

@@ -15,7 +15,7 @@ RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask", "sca
 
 
 def _load_config(path: str) -> dict:
-    from jaxattn.io.configfile import load_config
+    from jaxattn.io._configfile import load_config
 
     return {k.replace("-", "_"): v for k, v in load_config(path).items()}
 

@@ -64,7 +64,7 @@ def register(sub) -> None:
 
 
 def _point_config(args) -> dict:
-    from jaxattn.io.configfile import load_config
+    from jaxattn.io._configfile import load_config
 
     base = load_config(args.config) if args.config else {}
     if not isinstance(base, dict):

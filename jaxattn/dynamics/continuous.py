@@ -2,7 +2,7 @@
 
 :func:`solve` integrates one of the flows of :mod:`jaxattn.dynamics.fields` from every initial configuration
 of a batch in one compiled call: ``diffrax.diffeqsolve`` per condition, ``vmap``-ed by the shared
-runner (:mod:`jaxattn.dynamics.runner`), observables evaluated at the requested times inside the solve
+runner (:mod:`jaxattn.dynamics._runner`), observables evaluated at the requested times inside the solve
 (``SaveAt(fn=...)``), so memory does not grow with the number of saved times unless the trajectory
 is asked for. Each condition reports its own result code: a failed solve (``max_steps`` reached, a
 step size that collapsed) is flagged in its row while the others are returned intact.
@@ -25,11 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
-from jaxattn.dynamics.geometry import Geometry, check_spd
-from jaxattn.dynamics.observables import consensus_observables
-from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.dynamics.runner import (
+from jaxattn.dynamics._runner import (
     Context,
     cast_floats,
     check_scalar,
@@ -39,6 +35,10 @@ from jaxattn.dynamics.runner import (
     run,
     traced,
 )
+from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
+from jaxattn.dynamics.geometry import Geometry, check_spd
+from jaxattn.dynamics.observables import consensus_observables
+from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import Model, validate
 
@@ -112,7 +112,7 @@ class _Static:
 
 @dataclasses.dataclass(frozen=True)
 class _FlowProgram:
-    """One initial condition through ``diffeqsolve`` (see :mod:`jaxattn.dynamics.runner`).
+    """One initial condition through ``diffeqsolve`` (see :mod:`jaxattn.dynamics._runner`).
 
     A layered model is solved interval by interval (``lax.scan`` over the layer intervals, one
     ``diffeqsolve`` each with that interval's weights), so no step ever straddles a change of

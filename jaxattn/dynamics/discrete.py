@@ -39,11 +39,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
-from jaxattn.dynamics.kernels import choose, fused_simulate
-from jaxattn.dynamics.observables import consensus_observables
-from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.dynamics.runner import (
+from jaxattn.dynamics._kernels import choose, fused_simulate
+from jaxattn.dynamics._runner import (
     Context,
     cast_floats,
     check_precision,
@@ -55,6 +52,9 @@ from jaxattn.dynamics.runner import (
     traced,
     working_bytes,
 )
+from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
+from jaxattn.dynamics.observables import consensus_observables
+from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.model import nn
 from jaxattn.model.attention import KERNELS, apply, probabilities
@@ -373,7 +373,7 @@ def _every(every) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class _MapProgram:
-    """:func:`_evolve` as a runner program (see :mod:`jaxattn.dynamics.runner`)."""
+    """:func:`_evolve` as a runner program (see :mod:`jaxattn.dynamics._runner`)."""
 
     dyn: Dynamics
     steps: int

@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.dynamics._runner import check_scalar, resolve_dtype
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _evolve, check_dynamics, check_steps
-from jaxattn.dynamics.runner import check_scalar, resolve_dtype
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
 from jaxattn.model.params import Model

@@ -32,7 +32,7 @@ PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 
 #: How a map's batch is computed: ``'auto'`` (the fused Pallas kernel where it applies on a backend where it
 #: has been proven, else the plain path), ``'fused'`` (force the kernel) or ``'plain'`` (XLA's separate
-#: operations). See :mod:`jaxattn.dynamics.kernels`.
+#: operations). See :mod:`jaxattn.dynamics._kernels`.
 PATHS = ("auto", "fused", "plain")
 
 
@@ -108,14 +108,14 @@ class Batch:
     Attributes:
         size: conditions per compiled block (the lane width). ``None``, in every driver: a fixed width set by
             the backend and the size of one condition, never by the batch
-            (:func:`jaxattn.dynamics.runner.default_lanes`). The batch is padded to whole blocks, so a
+            (:func:`jaxattn.dynamics._runner.default_lanes`). The batch is padded to whole blocks, so a
             condition's numbers do not depend on the batch size or on how a sweep is split, for a given
             ``size``; memory grows with ``size``, not with the batch.
         devices: split the batch over these devices (e.g. ``jax.local_devices()``); ``None``: the default
             device (:func:`jaxattn.sweep_grid`, given no ``Batch``, uses every local device).
         precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend, the
             default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
-        path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics.kernels` where it
+        path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics._kernels` where it
             applies, on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force
             it; interpret mode on a CPU) or ``'plain'``. Flows and repeated passes refuse ``'fused'``.
 

@@ -29,10 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from jaxattn.dynamics._runner import cast_floats, check_weights, resolve_dtype, run, working_bytes
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics, saved_steps
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.dynamics.runner import cast_floats, check_weights, resolve_dtype, run, working_bytes
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import MASK_DTYPE, Layers, Model, parse_mask, validate
 

@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from jaxattn.io.atomic import replace_bytes
+from jaxattn.io._atomic import replace_bytes
 from jaxattn.io.rundir import claim
 
 _PACKAGES = ("jaxattn", "jax", "jaxlib", "numpy", "flax", "diffrax", "safetensors", "transformers", "torch")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (:func:`jaxattn.io.atomic.replace_bytes`); inside a run directory
+    """Write ``data`` to ``path`` atomically (:func:`jaxattn.io._atomic.replace_bytes`); inside a run directory
     the name is first recorded in its marker (:func:`jaxattn.io.rundir.claim`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

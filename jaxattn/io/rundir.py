@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jaxattn.errors import ConfigError, JaxattnError
-from jaxattn.io.atomic import replace_bytes
+from jaxattn.io._atomic import replace_bytes
 
 MARKER = ".jaxattn-run.json"
 FORMAT = "jaxattn-run"

@@ -32,11 +32,11 @@ from jaxattn.analysis.observables import consensus, consensus_hemisphere
 from jaxattn.config import option, positive
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics import continuous
+from jaxattn.dynamics._runner import DTYPES, PRECISIONS
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.dynamics.passes import repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
-from jaxattn.dynamics.runner import DTYPES, PRECISIONS
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model, repeat_kv

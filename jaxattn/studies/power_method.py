@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis.closed_forms import consensus_step_bound
+from jaxattn.analysis._closed_forms import consensus_step_bound
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import (
@@ -33,9 +33,9 @@ from jaxattn.analysis.spectral import (
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
 from jaxattn.config import non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
+from jaxattn.dynamics._runner import SIMULATION_DTYPES
 from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
 from jaxattn.dynamics.options import PRECISIONS, Batch, Save
-from jaxattn.dynamics.runner import SIMULATION_DTYPES
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from jaxattn.model.params import Model

@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis.basins import basins, classify, settle
-from jaxattn.analysis.closed_forms import single_head_conditions
-from jaxattn.analysis.equilibria import System, eigen_equilibria, residual, sign_patterns
-from jaxattn.analysis.linearisation import linearisation_bytes, linearise
+from jaxattn.analysis._basins import basins, classify, settle
+from jaxattn.analysis._closed_forms import single_head_conditions
+from jaxattn.analysis._equilibria import System, eigen_equilibria, residual, sign_patterns
+from jaxattn.analysis._linearisation import linearisation_bytes, linearise
 from jaxattn.analysis.stats import wilson
 from jaxattn.config import option, positive
 from jaxattn.config import seed as seed_check

@@ -8,12 +8,12 @@ import warnings
 
 import numpy as np
 
+from jaxattn.dynamics._kernels import choose
+from jaxattn.dynamics._runner import lanes_for
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
-from jaxattn.dynamics.kernels import choose
 from jaxattn.dynamics.options import Batch, Save
-from jaxattn.dynamics.runner import lanes_for
 from jaxattn.errors import NonFiniteWarning
 from jaxattn.io.checkpoints import load_any
 from jaxattn.model.sampling import seeded_model

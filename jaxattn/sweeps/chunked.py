@@ -24,9 +24,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.dynamics._runner import check_scalar, default_lanes, lanes_for, resolve_dtype
 from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.dynamics.runner import check_scalar, default_lanes, lanes_for, resolve_dtype
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
 from jaxattn.io.store import SweepStore

@@ -38,10 +38,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.dynamics._runner import mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
-from jaxattn.dynamics.runner import mesh_of, replicate
 from jaxattn.errors import ConfigError
-from jaxattn.io.configfile import load_config
+from jaxattn.io._configfile import load_config
 from jaxattn.io.results import device_info, versions
 from jaxattn.io.store import SweepStore, fingerprint, open_sweep
 from jaxattn.model.sampling import init_tokens

@@ -12,7 +12,7 @@ import lineax as lx
 import numpy as np
 import optimistix as optx
 
-from jaxattn.analysis.equilibria import System, check_configurations, residual, system_defect, tangent_basis
+from jaxattn.analysis._equilibria import System, check_configurations, residual, system_defect, tangent_basis
 from jaxattn.errors import ConfigError
 
 

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis.equilibria import (
+from jaxattn.analysis._equilibria import (
     System,
     check_configurations,
     padded,
@@ -68,7 +68,7 @@ def linearise(system: System, X, *, residual_tol: float = 1e-8, margin: float = 
     ``unstable`` above ``1 + margin``; a flow when its largest real part is below ``−margin`` /
     above ``margin``; ``marginal`` in between (linearisation cannot decide).
     Refused with one line when a configuration is off the sphere, not finite, or not an equilibrium
-    (residual above ``residual_tol``: refine it first with :func:`jaxattn.analysis.newton.refine`).
+    (residual above ``residual_tol``: refine it first with :func:`jaxattn.analysis._newton.refine`).
     ``chunk`` configurations are differentiated per compiled call.
     """
     A = check_configurations(X, system.d)

@@ -1,5 +1,5 @@
 """Closed forms of the linearisation at consensus and bipartite consensus (the test oracle of
-:func:`jaxattn.analysis.linearisation.linearise`; derivations in :mod:`jaxattn.analysis.stability`)."""
+:func:`jaxattn.analysis._linearisation.linearise`; derivations in :mod:`jaxattn.analysis.stability`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxattn.analysis.equilibria import System
+from jaxattn.analysis._equilibria import System
 from jaxattn.analysis.spectral import eig_sorted
 from jaxattn.errors import ConfigError
 

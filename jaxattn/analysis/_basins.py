@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis.equilibria import System, check_configurations, padded, residual
+from jaxattn.analysis._equilibria import System, check_configurations, padded, residual
 from jaxattn.analysis.spectral import eig_sorted
 from jaxattn.analysis.stats import wilson
 from jaxattn.dynamics.continuous import solve

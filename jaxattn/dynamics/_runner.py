@@ -57,7 +57,7 @@ def default_lanes(condition_bytes: int | None = None) -> int:
 
     Examples:
         >>> import jax
-        >>> from jaxattn.dynamics.runner import default_lanes
+        >>> from jaxattn.dynamics._runner import default_lanes
         >>> default_lanes() == default_lanes(1000) if jax.default_backend() == "cpu" else True
         True
         >>> default_lanes(2**28) if jax.default_backend() == "cpu" else 4      # 256 MiB per condition

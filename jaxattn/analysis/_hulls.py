@@ -9,7 +9,7 @@ from typing import NamedTuple
 import numpy as np
 
 from jaxattn.analysis._inputs import real_array, tolerance
-from jaxattn.analysis.linkage import clusters
+from jaxattn.analysis._linkage import clusters
 from jaxattn.errors import ConfigError
 
 
@@ -33,7 +33,7 @@ def hull_vertices(P, tol: float = 1e-9) -> np.ndarray:
 
     A point is a vertex when it lies farther than ``tol`` (L1, relative to the size of the set)
     from the hull of the other points. Duplicated points are not vertices of each other's hull
-    only once: cluster first (:func:`jaxattn.analysis.linkage.clusters`) and pass the centres.
+    only once: cluster first (:func:`jaxattn.analysis._linkage.clusters`) and pass the centres.
     """
     P = np.asarray(real_array(P, "P"), np.float64)
     if P.ndim != 2:

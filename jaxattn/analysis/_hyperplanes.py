@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis._inputs import real_array, tolerance
-from jaxattn.analysis.linkage import count_clusters, gap_clusters
+from jaxattn.analysis._linkage import count_clusters, gap_clusters
 from jaxattn.errors import ConfigError
 from jaxattn.model.paper import check_value_matrix
 
