@@ -11,6 +11,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from jaxattn import __version__
+
 # re-exported: the names the command line was importable by before each command had its own module
 from jaxattn.cli._config import RANDOM_ONLY, _replayed, _resolve  # noqa: F401
 from jaxattn.cli._shared import load_model_arg, model_dims  # noqa: F401
@@ -37,7 +39,6 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="jaxattn", description="Transformers as dynamical systems, simulated fast in JAX.",
                      formatter_class=formatter)
-    from jaxattn import __version__
 
     parser.add_argument("--version", action="version", version=f"jaxattn {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)

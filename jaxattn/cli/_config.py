@@ -9,14 +9,13 @@ from collections.abc import Mapping
 
 from jaxattn.config import Spec, check_value, parse_list
 from jaxattn.errors import ConfigError, JaxattnError
+from jaxattn.io._configfile import load_config
 
 #: Options that only describe a random model (refused with a converted one: it brings its own).
 RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask", "scale")
 
 
 def _load_config(path: str) -> dict:
-    from jaxattn.io._configfile import load_config
-
     return {k.replace("-", "_"): v for k, v in load_config(path).items()}
 
 

@@ -9,6 +9,11 @@ from collections.abc import Mapping, Sequence
 from jaxattn.cli._config import RANDOM_ONLY
 from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.errors import JaxattnError, positive_int, real
+from jaxattn.io import rundir
+from jaxattn.io.checkpoints import load_any
+from jaxattn.io.results import atomic_write_text
+from jaxattn.io.store import nonfinite_warning
+from jaxattn.model.sampling import seeded_model
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +60,6 @@ def output_options(p: argparse.ArgumentParser, *, out: str, figures: bool = Fals
 def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
     """``--out`` of a resumable command, checked and prepared before any computation: new, empty, an unfinished
     run of the command (resumed) or, with ``--overwrite``, a finished one (see :mod:`jaxattn.io.rundir`)."""
-    from jaxattn.io import rundir
-
     return rundir.start(cfg["out"], command, overwrite=cfg["overwrite"], resumable=True, own=own)
 
 
@@ -65,9 +68,6 @@ def write_summary(out, lines: list[str], bad, files: str) -> str:
     ``[N]`` bool array) became non-finite (also on stderr), and where the ``files`` are; written to
     ``out/summary.txt`` atomically, printed, and returned."""
     import sys
-
-    from jaxattn.io.results import atomic_write_text
-    from jaxattn.io.store import nonfinite_warning
 
     lines = list(lines)
     if bad.any():
@@ -99,8 +99,6 @@ def _dtype(name: str):
 
 def load_model_arg(spec: str, cfg: dict):
     """Resolve ``--model``: 'random', 'minilm' or a converted file."""
-    from jaxattn.model.sampling import seeded_model
-
     if spec == "random":
         for k in ("d", "heads", "depth"):
             positive_int(f"--{k}", cfg.get(k), JaxattnError)
@@ -113,7 +111,6 @@ def load_model_arg(spec: str, cfg: dict):
     if given:
         raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "
                            "dimensions, heads, depth and masks)")
-    from jaxattn.io.checkpoints import load_any
 
     return load_any(spec)
 

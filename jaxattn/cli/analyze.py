@@ -8,7 +8,8 @@ from pathlib import Path
 from jaxattn.cli._shared import _check_rope, _dtype, _start_run, add_options, load_model_arg
 from jaxattn.cli._study import config_of, formatter, study_options
 from jaxattn.config import specs
-from jaxattn.studies.power_method import StudyConfig
+from jaxattn.io import rundir
+from jaxattn.studies.power_method import STORE, StudyConfig, run_study
 from jaxattn.sweeps.grid import SCHEMA
 
 #: The model the study runs on (the positional MODEL), then the random model's options (the sweep schema's): those
@@ -40,9 +41,6 @@ def register(sub):
 
 
 def run(args, cfg) -> int:
-    from jaxattn.io import rundir
-    from jaxattn.studies.power_method import STORE, run_study
-
     study = config_of(StudyConfig, cfg)  # every option checked against its declaration, before the model loads
     _dtype(cfg["dtype"])
     model = load_model_arg(cfg["model"], cfg)

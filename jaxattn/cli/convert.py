@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
+from jaxattn.io.checkpoints import convert_source, inspect, save
+from jaxattn.io.rundir import file_out
 
 
 def register(sub):
@@ -23,9 +25,6 @@ def register(sub):
 
 
 def run(args, cfg) -> int:
-    from jaxattn.io.checkpoints import convert_source, inspect, save
-    from jaxattn.io.rundir import file_out
-
     target = file_out(args.out, args.overwrite)
     model, info = convert_source(args.source, dtype=args.dtype, revision=args.revision)
     try:

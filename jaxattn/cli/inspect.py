@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from jaxattn.cli._study import formatter
+from jaxattn.io.checkpoints import inspect
 
 
 def register(sub):
@@ -13,7 +14,5 @@ def register(sub):
 
 
 def run(args, cfg) -> int:
-    from jaxattn.io.checkpoints import inspect
-
     print(inspect(args.path))
     return 0

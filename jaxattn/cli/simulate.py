@@ -19,8 +19,14 @@ from jaxattn.cli._shared import (
 )
 from jaxattn.cli._study import formatter
 from jaxattn.config import Spec
+from jaxattn.dynamics.discrete import check_dynamics
+from jaxattn.dynamics.options import Batch
 from jaxattn.errors import JaxattnError
+from jaxattn.io import rundir
+from jaxattn.io.results import provenance, save_arrays, weights_sha256, write_json
+from jaxattn.io.store import nonfinite_conditions
 from jaxattn.sweeps._schema import dynamics_of
+from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
 from jaxattn.sweeps.grid import SCHEMA
 
 
@@ -75,13 +81,6 @@ def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
 
 
 def run(args, cfg) -> int:
-    from jaxattn.dynamics.discrete import check_dynamics
-    from jaxattn.dynamics.options import Batch
-    from jaxattn.io import rundir
-    from jaxattn.io.results import provenance, save_arrays, weights_sha256, write_json
-    from jaxattn.io.store import nonfinite_conditions
-    from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
-
     dtype = _dtype(cfg["dtype"])  # every option was checked against its declaration (jaxattn.sweeps.grid.SCHEMA)
     out = Path(cfg["out"])
     model = load_model_arg(cfg["model"], cfg)

@@ -12,8 +12,13 @@ import re
 
 from jaxattn.cli._shared import add_options, write_summary
 from jaxattn.cli._study import formatter
+from jaxattn.cli.sweep import add_process_options, execute
 from jaxattn.errors import ConfigError
-from jaxattn.sweeps.grid import SCHEMA
+from jaxattn.io._configfile import load_config
+from jaxattn.io.results import provenance, write_json
+from jaxattn.io.rundir import dir_out
+from jaxattn.io.store import nonfinite_conditions
+from jaxattn.sweeps.grid import SCHEMA, expand, validate_config
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
 KEYS = {
@@ -41,8 +46,6 @@ def _as_flags(message: str) -> str:
 
 
 def register(sub) -> None:
-    from jaxattn.cli.sweep import add_process_options
-
     p = sub.add_parser("solve", formatter_class=formatter,
                        help="integrate a continuous-time model (C2 sphere, C3 flat, Oja) over many initial conditions",
                        description="Integrate the continuous-time token dynamics (diffrax, adaptive Tsit5 by default) "
@@ -64,8 +67,6 @@ def register(sub) -> None:
 
 
 def _point_config(args) -> dict:
-    from jaxattn.io._configfile import load_config
-
     base = load_config(args.config) if args.config else {}
     if not isinstance(base, dict):
         raise ConfigError("--config must hold a table of option = value")
@@ -98,12 +99,6 @@ def _point_config(args) -> dict:
 
 def run(args, cfg) -> int:
     import numpy as np
-
-    from jaxattn.cli.sweep import execute
-    from jaxattn.io.results import provenance, write_json
-    from jaxattn.io.rundir import dir_out
-    from jaxattn.io.store import nonfinite_conditions
-    from jaxattn.sweeps.grid import expand, validate_config
 
     point = _point_config(args)
     try:

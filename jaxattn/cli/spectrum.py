@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from jaxattn.analysis.spectral import spectrum
 from jaxattn.cli._shared import _check_number
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
+from jaxattn.io.checkpoints import load_any
+from jaxattn.studies.power_method import spectrum_rows
 
 
 def register(sub):
@@ -20,10 +23,6 @@ def register(sub):
 
 
 def run(args, cfg) -> int:
-    from jaxattn.analysis.spectral import spectrum
-    from jaxattn.io.checkpoints import load_any
-    from jaxattn.studies.power_method import spectrum_rows
-
     if args.alpha is not None:  # refused rather than recorded: it would change nothing, or order by NaN
         _check_number("alpha", args.alpha)
         if args.order != "step":

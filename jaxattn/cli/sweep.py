@@ -8,6 +8,9 @@ import sys
 from pathlib import Path
 
 from jaxattn.errors import ConfigError
+from jaxattn.io.rundir import dir_out
+from jaxattn.io.store import nonfinite_warning
+from jaxattn.sweeps.grid import SCHEMA, sweep_grid
 
 
 def add_process_options(p) -> None:
@@ -20,8 +23,6 @@ def add_process_options(p) -> None:
 
 
 def register(sub) -> None:
-    from jaxattn.sweeps.grid import SCHEMA
-
     keys = "\n".join(f"  {(s + '.' if s else '') + k:<22} {spec.help}"
                      + (f" ({', '.join(map(str, spec.choices))})" if spec.choices else "") + f" [{spec.default!r}]"
                      for s, ks in SCHEMA.items() for k, spec in ks.items())
@@ -41,8 +42,6 @@ def register(sub) -> None:
 
 def execute(config, out: Path, args, quiet: bool):
     """Run ``sweep_grid`` with the CLI's process options; disk errors become one clear line."""
-    from jaxattn.sweeps.grid import sweep_grid
-
     try:
         return sweep_grid(config, out, process_id=args.process_id, num_processes=args.num_processes,
                           coordinator=args.coordinator, progress=not quiet)
@@ -53,8 +52,6 @@ def execute(config, out: Path, args, quiet: bool):
 
 
 def run(args, cfg) -> int:
-    from jaxattn.io.rundir import dir_out
-
     out = dir_out(Path("runs") / Path(args.config).stem if args.out is None else args.out)
     sw = execute(args.config, out, args, args.quiet)
     s = sw.summary
@@ -62,7 +59,6 @@ def run(args, cfg) -> int:
           f"({s['computed']:,} computed, {s['resumed']:,} resumed, {s['failed']} failed solves) "
           f"in {s['seconds']:.2f} s on {', '.join(s['devices'])}", file=sys.stdout)
     if s["nonfinite"]:
-        from jaxattn.io.store import nonfinite_warning
 
         print(f"jaxattn: warning: {nonfinite_warning(s['nonfinite'], s['conditions'])}", file=sys.stderr)
     print(f"store        {out}/ (manifest.json, data.zarr; jaxattn.open_sweep('{out}').table())")
