@@ -12,9 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from jaxattn import __version__
+from jaxattn.cli._config import RANDOM_ONLY, _replayed, _resolve  # noqa: F401
 
 # re-exported: the names the command line was importable by before each command had its own module
-from jaxattn.cli._config import RANDOM_ONLY, _replayed, _resolve  # noqa: F401
+from jaxattn.cli._interrupt import interrupts
 from jaxattn.cli._shared import load_model_arg, model_dims  # noqa: F401
 from jaxattn.cli._study import formatter
 from jaxattn.cli.analyze import ANALYZE_DEFAULTS  # noqa: F401
@@ -57,8 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        cfg = _resolve(args, args.defaults) if hasattr(args, "defaults") else {}
-        return int(args.func(args, cfg) or 0)
+        with interrupts():  # a Ctrl-C during a garbage collection is not lost
+            cfg = _resolve(args, args.defaults) if hasattr(args, "defaults") else {}
+            return int(args.func(args, cfg) or 0)
     except JaxattnError as e:
         print(f"jaxattn: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
