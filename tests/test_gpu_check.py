@@ -118,7 +118,7 @@ def test_simulate_refuses_a_bad_matmul_precision_in_one_line(tmp_path, capsys):
     (tmp_path / "c.toml").write_text('matmul_precision = "fp8"\n')
     assert main([*SIM, "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
-    assert err == "jaxattn: error: --matmul-precision must be one of highest, tf32, bf16, got 'fp8'\n"
+    assert err == "jaxattn: error: config value matmul_precision: must be one of highest, tf32, bf16, got 'fp8'\n"
     assert not (tmp_path / "b").exists()
 
 
@@ -151,7 +151,7 @@ def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypat
     (tmp_path / "c.json").write_text('{"matmul_precision": "fp8"}')
     assert main([*args, "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("jaxattn: error: matmul_precision must be one of highest, tf32, bf16") and \
+    assert err.startswith("jaxattn: error: config value matmul_precision: must be one of highest, tf32, bf16") and \
         err.count("\n") == 1
     assert not (tmp_path / "b").exists()
 

@@ -134,11 +134,11 @@ def test_random_model_options_with_a_converted_model(gpt2_file, tmp_path, capsys
 
 
 @pytest.mark.parametrize("cfg,match", [
-    ({"shared": "false"}, "shared must be bool"),
-    ({"num_init": True}, "num_init must be int"),
-    ({"alpha": "fast"}, "alpha must be float"),
-    ({"mask": 5}, "mask must be str"),
-    ({"beta": float("nan")}, "beta must be finite"),
+    ({"shared": "false"}, "config value shared: expected bool, got 'false'"),
+    ({"num_init": True}, "config value num_init: expected int, got True"),
+    ({"alpha": "fast"}, "config value alpha: expected float, got 'fast'"),
+    ({"mask": 5}, "config value mask: expected str, got 5"),
+    ({"beta": float("nan")}, "config value beta: must be finite, got nan"),
 ])
 def test_config_values_are_type_checked(cfg, match, tmp_path, capsys):
     path = tmp_path / "c.json"
@@ -161,10 +161,10 @@ def test_a_finished_runs_config_json_replays_it(tmp_path):
 
 
 @pytest.mark.parametrize("argv,match", [
-    (["--alpha", "nan"], "alpha must be a finite number"),
-    (["--beta", "inf"], "beta must be a finite number"),
-    (["--seed", str(2**70)], "seed must be an integer in"),
-    (["--num-init", str(10**12)], "beyond"),
+    (["--alpha", "nan"], "--alpha: must be finite, got nan"),
+    (["--beta", "inf"], "--beta: must be finite, got inf"),
+    (["--seed", str(2**70)], "--seed: must be in [0, 2^63)"),
+    (["--num-init", str(10**12)], "--num-init: must be <= 2^32"),
 ])
 def test_cli_values_refused_with_one_line(argv, match, tmp_path, capsys):
     assert main(["simulate", *SMALL, *argv, "--out", str(tmp_path / "r")]) == 2
