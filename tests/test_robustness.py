@@ -160,6 +160,22 @@ def test_a_finished_runs_config_json_replays_it(tmp_path):
                                   load_arrays(tmp_path / "b" / "observables.safetensors")["observables.diameter"])
 
 
+def test_a_replay_neither_goes_to_the_recorded_out_nor_replaces_it(tmp_path, monkeypatch, capsys):
+    """A run made with --overwrite recorded out and overwrite; replaying its config.json used both and silently
+    replaced that finished run. The replay goes to its own --out (here the default) and replaces nothing."""
+    monkeypatch.chdir(tmp_path)
+    ow = tmp_path / "ow"
+    assert main(["simulate", *SMALL, "--out", str(ow)]) == 0
+    assert main(["simulate", *SMALL, "--alpha", "0.5", "--overwrite", "--out", str(ow)]) == 0
+    before = (ow / "config.json").read_bytes()
+    assert main(["simulate", "--config", str(ow / "config.json")]) == 0
+    assert (ow / "config.json").read_bytes() == before
+    assert json.loads((tmp_path / "runs" / "simulate" / "config.json").read_text())["config"]["alpha"] == 0.5
+    capsys.readouterr()
+    assert main(["simulate", "--config", str(ow / "config.json"), "--out", str(ow)]) == 2
+    assert "--overwrite" in _err(capsys) and (ow / "config.json").read_bytes() == before
+
+
 @pytest.mark.parametrize("argv,match", [
     (["--alpha", "nan"], "--alpha: must be finite, got nan"),
     (["--beta", "inf"], "--beta: must be finite, got inf"),

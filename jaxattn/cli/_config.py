@@ -11,6 +11,8 @@ from jaxattn.config import Spec, check_value, parse_list
 from jaxattn.errors import ConfigError, JaxattnError
 from jaxattn.io._configfile import load_config
 
+#: Options a replayed ``config.json`` does not carry over: the output directory and the permission to replace it.
+NOT_REPLAYED = ("out", "overwrite")
 #: Options that only describe a random model (refused with a converted one: it brings its own).
 RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask", "scale")
 
@@ -57,8 +59,11 @@ def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
 def _replayed(run: dict, defaults: Mapping) -> dict:
     """The options of a finished run's ``config.json``: its ``config`` table and the model it ran on (the studies
     record the model beside the table; ``analyze`` a random model's dimensions in ``model_dims``). A converted
-    model brings its own dimensions, so the random-model options that ``simulate`` records are not replayed."""
-    cfg = {k: v for k, v in run["config"].items() if k in defaults}
+    model brings its own dimensions, so the random-model options that ``simulate`` records are not replayed;
+    nor are :data:`NOT_REPLAYED`."""
+    # where the run went and whether it could replace a finished one are not options of the run: a replay goes to
+    # its own --out (or the default) and replaces nothing unless --overwrite is given now
+    cfg = {k: v for k, v in run["config"].items() if k in defaults and k not in NOT_REPLAYED}
     if "model" in defaults and isinstance(run.get("model"), str):
         cfg.setdefault("model", run["model"])
     dims = run.get("model_dims")
