@@ -184,3 +184,41 @@ def test_simulate_config_file_values_are_checked_by_their_declaration(tmp_path, 
     (tmp_path / "c.toml").write_text('attention = "sparsemax"\n')
     assert main(["simulate", "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o")]) == 2
     assert "config value attention: must be one of softmax, uniform, unnormalised" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ found by a new user's probe
+@pytest.mark.parametrize("raw,match", [
+    ({"model": {"mask": "local:0"}},
+     r"^model.mask: local mask needs a positive window, e.g. 'local:4', got 'local:0'$"),
+    ({"kernel": "plain", "path": "fused"}, "kernel is the old name of path: give one of them"),
+    ({"kernel": "bogus"}, r"^kernel: must be one of auto, fused, plain, got 'bogus'$"),
+    ({"seed": [0, 0]}, "seed: the axis repeats 0, which would run one point twice"),
+    ({"dynamics": {"beta": [1.0, 1]}}, r"dynamics.beta: the axis repeats 1"),
+    ({"dynamics": {"attention": "uniform", "rope": "on"}}, "dynamics.rope does nothing with dynamics.attention"),
+    ({"dtype": "float64", "matmul_precision": "tf32"}, "matmul_precision does nothing with dtype = 'float64'"),
+])
+def test_sweep_refuses_what_would_mislead(raw, match):
+    with pytest.raises(ConfigError, match=match):
+        validate_config(raw)
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--attention", "uniform", "--rope", "on"], "--rope does nothing with --attention uniform"),
+    (["--dtype", "float64", "--matmul-precision", "tf32"], "--matmul-precision does nothing with --dtype float64"),
+    (["--mask", "foo"], "--mask: mask must be 'full', 'causal' or 'local:W', got 'foo'\n"),
+])
+def test_simulate_refuses_what_would_mislead(argv, match, tmp_path, capsys):
+    assert main(["simulate", *argv, "--num-init", "2", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert match in err and err.count("got") <= 1, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_studies_refuse_a_matmul_precision_that_does_nothing():
+    from jaxattn.studies import consensus, power_method
+
+    for cls in (power_method.Config, consensus.Config):
+        cls(dtype="float64").check()
+        cls(matmul_precision="bf16").check()
+        with pytest.raises(ConfigError, match="matmul_precision = 'bf16' does nothing with dtype = 'float64'"):
+            cls(dtype="float64", matmul_precision="bf16").check()

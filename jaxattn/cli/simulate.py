@@ -93,6 +93,11 @@ def run(args, cfg) -> int:
         raise JaxattnError("--beta does nothing with --attention uniform (a_ij = 1/n whatever the scores): remove it")
     if cfg["attention"] == "uniform" and cfg["scale"] is not None:
         raise JaxattnError("--scale does nothing with --attention uniform (no scores): remove it")
+    if cfg["attention"] == "uniform" and cfg["rope"] != "none":
+        raise JaxattnError("--rope does nothing with --attention uniform (no scores to rotate): remove it")
+    if cfg["dtype"] == "float64" and cfg["matmul_precision"] != "highest":
+        raise JaxattnError("--matmul-precision does nothing with --dtype float64 (it lowers float32 products only): "
+                           "remove it")
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":

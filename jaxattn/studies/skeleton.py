@@ -79,6 +79,11 @@ def check_options(config) -> None:
         if spec.is_list and isinstance(v, str):
             raise ConfigError(f"{name} must be a list ({name}=[...]), not comma-separated text; got {v!r}")
         check_value(name, spec, v)
+    # a study that runs both precisions: the matrix-product setting lowers float32 products only
+    dtype, precision = getattr(config, "dtype", "float32"), getattr(config, "matmul_precision", "highest")
+    if dtype != "float32" and precision != "highest":
+        raise ConfigError(f"matmul_precision = {precision!r} does nothing with dtype = {dtype!r} (it lowers float32 "
+                          "products only): leave it out")
 
 
 def write_report(out: Path, lines: Sequence[str], figures: Sequence[str] = ()) -> None:

@@ -35,7 +35,7 @@ def _mask(v):
     try:
         parse_mask(v)
     except ConfigError as e:
-        return str(e)
+        return str(e).rsplit(", got ", 1)[0]  # the value is said once, by the caller
     return None
 
 
@@ -158,13 +158,16 @@ def validate_config(raw: Mapping) -> dict:
     """Check every key against :data:`SCHEMA`; fill defaults. Returns ``{section: {key: value}}``
     where a value is a list exactly when it is a grid axis."""
     out: dict[str, dict] = {sec: {} for sec in SCHEMA}
+    both = [(old, new) for old, new in RENAMED.items() if {old, new} <= {k.replace("-", "_") for k in raw}]
+    if both:
+        raise ConfigError(f"{both[0][0]} is the old name of {both[0][1]}: give one of them")
     for name, value in raw.items():
         key = RENAMED.get(name.replace("-", "_"), name.replace("-", "_"))
         if key in SCHEMA and key != "" and isinstance(value, Mapping):
             for sub, v in value.items():
                 _fill(out, key, sub.replace("-", "_"), v)
         else:
-            _fill(out, "", key, value)
+            _fill(out, "", key, value, written=name.replace("-", "_"))
     given = set(out["model"])
     # keys given a value other than the default (one equal to it records nothing the run does not do)
     set_keys = {(f"{sec}.{k}" if sec else k) for sec, keys in out.items() for k, v in keys.items()
@@ -198,7 +201,9 @@ def inert_keys(p: dict) -> dict[str, str]:
     for k in CONTINUOUS_ONLY if kind == "discrete" else DISCRETE_ONLY:
         out[k] = f"dynamics.kind = '{kind}'"
     if p["dynamics.attention"] == "uniform":  # a_ij = 1/n whatever the scores
-        out["dynamics.beta"] = out["model.scale"] = "dynamics.attention = 'uniform' (no scores)"
+        out["dynamics.beta"] = out["model.scale"] = out["dynamics.rope"] = "dynamics.attention = 'uniform' (no scores)"
+    if p["dtype"] == "float64":  # the precision setting only lowers float32 products
+        out["matmul_precision"] = "dtype = 'float64' (its products are float64)"
     if kind == "continuous" and p["dynamics.dt"] is not None:
         out["dynamics.rtol"] = out["dynamics.atol"] = "a fixed step size dynamics.dt (no step-size control)"
     if p["model.source"] == "random":
@@ -222,8 +227,8 @@ def _refuse_inert(points: list[dict], set_keys: set) -> None:
                               "one run: run those points as a separate sweep")
 
 
-def _fill(out, sec, key, v):
-    where = f"{sec}.{key}" if sec else key
+def _fill(out, sec, key, v, written: str | None = None):
+    where = written or (f"{sec}.{key}" if sec else key)
     if key not in SCHEMA[sec]:
         known = ", ".join(k for k in SCHEMA[sec] if k)
         raise ConfigError(f"unknown key '{where}' (known{' in [' + sec + ']' if sec else ''}: {known})")
@@ -233,7 +238,11 @@ def _fill(out, sec, key, v):
             raise ConfigError(f"{where}: takes a single value, not a list")
         if not v:
             raise ConfigError(f"{where}: an empty list gives an empty grid")
-        out[sec][key] = [check_value(f"{where}[{i}]", spec, x) for i, x in enumerate(v)]
+        values = [check_value(f"{where}[{i}]", spec, x) for i, x in enumerate(v)]
+        repeated = next((x for i, x in enumerate(values) if x in values[:i]), None)
+        if repeated is not None or (None in values and values.count(None) > 1):
+            raise ConfigError(f"{where}: the axis repeats {repeated!r}, which would run one point twice")
+        out[sec][key] = values
     else:
         out[sec][key] = check_value(where, spec, v)
 
