@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
-from jaxattn.io.checkpoints import convert_source, inspect, save
+from jaxattn.io.checkpoints import FAMILIES, convert_source, inspect, save
 from jaxattn.io.rundir import file_out
 
 
 def register(sub):
     p = sub.add_parser("convert", formatter_class=formatter,
                        help="convert a Hugging Face checkpoint to canonical safetensors",
-                       description="Convert a Hugging Face checkpoint (ALBERT, BERT-family, GPT-2, GPT-Neo) to "
+                       description="Convert a Hugging Face checkpoint (model_type "
+                                   f"{', '.join(sorted(FAMILIES))}) to "
                                    "jaxattn's canonical safetensors layout. SOURCE is a local folder with config.json "
                                    "and model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id "
                                    "when online.")

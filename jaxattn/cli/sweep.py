@@ -22,10 +22,19 @@ def add_process_options(p) -> None:
     g.add_argument("--coordinator", help="host:port of process 0 (default: $JAXATTN_COORDINATOR)")
 
 
+def _key_line(key: str, spec) -> str:
+    """One configuration key in ``--help``: its help, its values, its default (as written in a TOML file), wrapped."""
+    import json
+    import textwrap
+
+    text = spec.help + (f"; one of {', '.join(map(str, spec.choices))}" if spec.choices else "")
+    if spec.default is not None:
+        text += f" [{json.dumps(spec.default)}]"
+    return textwrap.fill(text, width=100, initial_indent=f"  {key:<22} ", subsequent_indent=" " * 25)
+
+
 def register(sub) -> None:
-    keys = "\n".join(f"  {(s + '.' if s else '') + k:<22} {spec.help}"
-                     + (f" ({', '.join(map(str, spec.choices))})" if spec.choices else "") + f" [{spec.default!r}]"
-                     for s, ks in SCHEMA.items() for k, spec in ks.items())
+    keys = "\n".join(_key_line((s + "." if s else "") + k, spec) for s, ks in SCHEMA.items() for k, spec in ks.items())
     p = sub.add_parser("sweep", formatter_class=argparse.RawDescriptionHelpFormatter,
                        help="run a grid of simulations from a TOML/JSON configuration into a resumable store",
                        description="Run every point of a grid (the product of all keys given as lists) over many "

@@ -49,14 +49,15 @@ class RunOptions:
     """The run: conditions, chunks, seed, precision, what is saved (the configuration's top-level keys)."""
 
     name: str = option("sweep", "a label for the sweep", axis=False)
-    num_init: int = option(1000, "random initial conditions (of every grid point)", check=_num_init)
+    num_init: int = option(1000, "number of random initial conditions (in a sweep: of every grid point)",
+                           check=_num_init)
     chunk: int = option(4096, "conditions per chunk (unit of storage and resumption)", check=positive, axis=False)
     seed: int = option(0, "random seed (model and initial conditions)", check=seed_check)
     dtype: str = option("float32", "simulation precision", choices=SIMULATION_DTYPES)
     matmul_precision: str = option("highest", "matrix products of float32 runs: full float32, or TF32/bf16 (faster "
                                    "on GPUs, about 1e-3 off after 24 layers; docs/gpu.md)", choices=PRECISIONS)
     path: str = option("auto", "discrete: the fused Pallas kernel or the plain path (auto: the plain path until the "
-                       "kernel is proven on a GPU, docs/gpu.md)", choices=PATHS)
+                       "kernel is proven on a GPU, docs/gpu.md); formerly 'kernel'", choices=PATHS)
     keep_final: bool = option(False, "also store the final states [N, n, d]", axis=False)
     observables: list[str] = option(["diameter", "cos_consensus"], "observables saved at every saved time",
                                     choices=tuple(OBSERVABLES), axis=False)
@@ -85,7 +86,8 @@ class ModelOptions:
 class DynamicsOptions:
     """The dynamics: a map (discrete, :class:`jaxattn.Dynamics`) or a flow (continuous, :class:`jaxattn.Flow`)."""
 
-    kind: str = option("discrete", "maps (layers) or flows", choices=("discrete", "continuous"))
+    kind: str = option("discrete", "'discrete' (maps: one step per layer) or 'continuous' (flows, solved by diffrax)",
+                       choices=("discrete", "continuous"))
     attention: str = option("softmax", "attention kernel: softmax, uniform a_ij = 1/n (the Oja model) or "
                             "unnormalised exp(scores)/n (rows not normalised)", choices=KERNELS)
     beta: float = option(1.0, "inverse temperature β multiplying the scores")
