@@ -394,3 +394,23 @@ def test_a_grid_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     sw = grid.sweep_grid(cfg, out, progress=False)
     assert (sw.summary["computed"], sw.summary["resumed"], sw.summary["nonfinite_per_point"]) == (0, 20, [0, 0])
     _assert_same(_arrays(out), [{k.replace("/", "."): v for k, v in w.items()} for w in want])
+
+
+def test_solve_replays_its_own_config_json(tmp_path, capsys):
+    """docs/cli.md: a finished run's config.json replays it. solve refused its own ("unknown option in config
+    file: command")."""
+    from jaxattn.cli import main
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["solve", "--num-init", "4", "--n", "3", "--d", "8", "--heads", "2", "--depth", "1", "--chunk", "4",
+                 "--t1", "1", "--saves", "3", "--beta", "2", "--quiet", "--out", str(a)]) == 0
+    assert main(["solve", "--config", str(a / "config.json"), "--quiet", "--out", str(b)]) == 0
+    recorded = [json.loads((r / "config.json").read_text())["config"] for r in (a, b)]
+    assert recorded[0] == recorded[1]
+    np.testing.assert_array_equal(ja.open_sweep(a).arrays(0)["observables.diameter"],
+                                  ja.open_sweep(b).arrays(0)["observables.diameter"])
+    assert main(["simulate", "--num-init", "2", "--n", "3", "--d", "8", "--heads", "2", "--depth", "1",
+                 "--no-progress", "--out", str(tmp_path / "s")]) == 0
+    capsys.readouterr()
+    assert main(["solve", "--config", str(tmp_path / "s" / "config.json"), "--out", str(tmp_path / "c")]) == 2
+    assert "is the config of a `simulate` run, not `solve`" in capsys.readouterr().err

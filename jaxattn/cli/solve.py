@@ -71,6 +71,13 @@ def _point_config(args) -> dict:
     if not isinstance(base, dict):
         raise ConfigError("--config must hold a table of option = value")
     flat_cfg = {}
+    if "command" in base and isinstance(base.get("config"), dict):  # a finished run's config.json: replayed
+        if base["command"] != "solve":
+            raise ConfigError(f"{args.config} is the config of a `{base['command']}` run, not `solve`")
+        # its resolved configuration, every key of every section: those solve takes (the rest are a sweep's)
+        base = {sec or k: ({kk: vv for kk, vv in keys.items() if kk in KEYS[sec]} if sec else keys[k])
+                for sec, keys in base["config"].items() if isinstance(keys, dict)
+                for k in ([sec] if sec else [k for k in keys if k in KEYS[""]])}
     for k, v in base.items():  # accept flat keys (d = 64) or sections ([model] d = 64)
         if isinstance(v, dict):
             for kk, vv in v.items():
