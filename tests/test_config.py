@@ -196,6 +196,7 @@ def test_simulate_config_file_values_are_checked_by_their_declaration(tmp_path, 
     ({"dynamics": {"beta": [1.0, 1]}}, r"dynamics.beta: the axis repeats 1"),
     ({"dynamics": {"attention": "uniform", "rope": "on"}}, "dynamics.rope does nothing with dynamics.attention"),
     ({"dtype": "float64", "matmul_precision": "tf32"}, "matmul_precision does nothing with dtype = 'float64'"),
+    ({"dynamics": {"kind": "continuous", "layer_time": 2.0}}, "dynamics.layer_time does nothing with model.shared"),
 ])
 def test_sweep_refuses_what_would_mislead(raw, match):
     with pytest.raises(ConfigError, match=match):

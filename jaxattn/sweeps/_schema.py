@@ -208,6 +208,8 @@ def inert_keys(p: dict) -> dict[str, str]:
         out["matmul_precision"] = "dtype = 'float64' (its products are float64)"
     if kind == "continuous" and p["dynamics.dt"] is not None:
         out["dynamics.rtol"] = out["dynamics.atol"] = "a fixed step size dynamics.dt (no step-size control)"
+    if p["model.source"] == "random" and p["model.shared"]:  # one weight set: the same field at every time
+        out["dynamics.layer_time"] = "model.shared = true (one weight set, no layers in time)"
     if p["model.source"] == "random":
         for k in ("dynamics.ffn", "dynamics.pre_ln", "dynamics.biases", "dynamics.drop_ln2"):
             out.setdefault(k, "model.source = 'random' (attention-only, post-norm, no biases)")
