@@ -131,7 +131,7 @@ try:
     with interrupts() if sys.argv[1] == "cli" else contextlib.nullcontext():
         gc.callbacks.insert(1, kill_in_callback)
         gc.collect()
-        time.sleep(5)
+        time.sleep(2)  # long enough for a re-sent interrupt (50 ms) to land
     print("lost")
 except KeyboardInterrupt:
     print("raised")
