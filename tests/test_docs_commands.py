@@ -155,8 +155,24 @@ def _same_run(argv: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def results(resources, tmp_path_factory):
-    """``{command: (exit status, last line of stderr, argv run)}``, every documented command run once."""
+def results(resources, tmp_path_factory, worker_id):
+    """``{command: [exit status, last line of stderr, argv run]}``, every documented command run once: once for
+    the whole test session, not once per xdist worker that takes one of these tests (minutes each time); the
+    first worker runs them and the others read its results (the pattern of pytest-xdist's documentation)."""
+    if worker_id == "master":  # not under xdist
+        return _run_all(resources, tmp_path_factory)
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent / "doc-commands.json"
+    with FileLock(str(shared) + ".lock"):
+        if not shared.is_file():
+            atomic = shared.with_suffix(".tmp")
+            atomic.write_text(json.dumps(_run_all(resources, tmp_path_factory)))
+            atomic.replace(shared)
+        return json.loads(shared.read_text())
+
+
+def _run_all(resources, tmp_path_factory) -> dict:
     todo, key_of = {}, {}
     for _, command in COMMANDS:
         if TWO_PROCESSES in command:
@@ -175,7 +191,7 @@ def results(resources, tmp_path_factory):
         for item in resources.iterdir():
             (here / item.name).symlink_to(item)
         done[key] = _run(argv, env, here)
-    return {command: (*done[key], todo[key]) for command, key in key_of.items()}
+    return {command: [*done[key], todo[key]] for command, key in key_of.items()}
 
 
 def test_the_docs_have_commands():
