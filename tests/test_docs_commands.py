@@ -155,11 +155,11 @@ def _same_run(argv: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def results(resources, tmp_path_factory, worker_id):
+def results(resources, tmp_path_factory):
     """``{command: [exit status, last line of stderr, argv run]}``, every documented command run once: once for
     the whole test session, not once per xdist worker that takes one of these tests (minutes each time); the
     first worker runs them and the others read its results (the pattern of pytest-xdist's documentation)."""
-    if worker_id == "master":  # not under xdist
+    if not os.environ.get("PYTEST_XDIST_WORKER"):  # not under xdist (or with -p no:xdist)
         return _run_all(resources, tmp_path_factory)
     from filelock import FileLock
 
