@@ -139,23 +139,29 @@ def test_renamed_key_still_reads():
     assert validate_config({"path": "plain"})[""]["path"] == "plain"
 
 
-def _sweep_vs_simulate(tmp_path, dynamics: dict, model_opts: dict, dyn: ja.Dynamics):
+def _sweep_and_simulate(tmp_path, dynamics: dict, model_opts: dict, dyn: ja.Dynamics):
+    """The diameters of a sweep point with ``dynamics`` keys, and of ``ja.simulate`` of the same conditions."""
     cfg = {"num_init": 4, "chunk": 4, "seed": 3, "init": {"n": 4},
            "model": {"source": "random", "d": 4, "depth": 2, **model_opts}, "dynamics": dynamics}
     sw = ja.sweep_grid(cfg, tmp_path / "s", progress=False)
     model = seeded_model(3, 4, model_opts.get("heads", 4), 2, unit_output=dyn.unit_output)
     X0 = ja.init_tokens(jax.random.key(3), 4, 4, 4, dtype=np.float32)
     ref = ja.simulate(model, X0, 2, dynamics=dyn, dtype="float32")
-    np.testing.assert_allclose(sw.arrays(0)["observables.diameter"], np.asarray(ref.observables["diameter"]),
-                               rtol=1e-6, atol=1e-6)
+    return sw.arrays(0)["observables.diameter"], np.asarray(ref.observables["diameter"])
 
 
 def test_sweep_reaches_rope(tmp_path):
-    _sweep_vs_simulate(tmp_path, {"rope": "on"}, {"heads": 2}, ja.Dynamics(rope="on"))
+    got, want = _sweep_and_simulate(tmp_path, {"rope": "on"}, {"heads": 2}, ja.Dynamics(rope="on"))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    plain, _ = _sweep_and_simulate(tmp_path / "plain", {}, {"heads": 2}, ja.D1)
+    assert not np.allclose(got, plain)  # the key reached the dynamics: RoPE changes the numbers
 
 
 def test_sweep_reaches_unit_output(tmp_path):
-    _sweep_vs_simulate(tmp_path, {"unit_output": True}, {"heads": 1}, ja.D2)
+    got, want = _sweep_and_simulate(tmp_path, {"unit_output": True}, {"heads": 1}, ja.D2)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+    plain, _ = _sweep_and_simulate(tmp_path / "plain", {}, {"heads": 1}, ja.D1)
+    assert not np.allclose(got, plain)  # a model drawn with O = I, not the default one
 
 
 def test_simulate_command_reaches_unit_output(tmp_path, capsys):
