@@ -56,6 +56,7 @@ from jaxattn.io.checkpoints import builtin_path, convert, load, load_any, save
 from jaxattn.io.store import open_sweep
 from jaxattn.model import nn
 from jaxattn.model.attention import KERNELS, allowed, attend, probabilities
+from jaxattn.model.forms import Form
 from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, repeat_kv, validate
 from jaxattn.model.rope import Rope
 from jaxattn.model.sampling import init_tokens, random_model, symmetric_with_spectrum
@@ -83,6 +84,7 @@ __all__ = [
     "D4",
     "D5",
     "FAITHFUL",
+    "Form",
     "KERNELS",
     "NO_FFN",
     "Batch",

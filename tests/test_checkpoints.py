@@ -18,6 +18,7 @@ from jaxattn.dynamics.faithful import hidden_states  # noqa: E402
 from jaxattn.errors import CheckpointError  # noqa: E402
 
 from . import hf_models, reference  # noqa: E402
+from .test_forms import assert_forms_agree_on  # noqa: E402
 
 FAMILIES = list(hf_models.FAMILY_CONFIGS)
 # Sequences longer than GPT-Neo's window (3); the second uses token type 1 for BERT/ALBERT.
@@ -355,3 +356,10 @@ def test_unreachable_hub_id_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(CheckpointError, match="neither a local checkpoint folder nor a reachable hub model id"):
         ck.convert_source("no-such-org/no-such-model")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_attention_form_gives_the_general_numbers(tiny, family):
+    """Issue 29: the forms of jaxattn.model.forms on BERT, ALBERT, GPT-2 and GPT-Neo weights (biases, masks,
+    local windows, GPT-Neo's unscaled scores, ALBERT's shared groups)."""
+    assert_forms_agree_on(ck.load_any(str(tiny[family][0])))

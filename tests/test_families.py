@@ -17,6 +17,7 @@ from jaxattn.dynamics.faithful import hidden_states  # noqa: E402
 from jaxattn.errors import CheckpointError  # noqa: E402
 
 from . import hf_models  # noqa: E402
+from .test_forms import assert_forms_agree_on  # noqa: E402
 
 # longer than the sliding windows (3) and than the dynamic-RoPE variant's 8 positions
 PROMPT = np.array([3, 17, 5, 88, 42, 7, 1, 60, 33, 2, 9])
@@ -355,3 +356,11 @@ def test_against_unpatched_transformers(tmp_path):
     hs, _ = hidden_states(ck.load_any(str(tmp_path / "m")), PROMPT, dtype="float64")
     err = max(float(np.abs(np.asarray(hs[i]) - o.hidden_states[i][0].numpy()).max()) for i in range(len(hs)))
     assert 1e-10 < err < 1e-5, err
+
+
+@pytest.mark.parametrize("variant", ["llama-gqa2", "llama-gqa1-linear-biases", "mistral-window", "qwen2-window",
+                                     "gpt_neox-parallel-quarter", "gemma-gqa4-bias", "opt-post", "phi-gqa2"])
+def test_every_attention_form_gives_the_general_numbers(tiny, variant):
+    """Issue 29: the forms of jaxattn.model.forms on the newer families (RoPE, grouped-query heads, sliding
+    windows, q/k/v biases, parallel blocks, post-norm OPT)."""
+    assert_forms_agree_on(tiny(variant)[1])

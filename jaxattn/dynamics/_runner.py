@@ -51,6 +51,27 @@ class Context(NamedTuple):
     attention: Callable[[], jax.Array]
 
 
+def block_budget() -> int:
+    """Bytes one block of the default lane width may take on this backend (:data:`LANE_BUDGET`)."""
+    return LANE_BUDGET.get(jax.default_backend(), 16 * 2**30)
+
+
+def checked(observe: Callable) -> Callable:
+    """``observe`` refusing, in one line naming it, a result that is not a pytree of arrays (a string, an
+    object): JAX would otherwise fail deep inside its tracing with a message about its own internals."""
+
+    def call(t, X, ctx):
+        out = observe(t, X, ctx)
+        for leaf in jax.tree_util.tree_leaves(out):
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, int, float, complex)):
+                name = getattr(observe, "__name__", repr(observe))
+                raise ConfigError(f"Save(observe=...) must return an array or a pytree of arrays; {name} returned "
+                                  f"a {type(leaf).__name__}")
+        return out
+
+    return call
+
+
 def default_lanes(condition_bytes: int | None = None) -> int:
     """The default lane width (``Batch(size=None)``): :data:`DEFAULT_LANES` of the backend, halved while a
     block of conditions of ``condition_bytes`` each (:func:`working_bytes`) would exceed :data:`LANE_BUDGET`.
@@ -63,9 +84,8 @@ def default_lanes(condition_bytes: int | None = None) -> int:
         >>> default_lanes(2**28) if jax.default_backend() == "cpu" else 4      # 256 MiB per condition
         4
     """
-    backend = jax.default_backend()
-    lanes = DEFAULT_LANES.get(backend, 1024)
-    budget = LANE_BUDGET.get(backend, 16 * 2**30)
+    lanes = DEFAULT_LANES.get(jax.default_backend(), 1024)
+    budget = block_budget()
     while condition_bytes and lanes > 1 and lanes * condition_bytes > budget:
         lanes //= 2
     return lanes
@@ -129,11 +149,14 @@ def memory_limit() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def working_bytes(n: int, d: int, heads: int, dtype, *, hidden: int = 0, saved: int = 0) -> int:
+def working_bytes(n: int, d: int, heads: int, dtype, *, hidden: int = 0, saved: int = 0,
+                  key_chunk: int | None = None) -> int:
     """A rough working set of one condition in one block map: attention scores and weights
-    ``[H, n, n]`` (a few copies), the states and projections ``[n, d]``, an FFN's ``[n, f]`` and the
-    saved states. Used only to refuse a lane width that cannot fit (:func:`run`)."""
-    return jnp.dtype(dtype).itemsize * (3 * heads * n * n + 8 * n * d + 2 * n * hidden + saved * n * d)
+    ``[H, n, n]`` (a few copies; ``[H, n, key_chunk]`` when the attention is evaluated over key chunks), the
+    states and projections ``[n, d]``, an FFN's ``[n, f]`` and the saved states. Used to size the default
+    lane width and to refuse one that cannot fit (:func:`run`)."""
+    keys = n if key_chunk is None else min(key_chunk, n)
+    return jnp.dtype(dtype).itemsize * (3 * heads * n * keys + 8 * n * d + 2 * n * hidden + saved * n * d)
 
 
 def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), condition_bytes: int | None = None) -> Any:
@@ -204,14 +227,18 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
             return eqx.error_if(X0, jnp.any(jnp.all(X0 == 0, axis=-1)),
                                 "X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
         return eqx.error_if(X0, ~jnp.any(X0 != 0), "X0 is all zeros: every model stays there")
-    host = np.asarray(X0)
-    if not np.all(np.isfinite(host)):
+    X0 = jnp.asarray(X0)
+    # reduced where X0 lives (its device): three flags come back, not a copy of the batch
+    with jax.ensure_compile_time_eval():  # a concrete X0 reduced now, also while a caller's jit traces
+        flags = (jnp.all(jnp.isfinite(X0)), jnp.any(jnp.all(X0 == 0, axis=-1)), jnp.any(X0 != 0))
+    finite, zero_token, nonzero = jax.device_get(flags)
+    if not finite:
         raise ConfigError("X0 has non-finite values (NaN or inf)")
-    if normalised and np.any(np.all(host == 0, axis=-1)):
+    if normalised and zero_token:
         raise ConfigError("X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
-    if not normalised and not np.any(host):
+    if not normalised and not nonzero:
         raise ConfigError("X0 is all zeros: every model stays there")
-    return jnp.asarray(X0)
+    return X0
 
 
 def check_weights(model: Any) -> Any:

@@ -27,7 +27,9 @@ from jaxtyping import ArrayLike, Float
 
 from jaxattn.dynamics._runner import (
     Context,
+    block_budget,
     cast_floats,
+    checked,
     check_scalar,
     check_states,
     check_weights,
@@ -40,6 +42,7 @@ from jaxattn.dynamics.geometry import Geometry, check_spd
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, positive_int
+from jaxattn.model.forms import GENERAL, Form, check_form, choose
 from jaxattn.model.params import Model, validate
 
 #: Solvers by name. The adaptive ones carry an embedded error estimate.
@@ -130,6 +133,7 @@ class _FlowProgram:
     weights_fn: Callable | None
     adjoint: Any = None  # _Static(a diffrax adjoint): how reverse-mode autodiff goes through the solve
     controller: Any = None  # _Static(a diffrax step-size controller) replacing the PID built from rtol/atol
+    form: Form = GENERAL  # how the attention's products are arranged (jaxattn.model.forms)
 
     def __call__(self, X0, p):
         model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets = p
@@ -138,11 +142,11 @@ class _FlowProgram:
             # continuous adjoint (BacksolveAdjoint) differentiates args only
             def vf(t, y, args):
                 m, beta_, S_ = args
-                return field(t, y, lw_at(t, m), self.flow, beta_, Geometry(self.flow.space, S_))
+                return field(t, y, lw_at(t, m), self.flow, beta_, Geometry(self.flow.space, S_), self.form)
 
             def save(t, y, args):
-                ctx = Context(aux, lambda: attention_at(t, y, lw_at(t, model), self.flow, beta))
-                return self.observe(t, y, ctx), (y if self.trajectory else None)
+                ctx = Context(aux, lambda: attention_at(t, y, lw_at(t, model), self.flow, beta, self.form))
+                return checked(self.observe)(t, y, ctx), (y if self.trajectory else None)
 
             controller: diffrax.AbstractStepSizeController
             if self.controller is not None:  # the user's own controller (its dt0 from dt, or chosen by it)
@@ -313,7 +317,10 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
         sets = np.asarray([model.schedule[k % model.depth] for k in starts], dtype=np.int32)
 
     model = check_weights(model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype))
-    program = _FlowProgram(flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
+    form = _form(model, flow, X0.shape[1], dtype, batch.form, weights_fn)
+    if form.key_chunk is not None and batch.size is None:  # one such condition fills the device: no padded lanes
+        batch = dataclasses.replace(batch, size=1)
+    program = _FlowProgram(form=form, flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
                            observe=save.observe or consensus_observables, trajectory=bool(save.trajectory),
                            max_steps=int(max_steps), weights_fn=weights_fn,
                            adjoint=_Static(diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint),
@@ -323,6 +330,19 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
               as_(atol), as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))
     obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch=batch)
     return Solution(ts, obs, final, traj, result, nsteps)
+
+
+def _form(model: Model, flow: Flow, n: int, dtype, form, weights_fn) -> Form:
+    """The attention form of a flow (:func:`jaxattn.model.forms.choose`): forced by ``Batch(form=...)``, the
+    general one where the weights are a user's function of time or the flow is rescaled (their fields form
+    their own products), else the cheapest exact one for the model."""
+    if form != "auto":
+        if weights_fn is not None or flow.rescaled:
+            raise ConfigError("Batch(form=...) applies to a model's own weights: not with weights_fn or the rescaled flow")
+        return check_form(form, model)
+    if weights_fn is not None or flow.rescaled:
+        return GENERAL
+    return choose(model, n, kernel=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget())
 
 
 def _check_ts(ts, t0, t1):

@@ -42,7 +42,9 @@ from jaxtyping import Array, ArrayLike, Float
 from jaxattn.dynamics._kernels import choose, fused_simulate
 from jaxattn.dynamics._runner import (
     Context,
+    block_budget,
     cast_floats,
+    checked,
     check_precision,
     check_scalar,
     check_states,
@@ -57,7 +59,9 @@ from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.model import nn
-from jaxattn.model.attention import KERNELS, apply, probabilities
+from jaxattn.model.attention import KERNELS, apply, attend, probabilities
+from jaxattn.model.forms import GENERAL, Form, check_form
+from jaxattn.model.forms import choose as choose_form
 from jaxattn.model.params import Layers, Model, validate
 from jaxattn.model.rope import Rope, cos_sin
 
@@ -174,10 +178,12 @@ def attention_input(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics) -> ja
     return X
 
 
-def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, beta) -> jax.Array:
-    """The attention weights ``[H, n, n]`` the block applies at state ``X``."""
+def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, beta,
+                      form: Form | None = None) -> jax.Array:
+    """The attention weights ``[H, n, n]`` the block applies at state ``X`` (``form``: how the products are
+    arranged, see :mod:`jaxattn.model.forms`; the weights are formed whatever its ``key_chunk``)."""
     return probabilities(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases, kernel=dyn.attention,
-                         rope=_rope_tables(model, dyn, X.shape[0]))
+                         rope=_rope_tables(model, dyn, X.shape[0]), form=form)
 
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
@@ -189,10 +195,12 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
 
 
 def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
-          return_probs: bool = False, probs: Float[Array, "H n n"] | None = None):
+          return_probs: bool = False, probs: Float[Array, "H n n"] | None = None, form: Form | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
-    ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them.
+    ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them. ``form``: how
+    the attention's products are arranged (:func:`jaxattn.model.forms.choose`; ``None``: the general
+    per-head form); with a ``key_chunk`` and no ``probs`` the weights are never formed.
     """
 
     def ffn(y):  # check_dynamics refuses ffn=True on a model without FFN weights
@@ -200,8 +208,14 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
 
     norm = lambda y, w, b: _norm(y, w, b, model, dyn, S)
     h = attention_input(X, lw, model, dyn)
-    A = attention_weights(X, lw, model, dyn, beta) if probs is None else probs
-    upd = apply(h, A, lw, biases=dyn.biases)
+    form = GENERAL if form is None else form
+    if probs is None and form.key_chunk is not None and not return_probs:
+        A = None
+        upd = attend(h, lw, beta, biases=dyn.biases, kernel=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]),
+                     form=form)
+    else:
+        A = attention_weights(X, lw, model, dyn, beta, form) if probs is None else probs
+        upd = apply(h, A, lw, biases=dyn.biases, form=form)
     # Phi has one norm feeding both branches: its second norm is the first
     ln2_w, ln2_b = (lw.ln2_w, lw.ln2_b) if lw.ln2_w is not None else (lw.ln1_w, lw.ln1_b)
     if model.norm_style == "post":
@@ -217,6 +231,26 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
         elif not dyn.drop_ln2:
             y = norm(y, ln2_w, ln2_b)
     return (y, A) if return_probs else y
+
+
+def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto") -> Form:
+    """How the layers of ``model`` are evaluated for ``n`` tokens under ``dyn``: ``form`` itself when it is a
+    :class:`~jaxattn.model.forms.Form` (checked against the model), else the cheapest exact one
+    (:func:`jaxattn.model.forms.choose`; the attention goes over key chunks when one condition's would
+    exceed the backend's block budget).
+
+    Examples:
+        >>> import jax, jaxattn as ja
+        >>> sphere = ja.random_model(jax.random.key(0), 3, weights="identity", value="identity", scale=1.0)
+        >>> ja.dynamics.discrete.form_of(sphere, ja.D1, 32, "float32").identity                # X Xᵀ, the softmax and A X only
+        ('q', 'k', 'v', 'o')
+        >>> ja.dynamics.discrete.form_of(sphere, ja.D1, 100_000, "float32").key_chunk is not None   # the mean-field regime
+        True
+    """
+    if form != "auto":
+        return check_form(form, model)
+    return choose_form(model, n, kernel=dyn.attention, biases=dyn.biases, rope=rope_of(model, dyn) is not None,
+                  dtype=dtype, budget=block_budget())
 
 
 def layer_index(model: Model, k) -> jax.Array:
@@ -298,7 +332,7 @@ def _scan(f: Callable, carry, ks: jax.Array):
 
 
 def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, steps: int, every: int,
-            observe: Callable, trajectory: bool, pass_norm: bool):
+            observe: Callable, trajectory: bool, pass_norm: bool, form: Form = GENERAL):
     """The map core: ``steps`` blocks from one configuration ``X0: [n, d]``, starting at global step
     ``start`` (the weight set of step ``k`` is ``schedule[k % depth]``), returning
     ``(observables [T, ...], final [n, d], trajectory [T, n, d] | None)``.
@@ -307,23 +341,25 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
     last only): an outer scan over segments of ``m`` steps whose first step shares its attention
     weights with the observable. ``pass_norm``: the model's final norm (``ln_f``) after every block
     that ends a pass (global step ``k`` with ``(k + 1) % depth == 0``), as calling a real model pass
-    after pass does.
+    after pass does. ``form``: how each layer's attention is evaluated (:mod:`jaxattn.model.forms`).
     """
     depth = model.depth
+    observe = checked(observe)
 
     def lw_at(k):
         return model.layers.take(layer_index(model, k))
 
     def advance(X, k, probs=None):
-        Y = block(X, lw_at(k), model, dyn, alpha, beta, S, probs=probs)
+        Y = block(X, lw_at(k), model, dyn, alpha, beta, S, probs=probs, form=form)
         if pass_norm and model.final_ln_w is not None:
             ln_f = nn.affine_norm(Y, model.final_ln_w, model.final_ln_b, model.ln_eps, model.norm_kind)
             Y = jnp.where((k + 1) % depth == 0, ln_f, Y)
         return Y
 
     def look(X, k):  # the record at step k, and the attention weights the step from X will use
-        A = attention_weights(X, lw_at(k), model, dyn, beta)
-        return (observe(k, X, Context(aux, lambda: A)), X if trajectory else None), A
+        A = attention_weights(X, lw_at(k), model, dyn, beta, form)  # dead code unless observed or shared below
+        # the key-chunked form never hands formed weights to the step: it exists so that they are never formed
+        return (observe(k, X, Context(aux, lambda: A)), X if trajectory else None), (None if form.key_chunk else A)
 
     def plain(X, k):
         return advance(X, k), None
@@ -357,7 +393,7 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
         X = run_plain(X, start, r)
     kT = start + steps
     # the last state's observable: attention of the step that would follow, computed only if asked for
-    last = (observe(kT, X, Context(aux, lambda: attention_weights(X, lw_at(kT), model, dyn, beta))),
+    last = (observe(kT, X, Context(aux, lambda: attention_weights(X, lw_at(kT), model, dyn, beta, form))),
             X if trajectory else None)
     if seen is None:
         obs, traj = jax.tree_util.tree_map(lambda a: a[None], last)
@@ -381,11 +417,12 @@ class _MapProgram:
     observe: Callable
     trajectory: bool
     pass_norm: bool = False
+    form: Form = GENERAL
 
     def __call__(self, X0, p):
         model, alpha, beta, S, aux, start = p
         return _evolve(X0, model, alpha, beta, S, aux, start, dyn=self.dyn, steps=self.steps, every=self.every,
-                       observe=self.observe, trajectory=self.trajectory, pass_norm=self.pass_norm)
+                       observe=self.observe, trajectory=self.trajectory, pass_norm=self.pass_norm, form=self.form)
 
 
 def check_steps(steps) -> int:
@@ -434,9 +471,10 @@ def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynam
     steps = check_steps(steps)
     # the state carries the weights' precision (float32 tokens through a float64 model run in float64)
     X0 = X0.astype(jnp.promote_types(X0.dtype, jnp.asarray(model.layers.q).dtype))
+    form = form_of(model, dynamics, X0.shape[0], X0.dtype)  # traced weights: no identity member is used
     obs, final, traj = _evolve(X0, model, alpha, beta, S, save.aux, start, dyn=dynamics, steps=steps,
                                every=_every(save.every), observe=save.observe or consensus_observables,
-                               trajectory=bool(save.trajectory), pass_norm=bool(pass_norm))
+                               trajectory=bool(save.trajectory), pass_norm=bool(pass_norm), form=form)
     return Simulation(obs, final, traj)
 
 
@@ -500,8 +538,11 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     # embeddings and the final norm play no part in the dynamics: leave them out of the jit inputs
     model = check_weights(model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype))
     S = None if S is None else jnp.asarray(S, dtype)
+    form = form_of(model, dynamics, X0.shape[1], dtype, batch.form)
+    if form.key_chunk is not None and batch.size is None:  # one such condition fills the device: no padded lanes
+        batch = dataclasses.replace(batch, size=1)
     program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.every),
-                          observe=save.observe or consensus_observables, trajectory=bool(save.trajectory))
+                          observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form)
     path = batch.path
     choice = choose(path, model, dynamics, save.observe, save.trajectory, save.every, X0.shape[1])
     if batch.devices is not None and len(batch.devices) > 1:
@@ -526,7 +567,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
               jnp.int32(0))
     hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
     cost = working_bytes(X0.shape[1], model.d_model, model.n_heads, dtype, hidden=hidden,
-                         saved=len(saved_steps(steps, save.every)) if save.trajectory else 0)
+                         saved=len(saved_steps(steps, save.every)) if save.trajectory else 0, key_chunk=form.key_chunk)
     obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost)
     res = Simulation(obs, final, traj)
     if not traced(res.final):

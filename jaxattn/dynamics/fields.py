@@ -47,6 +47,7 @@ from jaxtyping import Array, ArrayLike, Float
 from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import KERNELS, attend, probabilities
+from jaxattn.model.forms import Form
 from jaxattn.model.params import Layers, Model, repeat_kv
 
 
@@ -163,22 +164,23 @@ def _rescaled(t, Z: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
     return out
 
 
-def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry) -> jax.Array:
+def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry, form: Form | None = None) -> jax.Array:
     """``dX/dt`` for one configuration ``X: [n, d]`` with the weight set ``lw`` in force at ``t``.
 
     For the rescaled flow ``X`` is ``Z`` (the rescaled tokens) and ``lw`` must be the only weight set.
+    ``form``: how the attention's products are arranged (:mod:`jaxattn.model.forms`; not the rescaled flow's).
     """
     if flow.rescaled:
         return _rescaled(t, X, lw, flow, beta)
-    U = attend(X, lw, beta, biases=flow.biases, kernel=flow.attention)
+    U = attend(X, lw, beta, biases=flow.biases, kernel=flow.attention, form=form)
     return geom.project(X, U)
 
 
-def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
+def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta, form: Form | None = None) -> jax.Array:
     """The attention weights ``[H, n, n]`` of the flow at ``(t, X)`` (rescaled: at ``x = e^{tF} z``)."""
     if flow.rescaled:
-        X = X @ expm(t * layer_matrix(lw)).T
-    return probabilities(X, lw, beta, biases=flow.biases, kernel=flow.attention)
+        return probabilities(X @ expm(t * layer_matrix(lw)).T, lw, beta, biases=flow.biases, kernel=flow.attention)
+    return probabilities(X, lw, beta, biases=flow.biases, kernel=flow.attention, form=form)
 
 
 def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer_time=1.0,

@@ -6,6 +6,7 @@ metrics.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -28,9 +29,47 @@ def pairwise_distances(X: Float[Array, "n d"]) -> Float[Array, "n n"]:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
 
+#: Largest feature dimension for which :func:`diameter` sums squared differences directly (exact, and fused by
+#: XLA with the max into one loop); above it, the centred Gram form (a dot product per configuration).
+DIFFERENCES_MAX_D = 8
+#: Bytes of pairwise terms one configuration's :func:`diameter` may form at once; more tokens go in row chunks.
+DIAMETER_BYTES = 2**27
+
+
+def _max_squared_distance(X: jax.Array, Y: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
+    """``max ||x_i - y_j||²`` over pairs of ``X: [r, d]`` and ``Y: [n, d]``, with ``rows``/``cols`` the squared
+    norms for the Gram form (``None`` for the difference form)."""
+    if X.shape[-1] <= DIFFERENCES_MAX_D:
+        diff = X[:, None, :] - Y[None, :, :]
+        return (diff * diff).sum(-1).max()
+    return (rows[:, None] + cols[None, :] - 2.0 * (X @ Y.T)).max()
+
+
 def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
-    """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus)."""
-    return pairwise_distances(X).max()
+    """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus).
+
+    For small ``d`` from the differences themselves (exact; XLA fuses them with the max); otherwise from the
+    Gram form of :func:`pairwise_distances` on centred tokens (accurate relative to the spread). The square
+    root is taken of the largest squared distance only (``sqrt`` is monotone: the same number as the largest
+    distance). Many tokens are compared in row chunks, so memory stays linear in ``n``.
+    """
+    n, d = X.shape
+    Y = X if d <= DIFFERENCES_MAX_D else X - X.mean(axis=0, keepdims=True)
+    s = jnp.sum(Y * Y, axis=-1)
+    per_row = X.dtype.itemsize * n * (d if d <= DIFFERENCES_MAX_D else 1)
+    r = max(1, min(n, DIAMETER_BYTES // per_row))
+    if r == n:
+        mx = _max_squared_distance(Y, Y, s, s)
+    else:  # rows in chunks of r (the last padded with copies of row 0: no new pair, the same max)
+        pad = (-n) % r
+        Yp = jnp.concatenate([Y, jnp.broadcast_to(Y[:1], (pad, d))]) if pad else Y
+        sp = jnp.concatenate([s, jnp.broadcast_to(s[:1], (pad,))]) if pad else s
+        blocks = jax.lax.map(lambda b: _max_squared_distance(b[0], Y, b[1], s),
+                             (Yp.reshape(-1, r, d), sp.reshape(-1, r)))
+        mx = blocks.max()
+    # sqrt has an infinite derivative at 0 (all tokens at one point): differentiate only a positive max
+    pos = mx > 0
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
 
 
 def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:

@@ -25,6 +25,7 @@ import jax
 import numpy as np
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.forms import Form
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
 #: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
@@ -118,11 +119,14 @@ class Batch:
         path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics._kernels` where it
             applies, on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force
             it; interpret mode on a CPU) or ``'plain'``. Flows and repeated passes refuse ``'fused'``.
+        form: how each layer's attention is arranged on the plain path: ``'auto'`` (the cheapest exact form,
+            :func:`jaxattn.model.forms.choose`) or a :class:`jaxattn.Form` to force one (tests, benchmarks;
+            ``ja.Form()`` is the general per-head form). Every form gives the same numbers up to round-off.
 
     Examples:
         >>> import jaxattn as ja
         >>> ja.Batch(size=8, precision="tf32")
-        Batch(size=8, devices=None, precision='tf32', path='auto')
+        Batch(size=8, devices=None, precision='tf32', path='auto', form='auto')
         >>> ja.Batch(size=0)
         Traceback (most recent call last):
         ...
@@ -133,6 +137,7 @@ class Batch:
     devices: tuple | None = None
     precision: str = "highest"
     path: str = "auto"
+    form: Form | str = "auto"
 
     def __post_init__(self):
         s = self.size
@@ -152,6 +157,8 @@ class Batch:
             raise ConfigError(f"Batch(precision=...) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.path not in PATHS:
             raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {self.path!r}")
+        if not (isinstance(self.form, Form) or (isinstance(self.form, str) and self.form == "auto")):
+            raise ConfigError(f"Batch(form=...) must be 'auto' or a jaxattn.Form, got {self.form!r}")
 
 
 def check_save(save, driver: str, *, kind: str) -> Save:

@@ -4,7 +4,9 @@ All functions act on a single configuration; batches come from ``vmap``. ``lw`` 
 (:meth:`jaxattn.model.params.Layers.take`), so ``lw.q: [H, d_h, d]``, ``lw.k, lw.v: [H_kv, d_h, d]``
 (grouped-query attention when ``H_kv < H``: query head ``h`` reads key/value head ``h // (H / H_kv)``),
 ``lw.o: [H, d, d_h]``. ``rope``: the ``(cos, sin)`` tables ``[n, r]`` of :func:`jaxattn.model.rope.cos_sin`,
-applied to queries and keys by token index (``None``: position-free attention).
+applied to queries and keys by token index (``None``: position-free attention). ``form``: how the
+products are arranged (:class:`jaxattn.model.forms.Form`; ``None``, the general per-head form); every
+form gives the same numbers up to round-off.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.forms import GENERAL, Form
 from jaxattn.model.params import Layers
 from jaxattn.model.rope import rotate
 
@@ -20,6 +23,42 @@ from jaxattn.model.rope import rotate
 def _per_query_head(a: jax.Array, H: int) -> jax.Array:
     """Key/value heads ``[H_kv, ...]`` repeated to the ``H`` query heads (GQA; no-op when equal)."""
     return a if a.shape[0] == H else jnp.repeat(a, H // a.shape[0], axis=0)
+
+
+def _broadcast_einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
+    """``jnp.einsum(spec, a, b)`` as an elementwise product and a sum (no dot product): XLA's CPU backend
+    fuses it, with what surrounds it, into one loop, which beats a dot product over a short axis."""
+    ins, out = spec.split("->")
+    sa, sb = ins.split(",")
+    letters = list(dict.fromkeys(sa + sb))
+
+    def spread(x, s):  # x's axes in the order of `letters`, size-1 axes where x has none
+        own = [c for c in letters if c in s]
+        x = jnp.transpose(x, [s.index(c) for c in own])
+        return x.reshape([x.shape[own.index(c)] if c in s else 1 for c in letters])
+
+    summed = tuple(i for i, c in enumerate(letters) if c not in out)
+    r = (spread(a, sa) * spread(b, sb)).sum(axis=summed)
+    kept = [c for c in letters if c in out]
+    return jnp.transpose(r, [kept.index(c) for c in out])
+
+
+def _contract(spec: str, a: jax.Array, b: jax.Array, form: Form) -> jax.Array:
+    return jnp.einsum(spec, a, b) if form.products == "einsum" else _broadcast_einsum(spec, a, b)
+
+
+def _project(X: jax.Array, w: jax.Array, member: str, form: Form) -> jax.Array:
+    """``X @ w[h].T`` for every head, ``[H, n, d_h]``; a reshape where the stacked member is the identity."""
+    if member in form.identity:
+        return X.reshape(X.shape[0], w.shape[0], w.shape[1]).transpose(1, 0, 2)
+    return _contract("nd,hkd->hnk", X, w, form)
+
+
+def _pairs(i: jax.Array, j: jax.Array, causal, window) -> jax.Array:
+    causal = jnp.asarray(causal) != 0  # a flag (float in a model, see params.MASK_DTYPE)
+    window = jnp.asarray(window).astype(jnp.int32)  # positions and window in one integer type (strict promotion)
+    ok = jnp.where(causal, j <= i, True)
+    return ok & jnp.where(window > 0, jnp.abs(i - j) < window, True)
 
 
 def allowed(n: int, causal, window) -> jax.Array:
@@ -33,19 +72,34 @@ def allowed(n: int, causal, window) -> jax.Array:
         >>> ja.allowed(4, True, 2).astype(int).tolist()   # GPT-Neo's local causal window of width 2
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
     """
-    causal = jnp.asarray(causal) != 0  # a flag (float in a model, see params.MASK_DTYPE)
-    window = jnp.asarray(window).astype(jnp.int32)  # positions and window in one integer type (strict promotion)
     i = jnp.arange(n, dtype=jnp.int32)[:, None]
     j = jnp.arange(n, dtype=jnp.int32)[None, :]
-    ok = jnp.where(causal, j <= i, True)
-    return ok & jnp.where(window > 0, jnp.abs(i - j) < window, True)
+    return _pairs(i, j, causal, window)
 
 
 KERNELS = ("softmax", "uniform", "unnormalised")
 
 
+def _queries_keys(X: jax.Array, lw: Layers, *, biases: bool, rope, form: Form):
+    """Queries and keys ``[H, n, e]`` whose inner products are the unscaled scores: per head
+    ``(X Q_hᵀ + b^q_h, X K_hᵀ + b^k_h)``, or in the bilinear form ``(X B_h, X)`` with ``B_h = Q_hᵀ K_h``."""
+    H = lw.q.shape[0]
+    if form.scores == "bilinear":  # no biases, no RoPE (forms.choose): x_iᵀ Q_hᵀ K_h x_j
+        B = jnp.einsum("hkd,hke->hde", lw.q, _per_query_head(lw.k, H))
+        return _contract("nd,hde->hne", X, B, form), jnp.broadcast_to(X[None], (H, *X.shape))
+    q = _project(X, lw.q, "q", form)
+    k = _project(X, lw.k, "k", form)
+    if biases and lw.bq is not None:
+        q = q + lw.bq[:, None, :]
+    if biases and lw.bk is not None:
+        k = k + lw.bk[:, None, :]
+    if rope is not None:
+        q, k = rotate(q, *rope), rotate(k, *rope)
+    return q, _per_query_head(k, H)
+
+
 def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
-                  rope=None) -> jax.Array:
+                  rope=None, form: Form | None = None) -> jax.Array:
     """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
 
     Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs (with
@@ -69,45 +123,114 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, k
     """
     if kernel not in KERNELS:
         raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
+    form = GENERAL if form is None else form
     n = X.shape[0]
     ok = allowed(n, lw.causal, lw.window)
     H = lw.q.shape[0]
     if kernel == "uniform":
         w = ok.astype(X.dtype)
         return jnp.broadcast_to(w / w.sum(-1, keepdims=True), (H, n, n))
-    q = jnp.einsum("nd,hkd->hnk", X, lw.q)
-    k = jnp.einsum("nd,hkd->hnk", X, lw.k)
-    if biases and lw.bq is not None:
-        q = q + lw.bq[:, None, :]
-    if biases and lw.bk is not None:
-        k = k + lw.bk[:, None, :]
-    if rope is not None:
-        q, k = rotate(q, *rope), rotate(k, *rope)
-    k = _per_query_head(k, H)
-    scores = jnp.einsum("hik,hjk->hij", q, k) * (beta * lw.scale)
+    q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
+    scores = _contract("hik,hjk->hij", q, k, form) * (beta * lw.scale)
     if kernel == "unnormalised":
         return jnp.where(ok[None], jnp.exp(scores), 0.0) / n
     scores = jnp.where(ok[None], scores, -jnp.inf)
     return jax.nn.softmax(scores, axis=-1)
 
 
-def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False) -> jax.Array:
-    """``Σ_h O_h Σ_j A[h, i, j] (V_{g(h)} x_j + b^v_{g(h)}) (+ b^o)`` for given weights ``A: [H, n, n]``
-    (``g(h) = h`` without GQA)."""
-    v = jnp.einsum("nd,hkd->hnk", X, lw.v)
+def _values(X: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
+    """What the attention weights average, ``[H, n, f]``: ``X V_hᵀ + b^v_h`` per head, or ``X`` itself in the
+    bilinear form (``V_h`` is folded into ``F_h = O_h V_h``)."""
+    H = lw.o.shape[0]
+    if form.values == "bilinear":
+        return jnp.broadcast_to(X[None], (H, *X.shape))
+    v = _project(X, lw.v, "v", form)
     if biases and lw.bv is not None:
         v = v + lw.bv[:, None, :]
-    v = _per_query_head(v, lw.o.shape[0])
-    heads = jnp.einsum("hij,hjk->hik", A, v)  # [H, n, d_h]
-    out = jnp.einsum("hik,hdk->id", heads, lw.o)
+    return _per_query_head(v, H)
+
+
+def _output(heads: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
+    """``Σ_h O_h heads_h`` (bilinear form: ``Σ_h F_h heads_h``) ``(+ b^o)``, ``[n, d]``."""
+    if form.values == "bilinear":
+        F = jnp.einsum("hdk,hke->hde", lw.o, _per_query_head(lw.v, lw.o.shape[0]))
+        out = _contract("hid,hed->ie", heads, F, form)
+    elif "o" in form.identity:
+        out = heads.transpose(1, 0, 2).reshape(heads.shape[1], -1)
+    else:
+        out = _contract("hik,hdk->id", heads, lw.o, form)
     if biases and lw.bo is not None:
         out = out + lw.bo[None, :]
     return out
 
 
+def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False, form: Form | None = None) -> jax.Array:
+    """``Σ_h O_h Σ_j A[h, i, j] (V_{g(h)} x_j + b^v_{g(h)}) (+ b^o)`` for given weights ``A: [H, n, n]``
+    (``g(h) = h`` without GQA)."""
+    form = GENERAL if form is None else form
+    v = _values(X, lw, biases=biases, form=form)
+    heads = _contract("hij,hjk->hik", A, v, form)  # [H, n, f]
+    return _output(heads, lw, biases=biases, form=form)
+
+
+def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str, rope, form: Form) -> jax.Array:
+    """The update of :func:`attend` over chunks of ``form.key_chunk`` keys, never forming ``[H, n, n]``: a
+    running maximum ``m``, normaliser ``l`` and weighted sum per query (the online softmax), so memory
+    grows like ``n``. Same numbers as the formed attention up to round-off."""
+    n = X.shape[0]
+    c = min(form.key_chunk or n, n)
+    pad = (-n) % c
+    H = lw.q.shape[0]
+    i = jnp.arange(n, dtype=jnp.int32)[:, None]
+
+    def padded(a):  # keys beyond n: zeros, masked out below
+        return jnp.pad(a, ((0, 0), (0, pad), (0, 0))) if pad else a
+
+    v = padded(_values(X, lw, biases=biases, form=form))
+    if kernel != "uniform":
+        q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
+        k = padded(k)
+    m0 = jnp.full((H, n), -jnp.inf, X.dtype)
+    l0 = jnp.zeros((H, n), X.dtype)
+    acc0 = jnp.zeros((H, n, v.shape[-1]), X.dtype)
+
+    def chunk(carry, j0):
+        m, l, acc = carry
+        j = j0 + jnp.arange(c, dtype=jnp.int32)[None, :]
+        ok = (_pairs(i, j, lw.causal, lw.window) & (j < n))[None]  # [1, n, c]
+        vc = jax.lax.dynamic_slice_in_dim(v, j0, c, axis=1)
+        if kernel == "uniform":
+            w = jnp.broadcast_to(ok, (H, n, c)).astype(X.dtype)
+            return (m, l + w.sum(-1), acc + _contract("hij,hjk->hik", w, vc, form)), None
+        kc = jax.lax.dynamic_slice_in_dim(k, j0, c, axis=1)
+        s = _contract("hik,hjk->hij", q, kc, form) * (beta * lw.scale)
+        if kernel == "unnormalised":
+            w = jnp.where(ok, jnp.exp(s), 0.0)
+            return (m, l, acc + _contract("hij,hjk->hik", w, vc, form)), None
+        s = jnp.where(ok, s, -jnp.inf)
+        m_new = jnp.maximum(m, s.max(-1))
+        base = jnp.where(jnp.isfinite(m_new), m_new, 0.0)  # a row with no allowed key yet: nothing to rescale
+        corr = jnp.exp(m - base)
+        p = jnp.exp(s - base[..., None])
+        return (m_new, l * corr + p.sum(-1), acc * corr[..., None] + _contract("hij,hjk->hik", p, vc, form)), None
+
+    starts = jnp.arange(0, n + pad, c, dtype=jnp.int32)
+    (_, l, acc), _ = jax.lax.scan(chunk, (m0, l0, acc0), starts)
+    heads = acc / n if kernel == "unnormalised" else acc / l[..., None]
+    return _output(heads, lw, biases=biases, form=form)
+
+
 def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
-           return_probs: bool = False, rope=None):
-    """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``."""
-    A = probabilities(X, lw, beta, biases=biases, kernel=kernel, rope=rope)
-    out = apply(X, A, lw, biases=biases)
+           return_probs: bool = False, rope=None, form: Form | None = None):
+    """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``.
+
+    With ``form.key_chunk`` (and not ``return_probs``) the update is evaluated over chunks of keys without
+    forming the ``[H, n, n]`` weights."""
+    form = GENERAL if form is None else form
+    if form.key_chunk is not None and not return_probs:
+        if kernel not in KERNELS:
+            raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
+        return _attend_chunked(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
+    A = probabilities(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
+    out = apply(X, A, lw, biases=biases, form=form)
     return (out, A) if return_probs else out

@@ -31,6 +31,7 @@ import numpy as np
 from flax import struct
 
 from jaxattn.errors import ConfigError, real
+from jaxattn.model.forms import identity_members
 from jaxattn.model.rope import Rope
 
 # a loaded checkpoint keeps numpy arrays (no float64 truncation while x64 is off); JAX converts them on use
@@ -146,6 +147,9 @@ class Model:
     parallel: bool = struct.field(pytree_node=False, default=False)  # x + Attn(N1 x) + FFN(N2 x) (GPT-NeoX, Phi)
     rope: Rope | None = struct.field(pytree_node=False, default=None)  # rotary embedding of q and k
     embed_scale: float = struct.field(pytree_node=False, default=1.0)  # Gemma: token embeddings times sqrt(d)
+    # members (q, k, v, o) whose stacked matrix is the identity in every set, found when the model is built
+    # (from_heads): attention then reads them as reshapes (jaxattn.model.forms; verified before each use)
+    identity: tuple = struct.field(pytree_node=False, default=())
 
     if TYPE_CHECKING:  # struct.dataclass adds it at run time, out of a type checker's sight
         def replace(self, **updates: Any) -> Model:
@@ -211,12 +215,17 @@ class Model:
         return "\n".join(lines)
 
 
-def _finite(name: str, a) -> None:
-    if isinstance(a, jax.core.Tracer):  # differentiated or vmapped weights: checked inside the program
-        return
-    if (a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating)
-            and not bool(np.all(np.isfinite(np.asarray(a))))):
-        raise ConfigError(f"tensor '{name}' has non-finite values (NaN or inf)")
+def _non_finite(named: dict) -> list[str]:
+    """The names of the floating arrays of ``named`` that hold a NaN or an inf. NumPy arrays are read where they
+    are; JAX arrays are reduced on their device and only one flag each comes back (no copy of the weights to
+    the host on every call). Traced arrays are skipped: they are checked inside the program."""
+    flags = {}
+    with jax.ensure_compile_time_eval():  # concrete weights reduced now, also while a caller's jit traces
+        for name, a in named.items():
+            if a is None or isinstance(a, jax.core.Tracer) or not jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
+                continue
+            flags[name] = np.all(np.isfinite(a)) if isinstance(a, np.ndarray) else jnp.all(jnp.isfinite(a))
+    return [name for name, ok in jax.device_get(flags).items() if not ok]
 
 
 #: The members of :class:`Layers` and :class:`Embeddings`, in declaration order (the converted-file
@@ -269,13 +278,13 @@ def validate(model: Model) -> Model:
         raise ConfigError(f"unsupported activation {model.activation!r}; supported: {', '.join(ACTIVATIONS)}")
     if not isinstance(lay.window, jax.core.Tracer) and np.any(np.asarray(lay.window) < 0):
         raise ConfigError("attention windows must be >= 0 (0 = no window)")
-    for name in LAYER_FIELDS:  # integer and boolean members (causal, window) are skipped by _finite
-        _finite(name, getattr(lay, name))
-    _finite("final_ln_w", model.final_ln_w)
-    _finite("final_ln_b", model.final_ln_b)
+    named = {name: getattr(lay, name) for name in LAYER_FIELDS}  # integer members are skipped by _non_finite
+    named.update(final_ln_w=model.final_ln_w, final_ln_b=model.final_ln_b)
     if model.embeddings is not None:
-        for name in EMBEDDING_FIELDS:
-            _finite(f"embeddings.{name}", getattr(model.embeddings, name))
+        named.update({f"embeddings.{name}": getattr(model.embeddings, name) for name in EMBEDDING_FIELDS})
+    bad = _non_finite(named)
+    if bad:
+        raise ConfigError(f"tensor '{bad[0]}' has non-finite values (NaN or inf)")
     return model
 
 
@@ -340,7 +349,8 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
                     scale=jnp.broadcast_to(jnp.asarray(scale, dtype=q.dtype), (G,)),
                     bq=bq, bk=bk, bv=bv, bo=bo, **extra)
     schedule = tuple(range(G)) if schedule is None else tuple(int(s) for s in schedule)
-    return validate(Model(layers=layers, schedule=schedule, family=family, **model_extra))
+    return validate(Model(layers=layers, schedule=schedule, family=family, identity=identity_members(layers),
+                          **model_extra))
 
 
 def repeat_kv(lw: Layers) -> Layers:

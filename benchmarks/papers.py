@@ -1,0 +1,273 @@
+"""The papers' regime: one head, identity or structured weights, small d, many initial conditions.
+
+The clustering and consensus papers simulate D1 on the sphere, ``x_i <- N(x_i + α Σ_j a_ij V x_j)`` with
+``a_ij = softmax_j(β <x_i, x_j>)`` (``Q = K = I``, score scale 1), for thousands of initial conditions.
+Their public scripts are a few lines of batched torch that compute ``X Xᵀ``, the softmax and the
+weighted sum and nothing else. Side by side, on the same initial tokens, checked to agree before
+anything is timed (final states within :data:`AGREE`), timed in one run (best of ``repeats``):
+
+* ``torch``: that loop, hand-written (``bmm``, ``softmax``, ``bmm``, normalise; ``X Vᵀ`` when V ≠ I);
+* ``torch.compile``: the same step under ``torch.compile`` (inductor);
+* ``jax-floor``: the same loop in JAX, 15 lines (``lax.scan`` of einsum, softmax, einsum), under ``jit``:
+  the in-house floor of what the overhead of :func:`jaxattn.simulate` should be measured against;
+* ``jax-floor-bcast``: the floor written with broadcast products (what XLA's CPU backend fuses best at small d);
+* ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
+* ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``).
+
+Cases (:data:`CASES`): the sphere model (``Q = K = V = O = I``) at d = 2 and 3, n = 32 and 64; the
+clustering paper's model (``Q = K = I``, a random ``V``) at d = 16 and 64; float32 and float64.
+
+A second part, :func:`mean_field`, runs the sphere model at growing n in fresh processes (a few steps, one
+condition) and reports the time per step and the peak memory: the attention is evaluated over key
+chunks where it would not fit (:mod:`jaxattn.model.forms`), so memory grows like n, not n².
+
+Run: ``.venv/bin/python benchmarks/papers.py [--quick] [--cases sphere2,...] [--mean-field]``.
+Results: printed, and written to ``benchmarks/results_papers.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: max abs difference of the final states allowed against the torch loop before anything is timed
+AGREE = {"float32": 1e-3, "float64": 1e-10}
+IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last")
+#: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
+CASES = {
+    "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
+    "sphere3-n64": (3, 64, 2048, 200, 4.0, "identity"),
+    "sphere3-B8192": (3, 32, 8192, 100, 4.0, "identity"),
+    "clusters16": (16, 64, 8192, 100, 4.0, "random"),
+    "clusters64": (64, 128, 1024, 50, 1.0, "random"),
+}
+ALPHA = 0.1
+
+
+def _model(d: int, value: str, dtype: str):
+    import jax
+
+    import jaxattn as ja
+
+    return ja.random_model(jax.random.key(0), d, heads=1, weights="identity", value=value, scale=1.0, dtype=dtype)
+
+
+def _value_matrix(model) -> np.ndarray:
+    """``F = O V`` of the one head: the matrix applied to the weighted sum."""
+    lay = model.layers
+    return np.asarray(lay.o[0, 0] @ lay.v[0, 0])
+
+
+def make_torch(X0, V, steps, beta, compiled: bool):
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    eye = np.allclose(V, np.eye(V.shape[0]))
+    Vt = torch.from_numpy(np.ascontiguousarray(V.T))
+
+    def step(X):
+        P = torch.softmax(beta * torch.bmm(X, X.transpose(1, 2)), dim=-1)
+        U = torch.bmm(P, X)
+        Y = X + ALPHA * (U if eye else U @ Vt)
+        return Y / Y.norm(dim=-1, keepdim=True)
+
+    f = torch.compile(step) if compiled else step
+    X0t = torch.from_numpy(X0)
+
+    def run():
+        with torch.no_grad():
+            X = X0t
+            for _ in range(steps):
+                X = f(X)
+        return X.numpy()
+
+    return run
+
+
+def make_floor(X0, V, steps, beta, bcast: bool):
+    import jax
+    import jax.numpy as jnp
+
+    eye = np.allclose(V, np.eye(V.shape[0]))
+    Vj = jnp.asarray(V, X0.dtype)
+
+    @jax.jit
+    def loop(X):
+        def f(X, _):
+            G = (X[:, :, None, :] * X[:, None, :, :]).sum(-1) if bcast else jnp.einsum("bid,bjd->bij", X, X)
+            P = jax.nn.softmax(beta * G, axis=-1)
+            U = (P[..., None] * X[:, None, :, :]).sum(2) if bcast else jnp.einsum("bij,bjd->bid", P, X)
+            Y = X + ALPHA * (U if eye else U @ Vj.T)
+            return Y / jnp.linalg.norm(Y, axis=-1, keepdims=True), None
+
+        return jax.lax.scan(f, X, None, length=steps)[0]
+
+    Xj = jnp.asarray(X0)
+    return lambda: np.asarray(loop(Xj).block_until_ready())
+
+
+def make_jaxattn(model, X0, steps, beta, last: bool):
+    import jax.numpy as jnp
+
+    import jaxattn as ja
+
+    Xj = jnp.asarray(X0)
+    save = ja.Save(every="last") if last else ja.Save()
+    return lambda: np.asarray(ja.simulate(model, Xj, steps, alpha=ALPHA, beta=beta, save=save).final.block_until_ready())
+
+
+def timed(fn, repeats: int):
+    t = time.perf_counter()
+    out = fn()
+    first = time.perf_counter() - t
+    best = first
+    for _ in range(repeats - 1):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return first, best, out
+
+
+def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, impls=IMPLS) -> dict:
+    import jax
+
+    import jaxattn as ja
+    from jaxattn.dynamics.discrete import form_of
+
+    d, n, B, steps, beta, value = CASES[name]
+    if quick:
+        B, steps = max(B // 16, 64), max(steps // 10, 5)
+    model = _model(d, value, dtype)
+    V = _value_matrix(model)
+    X0 = np.asarray(ja.init_tokens(jax.random.key(1), B, n, d, dtype=dtype))
+    makers = {
+        "torch": lambda: make_torch(X0, V, steps, beta, compiled=False),
+        "torch.compile": lambda: make_torch(X0, V, steps, beta, compiled=True),
+        "jax-floor": lambda: make_floor(X0, V, steps, beta, bcast=False),
+        "jax-floor-bcast": lambda: make_floor(X0, V, steps, beta, bcast=True),
+        "jaxattn": lambda: make_jaxattn(model, X0, steps, beta, last=False),
+        "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
+    }
+    form = form_of(model, ja.D1, n, dtype)
+    res = {"d": d, "n": n, "B": B, "steps": steps, "beta": beta, "alpha": ALPHA, "value": value, "dtype": dtype,
+           "form": ja.model.forms.describe(form), "results": {}}
+    ref = None
+    for impl in impls:
+        try:
+            first, best, out = timed(makers[impl](), repeats)
+        except Exception as e:  # an implementation that cannot run here (torch.compile without a compiler)
+            res["results"][impl] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+            continue
+        if ref is None:
+            ref = out
+        err = float(np.abs(out - ref).max())
+        row = {"seconds": round(best, 4), "compile_s": round(max(first - best, 0.0), 2), "max_abs_diff": err}
+        if not err <= AGREE[dtype]:  # NaN fails too
+            row = {"error": f"disagrees with {impls[0]} by {err:.3g} (allowed {AGREE[dtype]:g})"}
+        res["results"][impl] = row
+        print(f"  {name} {dtype} {impl:16s} " + (f"{row['seconds']:.3f} s" if "seconds" in row else row["error"]),
+              flush=True)
+    ok = {k: v["seconds"] for k, v in res["results"].items() if "seconds" in v}
+    floor = min((ok[k] for k in ("jax-floor", "jax-floor-bcast") if k in ok), default=None)
+    for impl in ("jaxattn", "jaxattn-last"):
+        if impl in ok:
+            res[f"{impl}_vs_torch"] = round(ok["torch"] / ok[impl], 2) if "torch" in ok else None
+            res[f"{impl}_vs_torch_compile"] = round(ok["torch.compile"] / ok[impl], 2) if "torch.compile" in ok else None
+            res[f"{impl}_over_floor"] = round(ok[impl] / floor, 2) if floor else None
+    if "jaxattn" in ok and "jaxattn-last" in ok:
+        res["observables_cost"] = round(ok["jaxattn"] / ok["jaxattn-last"] - 1.0, 3)
+    return res
+
+
+# ------------------------------------------------------------------------------- mean field
+def _mean_field_child(n: int, d: int, steps: int, dtype: str) -> dict:
+    """One run of ``steps`` steps of the sphere model at ``n`` tokens (one condition), in this process."""
+    import jax
+
+    if dtype == "float64":
+        jax.config.update("jax_enable_x64", True)
+    import jaxattn as ja
+    from jaxattn.dynamics.discrete import form_of
+
+    model = _model(d, "identity", dtype)
+    X0 = ja.init_tokens(jax.random.key(1), 1, n, d, dtype=dtype)
+    save = ja.Save(every="last")  # the default observables of the final state (diameter over row chunks)
+    run = lambda k: ja.simulate(model, X0, k, alpha=ALPHA, beta=4.0, save=save).final.block_until_ready()
+    run(1)  # compile the one-step program; the timed run compiles its own (steps is static)
+    t = time.perf_counter()
+    run(steps)
+    secs = time.perf_counter() - t
+    form = form_of(model, ja.D1, n, dtype)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {"n": n, "d": d, "steps": steps, "dtype": dtype, "seconds_per_step": secs / steps,
+            "peak_rss_bytes": peak, "key_chunk": form.key_chunk}
+
+
+def mean_field(ns=(1024, 4096, 16384, 65536, 100_000), d: int = 3, steps: int = 3, dtype: str = "float32") -> list:
+    """The sphere model at each ``n`` in a fresh process: seconds per step and peak memory (RSS)."""
+    rows = []
+    for n in ns:
+        p = subprocess.run([sys.executable, __file__, "--child", str(n), str(d), str(steps), dtype],
+                           capture_output=True, text=True, env={**os.environ, "XLA_FLAGS": ""})
+        if p.returncode:
+            rows.append({"n": n, "error": (p.stderr or p.stdout).strip().splitlines()[-1:]})
+        else:
+            rows.append(json.loads(p.stdout.strip().splitlines()[-1]))
+        print("  mean field", rows[-1], flush=True)
+    return rows
+
+
+def environment() -> dict:
+    import jax
+
+    info = {"jax": jax.__version__, "jax_backend": jax.default_backend(), "jax_device": jax.devices()[0].device_kind,
+            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+    try:
+        import torch
+
+        info.update(torch=torch.__version__, torch_threads=torch.get_num_threads())
+    except ImportError:
+        info["torch"] = None
+    return info
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated names of CASES")
+    p.add_argument("--dtypes", default="float32,float64")
+    p.add_argument("--impls", default=",".join(IMPLS))
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="tiny batches and few steps (a smoke test)")
+    p.add_argument("--mean-field", action="store_true", help="also the n-scaling runs (fresh processes)")
+    p.add_argument("--out", default=str(Path(__file__).with_name("results_papers.json")))
+    p.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        n, d, steps, dtype = a.child
+        print(json.dumps(_mean_field_child(int(n), int(d), int(steps), dtype)))
+        return {}
+    import jax
+
+    if "float64" in a.dtypes:
+        jax.config.update("jax_enable_x64", True)
+    out = {"environment": environment(), "cases": []}
+    for name in a.cases.split(","):
+        for dtype in a.dtypes.split(","):
+            out["cases"].append(bench_case(name, dtype, a.repeats, a.quick, tuple(a.impls.split(","))))
+    if a.mean_field:
+        out["mean_field"] = mean_field(ns=(512, 2048, 8192) if a.quick else (1024, 4096, 16384, 65536, 100_000))
+    Path(a.out).write_text(json.dumps(out, indent=1))
+    return out
+
+
+if __name__ == "__main__":
+    main()
