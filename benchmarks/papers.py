@@ -122,7 +122,7 @@ def make_jaxattn(model, X0, steps, beta, last: bool):
 
     Xj = jnp.asarray(X0)
     save = ja.Save(every="last") if last else ja.Save()
-    return lambda: np.asarray(ja.simulate(model, Xj, steps, alpha=ALPHA, beta=beta, save=save).final.block_until_ready())
+    return lambda: np.asarray(ja.simulate(model, Xj, steps, alpha=ALPHA, beta=beta, save=save).final)
 
 
 def timed(fn, repeats: int):
@@ -181,7 +181,8 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
     for impl in ("jaxattn", "jaxattn-last"):
         if impl in ok:
             res[f"{impl}_vs_torch"] = round(ok["torch"] / ok[impl], 2) if "torch" in ok else None
-            res[f"{impl}_vs_torch_compile"] = round(ok["torch.compile"] / ok[impl], 2) if "torch.compile" in ok else None
+            compiled = ok.get("torch.compile")
+            res[f"{impl}_vs_torch_compile"] = round(compiled / ok[impl], 2) if compiled else None
             res[f"{impl}_over_floor"] = round(ok[impl] / floor, 2) if floor else None
     if "jaxattn" in ok and "jaxattn-last" in ok:
         res["observables_cost"] = round(ok["jaxattn"] / ok["jaxattn-last"] - 1.0, 3)

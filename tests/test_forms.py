@@ -229,7 +229,7 @@ def test_identity_flags_are_verified_before_use():
     np.testing.assert_allclose(np.asarray(a.final), np.asarray(b.final), rtol=0, atol=1e-14)
     with pytest.raises(ConfigError, match="not the identity"):
         ja.simulate(edited, X0, 3, batch=ja.Batch(form=ja.Form(identity=("q",))))
-    with pytest.raises(ConfigError, match="Batch\\(form=...\\)"):
+    with pytest.raises(ConfigError, match=r"Batch\(form=\.\.\.\)"):
         ja.Batch(form="bilinear")
     with pytest.raises(ConfigError, match="key_chunk"):
         ja.Form(key_chunk=0)

@@ -29,10 +29,10 @@ from jaxattn.dynamics._runner import (
     Context,
     block_budget,
     cast_floats,
-    checked,
     check_scalar,
     check_states,
     check_weights,
+    checked,
     resolve_dtype,
     run,
     traced,
@@ -338,7 +338,8 @@ def _form(model: Model, flow: Flow, n: int, dtype, form, weights_fn) -> Form:
     their own products), else the cheapest exact one for the model."""
     if form != "auto":
         if weights_fn is not None or flow.rescaled:
-            raise ConfigError("Batch(form=...) applies to a model's own weights: not with weights_fn or the rescaled flow")
+            raise ConfigError("Batch(form=...) applies to a model's own weights: not with weights_fn or the rescaled "
+                              "flow")
         return check_form(form, model)
     if weights_fn is not None or flow.rescaled:
         return GENERAL

@@ -44,11 +44,11 @@ from jaxattn.dynamics._runner import (
     Context,
     block_budget,
     cast_floats,
-    checked,
     check_precision,
     check_scalar,
     check_states,
     check_weights,
+    checked,
     resolve_dtype,
     run,
     traced,
@@ -242,9 +242,10 @@ def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto
     Examples:
         >>> import jax, jaxattn as ja
         >>> sphere = ja.random_model(jax.random.key(0), 3, weights="identity", value="identity", scale=1.0)
-        >>> ja.dynamics.discrete.form_of(sphere, ja.D1, 32, "float32").identity                # X Xᵀ, the softmax and A X only
+        >>> from jaxattn.dynamics.discrete import form_of
+        >>> form_of(sphere, ja.D1, 32, "float32").identity                  # X Xᵀ, the softmax and A X only
         ('q', 'k', 'v', 'o')
-        >>> ja.dynamics.discrete.form_of(sphere, ja.D1, 100_000, "float32").key_chunk is not None   # the mean-field regime
+        >>> form_of(sphere, ja.D1, 100_000, "float32").key_chunk is not None   # the mean-field regime
         True
     """
     if form != "auto":

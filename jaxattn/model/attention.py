@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from jaxattn.errors import ConfigError
 from jaxattn.model.forms import GENERAL, Form
@@ -20,12 +21,13 @@ from jaxattn.model.params import Layers
 from jaxattn.model.rope import rotate
 
 
-def _per_query_head(a: jax.Array, H: int) -> jax.Array:
+def _per_query_head(a: ArrayLike, H: int) -> jax.Array:
     """Key/value heads ``[H_kv, ...]`` repeated to the ``H`` query heads (GQA; no-op when equal)."""
+    a = jnp.asarray(a)
     return a if a.shape[0] == H else jnp.repeat(a, H // a.shape[0], axis=0)
 
 
-def _broadcast_einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
+def _broadcast_einsum(spec: str, a: ArrayLike, b: ArrayLike) -> jax.Array:
     """``jnp.einsum(spec, a, b)`` as an elementwise product and a sum (no dot product): XLA's CPU backend
     fuses it, with what surrounds it, into one loop, which beats a dot product over a short axis."""
     ins, out = spec.split("->")
@@ -43,14 +45,15 @@ def _broadcast_einsum(spec: str, a: jax.Array, b: jax.Array) -> jax.Array:
     return jnp.transpose(r, [kept.index(c) for c in out])
 
 
-def _contract(spec: str, a: jax.Array, b: jax.Array, form: Form) -> jax.Array:
+def _contract(spec: str, a: ArrayLike, b: ArrayLike, form: Form) -> jax.Array:
     return jnp.einsum(spec, a, b) if form.products == "einsum" else _broadcast_einsum(spec, a, b)
 
 
-def _project(X: jax.Array, w: jax.Array, member: str, form: Form) -> jax.Array:
+def _project(X: jax.Array, w: ArrayLike, member: str, form: Form) -> jax.Array:
     """``X @ w[h].T`` for every head, ``[H, n, d_h]``; a reshape where the stacked member is the identity."""
     if member in form.identity:
-        return X.reshape(X.shape[0], w.shape[0], w.shape[1]).transpose(1, 0, 2)
+        H, dh = jnp.shape(w)[:2]
+        return X.reshape(X.shape[0], H, dh).transpose(1, 0, 2)
     return _contract("nd,hkd->hnk", X, w, form)
 
 
@@ -191,32 +194,32 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str
         q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
         k = padded(k)
     m0 = jnp.full((H, n), -jnp.inf, X.dtype)
-    l0 = jnp.zeros((H, n), X.dtype)
+    s0 = jnp.zeros((H, n), X.dtype)
     acc0 = jnp.zeros((H, n, v.shape[-1]), X.dtype)
 
     def chunk(carry, j0):
-        m, l, acc = carry
+        m, norm, acc = carry
         j = j0 + jnp.arange(c, dtype=jnp.int32)[None, :]
         ok = (_pairs(i, j, lw.causal, lw.window) & (j < n))[None]  # [1, n, c]
         vc = jax.lax.dynamic_slice_in_dim(v, j0, c, axis=1)
         if kernel == "uniform":
             w = jnp.broadcast_to(ok, (H, n, c)).astype(X.dtype)
-            return (m, l + w.sum(-1), acc + _contract("hij,hjk->hik", w, vc, form)), None
+            return (m, norm + w.sum(-1), acc + _contract("hij,hjk->hik", w, vc, form)), None
         kc = jax.lax.dynamic_slice_in_dim(k, j0, c, axis=1)
         s = _contract("hik,hjk->hij", q, kc, form) * (beta * lw.scale)
         if kernel == "unnormalised":
             w = jnp.where(ok, jnp.exp(s), 0.0)
-            return (m, l, acc + _contract("hij,hjk->hik", w, vc, form)), None
+            return (m, norm, acc + _contract("hij,hjk->hik", w, vc, form)), None
         s = jnp.where(ok, s, -jnp.inf)
         m_new = jnp.maximum(m, s.max(-1))
         base = jnp.where(jnp.isfinite(m_new), m_new, 0.0)  # a row with no allowed key yet: nothing to rescale
         corr = jnp.exp(m - base)
         p = jnp.exp(s - base[..., None])
-        return (m_new, l * corr + p.sum(-1), acc * corr[..., None] + _contract("hij,hjk->hik", p, vc, form)), None
+        return (m_new, norm * corr + p.sum(-1), acc * corr[..., None] + _contract("hij,hjk->hik", p, vc, form)), None
 
     starts = jnp.arange(0, n + pad, c, dtype=jnp.int32)
-    (_, l, acc), _ = jax.lax.scan(chunk, (m0, l0, acc0), starts)
-    heads = acc / n if kernel == "unnormalised" else acc / l[..., None]
+    (_, norm, acc), _ = jax.lax.scan(chunk, (m0, s0, acc0), starts)
+    heads = acc / n if kernel == "unnormalised" else acc / norm[..., None]
     return _output(heads, lw, biases=biases, form=form)
 
 

@@ -226,9 +226,11 @@ def describe(form: Form) -> str:
     """One line saying how a layer is evaluated under ``form``.
 
     Examples:
-        >>> import jaxattn as ja
-        >>> ja.model.forms.describe(ja.Form(identity=("q", "k", "v", "o"), products="broadcast"))
-        'scores: per-head projections (q, k read as reshapes); values: per-head projections (v, o read as reshapes); broadcast products; n x n attention formed'
+        >>> import textwrap, jaxattn as ja
+        >>> form = ja.Form(identity=("q", "k", "v", "o"), products="broadcast")
+        >>> print(textwrap.fill(ja.model.forms.describe(form), 100))
+        scores: per-head projections (q, k read as reshapes); values: per-head projections (v, o read as
+        reshapes); broadcast products; n x n attention formed
     """
     def side(kind, members):
         if kind == "bilinear":
