@@ -25,7 +25,9 @@ the end, else 1 (the summary is written either way).
 
 Off a GPU (or with ``--reduced``) the same stages run in a reduced form — tiny sizes, the kernel in
 Pallas interpret mode, one test of the suite — in about a minute of CPU time;
-``tests/test_gpu_check.py`` runs that form in CI so that this script cannot rot between GPU runs.
+``tests/test_gpu_check.py`` runs that form in CI so that this script cannot rot between GPU runs. The suite stage runs
+those tests too, on the GPU: they force the reduced form (``JAX_PLATFORMS=cpu``), and inside the suite stage the script
+refuses its full form, so the check never starts itself again.
 
 Run from a source checkout: ``make gpu-check`` (the project's ``.venv``), or with a GPU image's own
 packages ``make gpu-check GPU_CHECK_PY=python3``, or directly
@@ -50,7 +52,7 @@ import sys
 import time
 import traceback
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from pathlib import Path
 
@@ -454,7 +456,8 @@ def stage_suite(ctx: Ctx) -> dict:
     junit.unlink(missing_ok=True)
     cmd = _pytest_cmd(ctx, junit)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
-           "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+           "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           IN_SUITE: "1"}  # the tests that run this script get its reduced form or a refusal, never the full form
     env.pop("XLA_FLAGS", None)  # tests/conftest.py sets its own
     res: dict = {"command": " ".join(cmd[1:])}
     ctx.record(res)
@@ -597,18 +600,40 @@ def run_inline(name: str, budget: float, reduced: bool, out: Path) -> dict:
     return _collect(name, out, rc, "ok", t0, cpu0, budget)
 
 
-def _gpu_present() -> bool:
-    """Whether JAX sees a GPU, asked in a subprocess (this process never imports jax: the stages own the device)."""
+def _backend(env: Mapping[str, str]) -> str:
+    """JAX's default backend under ``env``, asked in a subprocess (this process never imports jax: the stages own
+    the device)."""
     try:
         p = subprocess.run([sys.executable, "-c", "import jax; print(jax.default_backend())"], capture_output=True,
-                           text=True, timeout=120, env={**os.environ, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+                           text=True, timeout=120, env={**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
     except subprocess.TimeoutExpired:
-        return False
-    return p.stdout.strip().endswith("gpu")
+        return "unknown"
+    lines = p.stdout.strip().splitlines()
+    return lines[-1] if lines else "unknown"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0].strip("`"),
+#: Set in the suite stage's environment: a test run by it that starts this script gets the reduced form or a refusal,
+#: never the full form again (which would spend the GPU on itself, and start its own suite stage, recursively).
+IN_SUITE = "JAXATTN_GPU_CHECK_IN_SUITE"
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a command line asks for, settled: the form, the stages and their budgets."""
+
+    out: Path
+    reduced: bool
+    gpu: bool  # whether JAX sees a GPU (not asked for a stage run by the driver)
+    inline: bool
+    names: list[str]
+    budgets: dict[str, float]
+    stage: str | None = None  # internal: run this one stage in this process
+    result: Path | None = None
+    seconds: float | None = None
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0].strip("`"),
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/gpu-check", help="output folder [runs/gpu-check]")
     form = ap.add_mutually_exclusive_group()
@@ -626,10 +651,22 @@ def main(argv=None) -> int:
     ap.add_argument("--stage", help=argparse.SUPPRESS)  # internal: run one stage in this process
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
+    return ap
+
+
+def settle(argv: list[str] | None, env: Mapping[str, str]) -> Plan:
+    """The plan of a command line under ``env``; a bad option, or the full form inside a gpu-check's own suite stage,
+    is one ``error:`` line and exit status 2 (argparse's), before anything runs."""
+    ap = parser()
     a = ap.parse_args(argv)
     out = Path(a.out).resolve()
+    inside = bool(env.get(IN_SUITE))
+    refusal = (f"the full form cannot start inside a gpu-check's own suite stage ({IN_SUITE} is set): a test that "
+               "runs this script must force its reduced form (--reduced, or JAX_PLATFORMS=cpu in its environment)")
     if a.stage:
-        return _child(a.stage, bool(a.reduced), Path(a.result), out, a.seconds)
+        if inside and not a.reduced:
+            ap.error(refusal)
+        return Plan(out, bool(a.reduced), False, True, [a.stage], {}, a.stage, Path(a.result), a.seconds)
     names = [s for s in (a.stages.split(",") if a.stages else STAGES) if s]
     unknown = [s for s in names if s not in STAGES]
     if unknown:
@@ -643,10 +680,23 @@ def main(argv=None) -> int:
             budgets[k] = float(v)
         except ValueError:
             ap.error(f"--budget {item}: SECONDS must be a number")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that a terminated driver ends its stage too
-    gpu = _gpu_present()
+    if inside and a.reduced is False:
+        ap.error(refusal)
+    gpu = _backend(env) == "gpu"
     reduced = (not gpu) if a.reduced is None else a.reduced
-    inline = reduced if a.inline is None else a.inline
+    if inside and not reduced:
+        ap.error(refusal)
+    return Plan(out, reduced, gpu, reduced if a.inline is None else a.inline, names, budgets)
+
+
+def main(argv=None) -> int:
+    plan = settle(argv, os.environ)
+    out = plan.out
+    if plan.stage:
+        assert plan.result is not None and plan.seconds is not None
+        return _child(plan.stage, plan.reduced, plan.result, out, plan.seconds)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that a terminated driver ends its stage too
+    reduced, gpu, inline = plan.reduced, plan.gpu, plan.inline
     if inline:
         os.environ.update(_stage_env())
         sys.path.insert(0, str(ROOT))
@@ -656,9 +706,9 @@ def main(argv=None) -> int:
     summary: dict = {"form": "reduced" if reduced else "full", "gpu_seen": gpu, "stages_in": "one process" if inline
                      else "a process each",
                      "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "stages": {}}
-    for name in names:
+    for name in plan.names:
         st = STAGES[name]
-        budget = budgets.get(name, st.reduced_budget if reduced else st.budget)
+        budget = plan.budgets.get(name, st.reduced_budget if reduced else st.budget)
         print(f"[gpu-check] {name}: {st.title} (budget {budget:g} s)", flush=True)
         rec = (run_inline if inline else run_stage)(name, budget, reduced, out)
         summary["stages"][name] = rec

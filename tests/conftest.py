@@ -1,7 +1,10 @@
 """Strict test set-up: float64 on, strict dtype promotion, several CPU devices, offline Hugging Face,
 warnings are errors for our package."""
 
+import json
 import os
+import shutil
+import tempfile
 import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,8 +15,25 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
 
-import jax
+# One persistent XLA compilation cache per test run, shared by the xdist workers and every process the tests start
+# (they inherit the environment): a program compiled once is loaded, not compiled again, by the next process that
+# needs it. The folder is made by the first process of the run (the controller, before its workers start) and removed
+# at its end, so every run starts cold and nothing of an earlier run (or of another jaxattn/jax) is reused.
+# Entries are written without a lock (JAX's LRU cache locks only with a size limit, whose eviction scan makes every
+# write O(entries)); a read that met a half-written entry would only warn and compile.
+RUN_CACHE = "JAXATTN_TEST_XLA_CACHE"
+_made_cache = None
+if not os.environ.get(RUN_CACHE):
+    _made_cache = os.environ[RUN_CACHE] = tempfile.mkdtemp(prefix="jaxattn-tests-xla-")
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.environ[RUN_CACHE]  # this run's, whatever the user's setting
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # the tests' programs are small: keep them all
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "-1"
 
+import jax  # noqa: E402
+
+jax.config.update("jax_compilation_cache_dir", os.environ[RUN_CACHE])  # in case a plugin imported jax first
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
@@ -24,6 +44,17 @@ import pytest  # noqa: E402
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+_cache_events: dict[str, int] = {}
+
+
+def _count_cache_event(name: str, **kwargs) -> None:
+    if name.startswith("/jax/compilation_cache/cache_"):
+        _cache_events[name.rsplit("/", 1)[-1]] = _cache_events.get(name.rsplit("/", 1)[-1], 0) + 1
+
+
+jax.monitoring.register_event_listener(_count_cache_event)
 
 
 def pytest_configure(config):
@@ -70,3 +101,26 @@ def gpt_neo_exact(monkeypatch):
     proxy = types.SimpleNamespace(**{k: getattr(torch, k) for k in dir(torch) if not k.startswith("__")})
     proxy.float32 = torch.float64
     monkeypatch.setattr(m, "torch", proxy)
+
+
+def pytest_unconfigure(config):
+    """Each pytest process leaves its cache hits and misses in the run's cache folder; the process that made the
+    folder reports them with the entries and removes it."""
+    folder = os.environ[RUN_CACHE]
+    if os.path.isdir(folder):
+        with open(os.path.join(folder, f"hits-{os.getpid()}.json"), "w") as f:
+            json.dump(_cache_events, f)
+    if _made_cache is None:
+        return
+    counts = {"cache_hits": 0, "cache_misses": 0}
+    for name in os.listdir(_made_cache):
+        if name.startswith("hits-"):
+            with open(os.path.join(_made_cache, name)) as f:
+                for k, v in json.load(f).items():
+                    counts[k] = counts.get(k, 0) + v
+    entries = sum(1 for name in os.listdir(_made_cache) if name.endswith("-cache"))
+    tr = config.pluginmanager.get_plugin("terminalreporter")
+    if tr is not None:
+        tr.write_line(f"XLA compilation cache of this run: {entries} programs written, {counts['cache_hits']} loaded "
+                      f"by the pytest processes instead of compiled ({counts['cache_misses']} compiled)")
+    shutil.rmtree(_made_cache, ignore_errors=True)

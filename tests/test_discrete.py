@@ -194,6 +194,35 @@ def _first_coord(t, X, ctx):
     return X[:, 0]
 
 
+@pytest.mark.parametrize("steps,every", [(8, 3), (11, 4), (7, 5), (13, 5)])  # remainders 2, 3, 2, 3
+def test_save_every_with_a_last_partial_segment_matches_numpy_reference(steps, every):
+    """``Save(every=m)`` where ``m`` does not divide the steps: the last, shorter segment (``r ≥ 2`` steps) runs
+    the weight sets of its own steps and is observed at its start, as the reference's trajectory says. Three
+    distinct layers, so a segment starting one layer early changes the numbers."""
+    d, n, depth, B = 6, 4, 3, 2
+    model = ja.random_model(jax.random.key(23), d, 2, depth, shared=False)
+    X0 = ja.init_tokens(jax.random.key(24), B, n, d, dtype=jnp.float64)
+    save = ja.Save(every=every, trajectory=True, observe=_first_coord_and_attention)
+    res = ja.simulate(model, X0, steps, alpha=0.9, beta=1.7, save=save)
+    saved = ja.dynamics.discrete.saved_steps(steps, every)
+    assert saved[-2] == steps - steps % every and steps % every >= 2
+    sets = weight_sets(model)
+    for b in range(B):
+        want = ref.simulate(np.asarray(X0[b]), sets, model.schedule, steps, alpha=0.9, beta=1.7)
+        np.testing.assert_allclose(np.asarray(res.trajectory[b]), want[saved], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(res.final[b]), want[-1], rtol=0, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(res.observables["x0"][b]), want[saved][:, :, 0], rtol=0, atol=1e-12)
+        # the attention weights a saved step sees: those of the step that follows it
+        at = [sets[model.schedule[k % len(model.schedule)]] for k in saved]
+        A = np.stack([ref.attention_probs(want[k], w["q"], w["k"], w["scale"], 1.7, w["causal"], w["window"])
+                      for k, w in zip(saved, at, strict=True)])
+        np.testing.assert_allclose(np.asarray(res.observables["attention"][b]), A, rtol=0, atol=1e-12)
+
+
+def _first_coord_and_attention(t, X, ctx):
+    return {"x0": X[:, 0], "attention": ctx.attention()}
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda: ja.random_model(jax.random.key(0), 10, 3), "not divisible"),
     (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.zeros((1, 3, 5)), 2), "dimension 5"),

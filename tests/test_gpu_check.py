@@ -1,24 +1,34 @@
-"""Issue 21: ``make gpu-check`` in its reduced CPU form (so that the script cannot rot between GPU runs), and
-the options every dynamics command shares."""
+"""Issue 21: ``make gpu-check`` in its reduced CPU form (so that the script cannot rot between GPU runs).
+
+Issue 30: the check's own suite stage runs these tests on the GPU, so every test here that starts the script forces
+its reduced CPU form (``JAX_PLATFORMS=cpu``), and the script refuses its full form inside its suite stage."""
 
 import json
 import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-import jaxattn as ja
+from .gpu_check_spy import OUT_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 
 
-def _gpu_check(out, *args, timeout=600):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("XLA_FLAGS", None)  # one CPU device, as on a user's machine (conftest gives this process eight)
+def _cpu_env() -> dict:
+    """The environment of a started check: JAX on the CPU even where it sees a GPU (the check's suite stage runs
+    this file there), one CPU device as on a user's machine (conftest gives this process eight)."""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def _gpu_check(out, *args, timeout=600, env_extra=None):
+    env = {**_cpu_env(), "PYTHONPATH": str(ROOT), **(env_extra or {})}
     return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -27,8 +37,7 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     """``make gpu-check`` with a given interpreter (as on a GPU image: no .venv, nothing installed)."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    env = {**os.environ}
-    env.pop("XLA_FLAGS", None)
+    env = _cpu_env()
     cmd = ["make", "-s", "gpu-check", f"GPU_CHECK_PY={sys.executable}", f"GPU_CHECK_OUT={tmp_path / 'gc'}"]
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout + p.stderr  # and no .venv was made: the given interpreter ran it
@@ -83,120 +92,81 @@ def test_gpu_check_isolated_stages_a_stage_past_its_budget_is_recorded_and_the_o
 def test_gpu_check_refuses_an_unknown_stage(tmp_path):
     p = _gpu_check(tmp_path / "gc", "--stages", "benchmarks")
     assert p.returncode == 2 and "unknown stage(s) benchmarks" in p.stderr
-# ------------------------------------------------------------------ the same options everywhere
 
 
-SIM = ["simulate", "--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "--depth", "2", "--no-progress"]
+def _suite_stage_command(tmp_path, monkeypatch) -> tuple[list[str], dict]:
+    """The command and environment of the suite stage of ``make gpu-check`` where JAX sees a GPU (the backend probe
+    forced to answer "gpu"; the pytest process captured instead of started)."""
+    from scripts import gpu_check as gc
+
+    monkeypatch.setattr(gc, "_backend", lambda env: "gpu")
+    plan = gc.settle(["--out", str(tmp_path / "gc"), "--stages", "suite"], {})
+    assert (plan.reduced, plan.gpu, plan.inline) == (False, True, False)  # the full form, as on a GPU
+    started = []
+
+    class Started:
+        returncode = 0
+
+        def __init__(self, cmd, **kw):
+            started.append((cmd, kw["env"]))
+
+        def wait(self, timeout=None):
+            return 0
+
+    (tmp_path / "gc").mkdir()
+    with monkeypatch.context() as m:
+        m.setattr(gc.subprocess, "Popen", Started)
+        gc.stage_suite(gc.Ctx(plan.reduced, time.monotonic() + 60, tmp_path / "gc" / "suite.json", tmp_path / "gc"))
+    ((cmd, env),) = started
+    return cmd, env
 
 
-def test_simulate_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
-    import jaxattn.sweeps.chunked as chunked
-    from jaxattn.cli import main
-
-    seen = []
-    real = chunked.simulate
-    monkeypatch.setattr(chunked, "simulate", lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
-    out = tmp_path / "tf32"
-    assert main([*SIM, "--matmul-precision", "tf32", "--out", str(out)]) == 0
-    assert json.loads((out / "config.json").read_text())["config"]["matmul_precision"] == "tf32"
-    assert seen and set(seen) == {"tf32"}
-    assert "matmul=tf32" in capsys.readouterr().out
-    seen.clear()
-    assert main([*SIM, "--out", str(tmp_path / "default")]) == 0
-    assert json.loads((tmp_path / "default" / "config.json").read_text())["config"]["matmul_precision"] == "highest"
-    assert set(seen) == {"highest"}
-
-
-def test_simulate_refuses_a_bad_matmul_precision_in_one_line(tmp_path, capsys):
-    from jaxattn.cli import main
-
-    with pytest.raises(SystemExit) as e:
-        main([*SIM, "--matmul-precision", "fp8", "--out", str(tmp_path / "a")])
-    assert e.value.code == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--matmul-precision" in err and "fp8" in err
-    (tmp_path / "c.toml").write_text('matmul_precision = "fp8"\n')
-    assert main([*SIM, "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "b")]) == 2
-    err = capsys.readouterr().err
-    assert err == "jaxattn: error: config value matmul_precision: must be one of highest, tf32, bf16, got 'fp8'\n"
-    assert not (tmp_path / "b").exists()
+def test_the_suite_stage_on_a_gpu_starts_no_full_check(tmp_path, monkeypatch):
+    """Issue 30: on a GPU the suite stage runs ``tests/`` there, and a test that started ``make gpu-check`` as it is
+    would start the whole check again (its own suite stage again, ...). Here the suite stage's own pytest command runs
+    with the plugin tests/gpu_check_spy.py: every test that starts the script has it decide its form as on a GPU
+    machine instead of running it; each must get the reduced form."""
+    if os.environ.get(OUT_ENV):
+        pytest.skip("this test, run by its own spy run: once is enough")
+    cmd, env = _suite_stage_command(tmp_path, monkeypatch)
+    assert cmd[1:3] == ["-m", "pytest"] and cmd[-1] == "tests"  # the whole suite
+    if "-n" in cmd:  # the spy needs no workers
+        i = cmd.index("-n")
+        cmd = cmd[:i] + cmd[i + 2:]
+    env = {k: v for k, v in env.items() if not k.startswith("PYTEST_")}  # this test's own pytest's
+    spy = tmp_path / "spy.jsonl"
+    p = subprocess.run([*cmd[:3], "-p", "tests.gpu_check_spy", "-p", "no:xdist", *cmd[3:]], cwd=ROOT,
+                       env={**env, OUT_ENV: str(spy)}, capture_output=True, text=True, timeout=600)
+    records = [json.loads(line) for line in spy.read_text().splitlines()] if spy.is_file() else []
+    started = {r["test"].rsplit("::", 1)[-1]: r["form"] for r in records}
+    assert started == {"test_make_gpu_check_reduced_form_writes_every_figure": "reduced",
+                       "test_gpu_check_isolated_stages_a_stage_past_its_budget_is_recorded_and_the_others_run":
+                           "reduced",
+                       "test_gpu_check_refuses_an_unknown_stage": "usage error",
+                       "test_the_full_form_is_refused_inside_the_suite_stage": "refused"}, records  # as it asks
+    assert "full" not in started.values()
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
 
 
-def _precision(kwargs) -> str:
-    """The matrix-product precision a driver (or the runner) was called with: its ``Batch``'s."""
-    return kwargs.get("batch", ja.Batch()).precision
+def test_the_full_form_is_refused_inside_the_suite_stage(tmp_path, monkeypatch, capsys):
+    """The guard behind the tests' own care: under the suite stage's environment the script refuses its full form
+    (by default on a GPU, or asked for) in one line, before anything runs; the reduced form still runs there."""
+    from scripts import gpu_check as gc
 
-
-def _spy(monkeypatch, module, name, seen):
-    real = getattr(module, name)
-    monkeypatch.setattr(module, name, lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
-
-
-def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
-    import jaxattn.analysis.steering as steering
-    import jaxattn.dynamics.discrete as discrete
-    import jaxattn.sweeps.chunked as chunked
-    from jaxattn.cli import main
-
-    seen: list = []
-    _spy(monkeypatch, chunked, "simulate", seen)  # the chunked runs
-    _spy(monkeypatch, discrete, "simulate", seen)
-    _spy(monkeypatch, steering, "simulate", seen)  # steering's own name for it
-    out = tmp_path / "a"
-    args = ["analyze", "random", "--d", "4", "--heads", "1", "--depth", "2", "--num-init", "8", "--n", "3",
-            "--prolong", "1", "--gammas", "10", "--steer-target", "0", "--no-figures", "--no-progress"]
-    assert main([*args, "--matmul-precision", "bf16", "--out", str(out)]) == 0
-    assert json.loads((out / "config.json").read_text())["config"]["matmul_precision"] == "bf16"
-    assert len(seen) >= 3 and set(seen) == {"bf16"}
-    (tmp_path / "c.json").write_text('{"matmul_precision": "fp8"}')
-    assert main([*args, "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "b")]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("jaxattn: error: config value matmul_precision: must be one of highest, tf32, bf16") and \
-        err.count("\n") == 1
-    assert not (tmp_path / "b").exists()
-
-
-def test_consensus_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
-    pytest.importorskip("transformers")
-    import jaxattn as ja
-    import jaxattn.dynamics.passes as passes
-    from jaxattn.cli import main
-
-    from . import hf_models
-
-    hf_models.build("gpt2", tmp_path / "gpt2")
-    src = ja.convert(str(tmp_path / "gpt2"), str(tmp_path / "gpt2.safetensors"))
-    seen: list = []
-    _spy(monkeypatch, passes, "run", seen)
-    out = tmp_path / "c"
-    args = ["consensus", str(src), "--passes", "1", "--prompts", "2", "--tokens", "4", "--no-synthetic",
-            "--no-figures", "--no-progress"]
-    assert main([*args, "--matmul-precision", "tf32", "--out", str(out)]) == 0
-    assert json.loads((out / "config.json").read_text())["config"]["matmul_precision"] == "tf32"
-    assert seen and set(seen) == {"tf32"}
-    with pytest.raises(SystemExit) as e:
-        main([*args, "--matmul-precision", "fp8", "--out", str(tmp_path / "b")])
-    assert e.value.code == 2 and "--matmul-precision" in capsys.readouterr().err
-
-
-class _Item:
-    def __init__(self, *marks):
-        self.marks = [m.mark for m in marks]
-
-    def get_closest_marker(self, name):
-        return next((m for m in self.marks if m.name == name), None)
-
-    def add_marker(self, m):
-        self.marks.append(m.mark)
-
-
-def test_tests_that_need_the_cpu_skip_with_a_reason_elsewhere():
-    from .conftest import cpu_only_skips
-
-    marked, plain = _Item(pytest.mark.requires_cpu("eight CPU devices")), _Item()
-    cpu_only_skips([marked, plain], "cpu")
-    assert marked.get_closest_marker("skip") is None
-    cpu_only_skips([marked, plain], "gpu")
-    skip = marked.get_closest_marker("skip")
-    assert skip is not None and skip.kwargs["reason"] == "needs the CPU backend (eight CPU devices); this is gpu"
-    assert plain.get_closest_marker("skip") is None
+    _, env = _suite_stage_command(tmp_path, monkeypatch)
+    assert env[gc.IN_SUITE] == "1"
+    out = ["--out", str(tmp_path / "x")]
+    for argv in (out, [*out, "--full"], [*out, "--stage", "kernels", "--result", str(tmp_path / "r"), "--seconds",
+                                        "1"]):
+        with pytest.raises(SystemExit) as e:
+            gc.settle(argv, env)
+        err = capsys.readouterr().err.strip().splitlines()[-1]
+        assert e.value.code == 2 and err.startswith("gpu_check.py: error: the full form cannot start inside a "
+                                                   "gpu-check's own suite stage"), err
+    assert gc.settle([*out, "--reduced"], env).reduced
+    assert not gc.settle(out, {}).reduced  # outside the suite stage a GPU gets the full form
+    p = _gpu_check(tmp_path / "y", "--full", env_extra={gc.IN_SUITE: "1"}, timeout=60)  # the script itself
+    last = p.stderr.strip().splitlines()[-1]
+    assert p.returncode == 2 and last.startswith("gpu_check.py: error: the full form cannot start") and \
+        "JAX_PLATFORMS=cpu" in last, p.stderr
+    assert not (tmp_path / "y").exists()

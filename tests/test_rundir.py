@@ -117,6 +117,20 @@ def test_overwrite_replaces_only_what_jaxattn_wrote(tmp_path, capsys):
     assert not (out / ".summary.txt.k3j4h5g6.tmp").exists()
 
 
+@pytest.mark.parametrize("name", [".notes.txt.k3j4h5g6.tmp", ".config.json.d.a1b2c3d4.tmp", "..x.tmp"])
+def test_overwrite_keeps_a_foreign_file_named_like_a_temporary(name, tmp_path, capsys):
+    """A file of the user's whose name has the shape of jaxattn's temporaries (``.NAME.XXXXXXXX.tmp``) but whose NAME
+    is not one jaxattn wrote there: ``--overwrite`` of the finished run is refused naming it, and nothing is deleted."""
+    out = tmp_path / "r"
+    assert main([*SIM, "--out", str(out)]) == 0
+    (out / name).write_text("mine")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    assert main([*SIM, "--seed", "7", "--out", str(out), "--overwrite"]) == 2
+    assert f"{name!r}, which jaxattn did not write" in _err(capsys)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
 def test_a_finished_study_is_refused_unless_overwrite(tmp_path, capsys, checkpoint):
     out = tmp_path / "c"
     study = _with(CONSENSUS, checkpoint)

@@ -326,6 +326,32 @@ def test_a_sweep_refused_before_any_result_leaves_no_store_in_the_way(tmp_path):
     assert stats["computed"] == 8
 
 
+@pytest.mark.parametrize("chunk,size", [(1024, None), (64, 8)])
+def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, tmp_path, monkeypatch):
+    """Issue 32: 200 conditions computed in progress pieces (of 128 conditions in one chunk of the default lane width;
+    of 8 in four chunks of lanes of 8), stored or not, equal condition by condition one ``ja.simulate`` call on the
+    seed's first 200 initial conditions: a piece that redrew an earlier piece's conditions would repeat its rows."""
+    import jaxattn.sweeps.chunked as chunked
+
+    drawn = []
+    real = chunked.init_tokens
+    monkeypatch.setattr(chunked, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
+                                                                                                     *a, **k))
+    model = ja.random_model(jax.random.key(7), 8, 2, 3, shared=False)
+    batch = ja.Batch(size=size)
+    kw = dict(num_init=200, n=5, steps=3, seed=4, chunk=chunk, beta=1.5, batch=batch, progress=False)
+    got = ja.sweep(model, **kw)
+    assert len(drawn) >= 2 and sum(drawn) >= 200 and max(drawn) < 200, drawn  # several pieces
+    stored = ja.sweep(model, out_dir=tmp_path, **kw)
+    ref = ja.simulate(model, ja.init_tokens(jax.random.key(4), 200, 5, 8), 3, beta=1.5, batch=batch)
+    assert len(np.unique(np.asarray(ref.final).reshape(200, -1), axis=0)) == 200
+    for out in (got, stored):
+        assert sorted(out) == ["final", "observables.cos_consensus", "observables.diameter"]
+        np.testing.assert_array_equal(out["final"], np.asarray(ref.final))
+        for name in ("cos_consensus", "diameter"):
+            np.testing.assert_array_equal(out[f"observables.{name}"], np.asarray(ref.observables[name]), err_msg=name)
+
+
 def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     """A store as `sweep` wrote it before it ran on the chunk loop it shares with sweep_grid (written here with
     that code's calls of the store: its stamp, p0000/observables/<name> and p0000/final, markers without a

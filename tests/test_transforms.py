@@ -179,7 +179,10 @@ def test_solve_under_transformations(name):
     """Run in a fresh interpreter: in the full suite XLA's CPU compiler crashed (segfault in
     ``backend_compile``) twice while compiling these gradients in a long-lived pytest-xdist worker,
     never when the test ran alone (with stack limits down to 1 MiB either); isolating it keeps one
-    compiler crash from taking the worker and its other tests down while the cause is found."""
+    compiler crash from taking the worker and its other tests down while the cause is found. Not reproduced
+    either after the tests that switch ``jax_enable_x64`` off and on in the process (clusters' and stability's
+    commands under ``tests/x64.py``, then the four cases in the same interpreter: 6 passed); xdist runs tests in
+    the worker's main thread (execnet ``main_thread_only``), so a small thread stack is not the cause."""
     if os.environ.get("JAXATTN_FRESH_PROCESS") == "1":
         return _solve_under_transformations(name)
     test = f"{__file__}::test_solve_under_transformations[{name}]"
