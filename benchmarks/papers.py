@@ -14,6 +14,11 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
 * ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
 * ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``).
 
+Agreement is checked over the first :data:`CHECK_STEPS` steps (final states within :data:`AGREE`): over
+hundreds of steps at β = 4 the clustering dynamics amplify float32 round-off near ties between clusters
+(different but equally exact summation orders end 5e-3 apart at step 300), which says nothing about
+whether two implementations compute the same map.
+
 Cases (:data:`CASES`): the sphere model (``Q = K = V = O = I``) at d = 2 and 3, n = 32 and 64; the
 clustering paper's model (``Q = K = I``, a random ``V``) at d = 16 and 64; float32 and float64.
 
@@ -28,6 +33,7 @@ Results: printed, and written to ``benchmarks/results_papers.json``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -39,8 +45,9 @@ from pathlib import Path
 
 import numpy as np
 
-#: max abs difference of the final states allowed against the torch loop before anything is timed
-AGREE = {"float32": 1e-3, "float64": 1e-10}
+#: max abs difference of the states after CHECK_STEPS steps allowed against the torch loop before anything is timed
+AGREE = {"float32": 1e-4, "float64": 1e-12}
+CHECK_STEPS = 10
 IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
@@ -83,10 +90,10 @@ def make_torch(X0, V, steps, beta, compiled: bool):
     f = torch.compile(step) if compiled else step
     X0t = torch.from_numpy(X0)
 
-    def run():
+    def run(k=steps):
         with torch.no_grad():
             X = X0t
-            for _ in range(steps):
+            for _ in range(k):
                 X = f(X)
         return X.numpy()
 
@@ -100,8 +107,8 @@ def make_floor(X0, V, steps, beta, bcast: bool):
     eye = np.allclose(V, np.eye(V.shape[0]))
     Vj = jnp.asarray(V, X0.dtype)
 
-    @jax.jit
-    def loop(X):
+    @functools.partial(jax.jit, static_argnums=1)
+    def loop(X, k):
         def f(X, _):
             G = (X[:, :, None, :] * X[:, None, :, :]).sum(-1) if bcast else jnp.einsum("bid,bjd->bij", X, X)
             P = jax.nn.softmax(beta * G, axis=-1)
@@ -109,10 +116,10 @@ def make_floor(X0, V, steps, beta, bcast: bool):
             Y = X + ALPHA * (U if eye else U @ Vj.T)
             return Y / jnp.linalg.norm(Y, axis=-1, keepdims=True), None
 
-        return jax.lax.scan(f, X, None, length=steps)[0]
+        return jax.lax.scan(f, X, None, length=k)[0]
 
     Xj = jnp.asarray(X0)
-    return lambda: np.asarray(loop(Xj).block_until_ready())
+    return lambda k=steps: np.asarray(loop(Xj, k))
 
 
 def make_jaxattn(model, X0, steps, beta, last: bool):
@@ -122,7 +129,7 @@ def make_jaxattn(model, X0, steps, beta, last: bool):
 
     Xj = jnp.asarray(X0)
     save = ja.Save(every="last") if last else ja.Save()
-    return lambda: np.asarray(ja.simulate(model, Xj, steps, alpha=ALPHA, beta=beta, save=save).final)
+    return lambda k=steps: np.asarray(ja.simulate(model, Xj, k, alpha=ALPHA, beta=beta, save=save).final)
 
 
 def timed(fn, repeats: int):
@@ -163,16 +170,21 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
     ref = None
     for impl in impls:
         try:
-            first, best, out = timed(makers[impl](), repeats)
+            fn = makers[impl]()
+            check = fn(CHECK_STEPS)
         except Exception as e:  # an implementation that cannot run here (torch.compile without a compiler)
             res["results"][impl] = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
             continue
         if ref is None:
-            ref = out
-        err = float(np.abs(out - ref).max())
-        row = {"seconds": round(best, 4), "compile_s": round(max(first - best, 0.0), 2), "max_abs_diff": err}
+            ref = check
+        err = float(np.abs(check - ref).max())
         if not err <= AGREE[dtype]:  # NaN fails too
-            row = {"error": f"disagrees with {impls[0]} by {err:.3g} (allowed {AGREE[dtype]:g})"}
+            res["results"][impl] = {"error": f"disagrees with {impls[0]} after {CHECK_STEPS} steps by {err:.3g} "
+                                             f"(allowed {AGREE[dtype]:g})"}
+            print(f"  {name} {dtype} {impl:16s} {res['results'][impl]['error']}", flush=True)
+            continue
+        first, best, _ = timed(fn, repeats)
+        row = {"seconds": round(best, 4), "compile_s": round(max(first - best, 0.0), 2), "max_abs_diff": err}
         res["results"][impl] = row
         print(f"  {name} {dtype} {impl:16s} " + (f"{row['seconds']:.3f} s" if "seconds" in row else row["error"]),
               flush=True)
