@@ -12,7 +12,13 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
   the in-house floor of what the overhead of :func:`jaxattn.simulate` should be measured against;
 * ``jax-floor-bcast``: the floor written with broadcast products (what XLA's CPU backend fuses best at small d);
 * ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
-* ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``).
+* ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``);
+* ``jaxattn-general``: ``jaxattn`` with the general form forced (``Batch(form=ja.model.forms.GENERAL)``: four
+  projections per head, no structure used): what the structure-aware forms gain.
+
+Timings are interleaved (one repeat of every implementation, then the next round) and the best of
+``repeats`` kept: on a shared CPU the speed drifts over minutes, and a drift must not favour whichever
+implementation happened to run first.
 
 Agreement is checked over the first :data:`CHECK_STEPS` steps (final states within :data:`AGREE`): over
 hundreds of steps at β = 4 the clustering dynamics amplify float32 round-off near ties between clusters
@@ -48,7 +54,7 @@ import numpy as np
 #: max abs difference of the states after CHECK_STEPS steps allowed against the torch loop before anything is timed
 AGREE = {"float32": 1e-4, "float64": 1e-12}
 CHECK_STEPS = 10
-IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last")
+IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last", "jaxattn-general")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
     "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
@@ -88,7 +94,7 @@ def make_torch(X0, V, steps, beta, compiled: bool):
         return Y / Y.norm(dim=-1, keepdim=True)
 
     f = torch.compile(step) if compiled else step
-    X0t = torch.from_numpy(X0)
+    X0t = torch.from_numpy(np.array(X0))  # a writable copy (torch refuses read-only buffers)
 
     def run(k=steps):
         with torch.no_grad():
@@ -122,26 +128,32 @@ def make_floor(X0, V, steps, beta, bcast: bool):
     return lambda k=steps: np.asarray(loop(Xj, k))
 
 
-def make_jaxattn(model, X0, steps, beta, last: bool):
+def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False):
     import jax.numpy as jnp
 
     import jaxattn as ja
 
     Xj = jnp.asarray(X0)
     save = ja.Save(every="last") if last else ja.Save()
-    return lambda k=steps: np.asarray(ja.simulate(model, Xj, k, alpha=ALPHA, beta=beta, save=save).final)
+    batch = ja.Batch(form=ja.model.forms.GENERAL) if general else ja.Batch()
+    return lambda k=steps: np.asarray(ja.simulate(model, Xj, k, alpha=ALPHA, beta=beta, save=save,
+                                                  batch=batch).final)
 
 
-def timed(fn, repeats: int):
-    t = time.perf_counter()
-    out = fn()
-    first = time.perf_counter() - t
-    best = first
-    for _ in range(repeats - 1):
+def timed(fns: dict, repeats: int) -> dict:
+    """``{name: (first_s, best_s)}``: one call each (compiles), then ``repeats`` interleaved rounds."""
+    first = {}
+    for name, fn in fns.items():
         t = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - t)
-    return first, best, out
+        first[name] = time.perf_counter() - t
+    best = dict(first)
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t)
+    return {name: (first[name], best[name]) for name in fns}
 
 
 def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, impls=IMPLS) -> dict:
@@ -163,11 +175,12 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "jax-floor-bcast": lambda: make_floor(X0, V, steps, beta, bcast=True),
         "jaxattn": lambda: make_jaxattn(model, X0, steps, beta, last=False),
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
+        "jaxattn-general": lambda: make_jaxattn(model, X0, steps, beta, last=False, general=True),
     }
     form = form_of(model, ja.D1, n, dtype)
     res = {"d": d, "n": n, "B": B, "steps": steps, "beta": beta, "alpha": ALPHA, "value": value, "dtype": dtype,
            "form": ja.model.forms.describe(form), "results": {}}
-    ref = None
+    ref, ready = None, {}
     for impl in impls:
         try:
             fn = makers[impl]()
@@ -183,14 +196,14 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
                                              f"(allowed {AGREE[dtype]:g})"}
             print(f"  {name} {dtype} {impl:16s} {res['results'][impl]['error']}", flush=True)
             continue
-        first, best, _ = timed(fn, repeats)
-        row = {"seconds": round(best, 4), "compile_s": round(max(first - best, 0.0), 2), "max_abs_diff": err}
+        ready[impl] = (fn, err)
+    for impl, (first, best) in timed({k: f for k, (f, _) in ready.items()}, repeats).items():
+        row = {"seconds": round(best, 4), "compile_s": round(max(first - best, 0.0), 2), "max_abs_diff": ready[impl][1]}
         res["results"][impl] = row
-        print(f"  {name} {dtype} {impl:16s} " + (f"{row['seconds']:.3f} s" if "seconds" in row else row["error"]),
-              flush=True)
+        print(f"  {name} {dtype} {impl:16s} {row['seconds']:.3f} s", flush=True)
     ok = {k: v["seconds"] for k, v in res["results"].items() if "seconds" in v}
     floor = min((ok[k] for k in ("jax-floor", "jax-floor-bcast") if k in ok), default=None)
-    for impl in ("jaxattn", "jaxattn-last"):
+    for impl in ("jaxattn", "jaxattn-last", "jaxattn-general"):
         if impl in ok:
             res[f"{impl}_vs_torch"] = round(ok["torch"] / ok[impl], 2) if "torch" in ok else None
             compiled = ok.get("torch.compile")

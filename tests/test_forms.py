@@ -53,6 +53,8 @@ def _forms(model):
     out = [GENERAL, ja.Form(products="broadcast"), ja.Form(key_chunk=2), ja.Form(key_chunk=3, products="broadcast")]
     if ids:
         out += [ja.Form(identity=ids), ja.Form(identity=ids, products="broadcast", key_chunk=4)]
+    if forms.unmasked(model.layers):
+        out += [ja.Form(masked=False), ja.Form(identity=ids, key_chunk=3, masked=False)]
     if model.layers.bq is None:
         out += [ja.Form(scores="bilinear", values="bilinear"),
                 ja.Form(scores="bilinear", values="heads", identity=tuple(m for m in ids if m in "vo"), key_chunk=3)]
@@ -185,28 +187,29 @@ def test_key_chunks_with_rope_and_grouped_query_heads():
 
 
 def test_the_choice():
-    f = lambda name, n=32, **kw: forms.choose(MODELS[name], n, backend="cpu", **kw)
-    # the sphere model: X Xᵀ, the softmax and A X; small d: broadcast products on a CPU, dot products elsewhere
-    assert f("sphere-d3") == ja.Form(identity=("q", "k", "v", "o"), products="broadcast")
-    assert forms.choose(MODELS["sphere-d3"], 32, backend="gpu").products == "einsum"
+    f = lambda name, n=32, **kw: forms.choose(MODELS[name], n, **kw)
+    # the sphere model: X Xᵀ, the softmax and A X, no mask; dot products (broadcast products only when forced)
+    assert f("sphere-d3") == ja.Form(identity=("q", "k", "v", "o"), masked=False)
     assert f("sphere-d4-2heads-causal").identity == ("q", "k", "v", "o")
+    assert f("sphere-d4-2heads-causal").masked and f("gaussian-d6-3heads-local-biases").masked  # causal, window
     # the clustering model (Q = K = I, V random, O = I): scores from reshapes, values through F = O V
-    assert f("clusters-d16") == ja.Form(identity=("q", "k"), values="bilinear", products="einsum")
+    assert f("clusters-d16") == ja.Form(identity=("q", "k"), values="bilinear", masked=False)
     # value='symmetric' has V = I and O = F: projecting once by O costs what F does: the general form
-    assert f("symmetric-d4") == ja.Form(identity=("q", "k", "v"), products="broadcast")
+    assert f("symmetric-d4") == ja.Form(identity=("q", "k", "v"), masked=False)
+    assert all(f(name).products == "einsum" for name in MODELS)
     # one full-rank head (d_h = d): the papers' B = s QᵀK and F = O V; several small heads: per-head projections
     assert (f("gaussian-d16-causal").scores, f("gaussian-d16-causal").values) == ("bilinear", "bilinear")
     assert f("gaussian-d16-causal").products == "einsum"
     assert (f("gaussian-d6-3heads-local-biases").scores, f("gaussian-d6-3heads-local-biases").values) == ("heads",
                                                                                                        "heads")
-    big = forms.choose(ja.random_model(jax.random.key(0), 64, heads=8), 32, backend="cpu")
+    big = forms.choose(ja.random_model(jax.random.key(0), 64, heads=8), 32)
     assert (big.scores, big.values, big.products) == ("heads", "heads", "einsum")
     # biases in effect keep their side per head (folding them into B or F would be another computation)
     one = ja.random_model(jax.random.key(0), 6, biases=True)
-    assert forms.choose(one, 8, biases=True, backend="cpu").scores == "heads"
-    assert forms.choose(one, 8, biases=False, backend="cpu").scores == "bilinear"
-    assert forms.choose(one, 8, rope=True, backend="cpu").scores == "heads"
-    assert forms.choose(one, 8, kernel="uniform", backend="cpu").scores == "heads"  # no scores to form
+    assert forms.choose(one, 8, biases=True).scores == "heads"
+    assert forms.choose(one, 8, biases=False).scores == "bilinear"
+    assert forms.choose(one, 8, rope=True).scores == "heads"
+    assert forms.choose(one, 8, kernel="uniform").scores == "heads"  # no scores to form
     # beyond the budget: key chunks; within it: the n x n attention
     assert f("sphere-d3", n=100, budget=forms.attention_bytes(100, 1, jnp.float32)).key_chunk is None
     assert f("sphere-d3", n=100, budget=forms.attention_bytes(100, 1, jnp.float32) - 1).key_chunk is not None
@@ -233,6 +236,17 @@ def test_identity_flags_are_verified_before_use():
         ja.Batch(form="bilinear")
     with pytest.raises(ConfigError, match="key_chunk"):
         ja.Form(key_chunk=0)
+    # the mask likewise: a model given a causal flag after it was built keeps it
+    causal = model.replace(layers=model.layers.replace(causal=jnp.ones_like(model.layers.causal)))
+    assert form_of(causal, ja.D1, 5, jnp.float64).masked
+    got = ja.simulate(causal, X0, 3)
+    want = ja.simulate(causal, X0, 3, batch=ja.Batch(form=GENERAL))
+    np.testing.assert_allclose(np.asarray(got.final), np.asarray(want.final), rtol=0, atol=1e-14)
+    assert np.abs(np.asarray(got.final) - np.asarray(a.final)).max() > 1e-3  # the mask changes the dynamics
+    with pytest.raises(ConfigError, match="masked=False"):
+        ja.simulate(causal, X0, 3, batch=ja.Batch(form=ja.Form(masked=False)))
+    with pytest.raises(ConfigError, match="masked"):
+        ja.Form(masked="no")
 
 
 def test_gradients_with_respect_to_identity_weights_are_not_lost():
@@ -257,12 +271,13 @@ def test_gradients_with_respect_to_identity_weights_are_not_lost():
     assert float(jnp.abs(one).max()) > 1e-3
 
 
-def test_batch_split_independence_in_the_broadcast_form():
+def test_batch_split_independence_in_the_structured_forms():
     model = MODELS["sphere-d3"].astype(jnp.float32)
-    assert form_of(model, ja.D1, 9, jnp.float32).products == "broadcast"
+    assert not form_of(model, ja.D1, 9, jnp.float32).masked
     X0 = ja.init_tokens(jax.random.key(9), 150, 9, 3)
-    whole = ja.simulate(model, X0, 8, beta=4.0)
-    parts = [ja.simulate(model, X0[a:b], 8, beta=4.0) for a, b in ((0, 37), (37, 150))]
+    batch = ja.Batch(form=ja.Form(identity=("q", "k", "v", "o"), products="broadcast", masked=False))
+    whole = ja.simulate(model, X0, 8, beta=4.0, batch=batch)
+    parts = [ja.simulate(model, X0[a:b], 8, beta=4.0, batch=batch) for a, b in ((0, 37), (37, 150))]
     np.testing.assert_array_equal(np.asarray(whole.final), np.concatenate([np.asarray(p.final) for p in parts]))
     np.testing.assert_array_equal(np.asarray(whole.observables["diameter"]),
                                   np.concatenate([np.asarray(p.observables["diameter"]) for p in parts]))

@@ -59,7 +59,7 @@ from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.model import nn
-from jaxattn.model.attention import KERNELS, apply, attend, probabilities
+from jaxattn.model.attention import KERNELS, apply_weights, attend, weights
 from jaxattn.model.forms import GENERAL, Form, check_form
 from jaxattn.model.forms import choose as choose_form
 from jaxattn.model.params import Layers, Model, validate
@@ -182,8 +182,15 @@ def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, bet
                       form: Form | None = None) -> jax.Array:
     """The attention weights ``[H, n, n]`` the block applies at state ``X`` (``form``: how the products are
     arranged, see :mod:`jaxattn.model.forms`; the weights are formed whatever its ``key_chunk``)."""
-    return probabilities(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases, kernel=dyn.attention,
-                         rope=_rope_tables(model, dyn, X.shape[0]), form=form)
+    A = _weights_at(X, lw, model, dyn, beta, form)
+    return A[None] if A.ndim == 2 else A
+
+
+def _weights_at(X, lw, model, dyn, beta, form):
+    """:func:`attention_weights` as the step uses them: ``[n, n]`` for a single head (no size-1 head axis
+    on the ``n × n`` arrays of the hot loop, see :func:`jaxattn.model.attention._single`)."""
+    return weights(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases,
+                              kernel=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]), form=form)
 
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
@@ -214,8 +221,8 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
         upd = attend(h, lw, beta, biases=dyn.biases, kernel=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]),
                      form=form)
     else:
-        A = attention_weights(X, lw, model, dyn, beta, form) if probs is None else probs
-        upd = apply(h, A, lw, biases=dyn.biases, form=form)
+        A = _weights_at(X, lw, model, dyn, beta, form) if probs is None else probs
+        upd = apply_weights(h, A, lw, biases=dyn.biases, form=form)
     # Phi has one norm feeding both branches: its second norm is the first
     ln2_w, ln2_b = (lw.ln2_w, lw.ln2_b) if lw.ln2_w is not None else (lw.ln1_w, lw.ln1_b)
     if model.norm_style == "post":
@@ -230,7 +237,7 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
             y = y + ffn(norm(y, ln2_w, ln2_b))
         elif not dyn.drop_ln2:
             y = norm(y, ln2_w, ln2_b)
-    return (y, A) if return_probs else y
+    return (y, A[None] if A.ndim == 2 else A) if return_probs else y
 
 
 def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto") -> Form:
@@ -358,9 +365,10 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
         return Y
 
     def look(X, k):  # the record at step k, and the attention weights the step from X will use
-        A = attention_weights(X, lw_at(k), model, dyn, beta, form)  # dead code unless observed or shared below
+        A = _weights_at(X, lw_at(k), model, dyn, beta, form)  # dead code unless observed or shared below
+        heads = lambda: A[None] if A.ndim == 2 else A  # what observables see: [H, n, n]
         # the key-chunked form never hands formed weights to the step: it exists so that they are never formed
-        return (observe(k, X, Context(aux, lambda: A)), X if trajectory else None), (None if form.key_chunk else A)
+        return (observe(k, X, Context(aux, heads)), X if trajectory else None), (None if form.key_chunk else A)
 
     def plain(X, k):
         return advance(X, k), None

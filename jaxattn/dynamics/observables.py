@@ -29,35 +29,35 @@ def pairwise_distances(X: Float[Array, "n d"]) -> Float[Array, "n n"]:
     return jnp.where(pos, jnp.sqrt(jnp.where(pos, sq, 1.0)), 0.0)
 
 
-#: Largest feature dimension for which :func:`diameter` sums squared differences directly (exact, and fused by
-#: XLA with the max into one loop); above it, the centred Gram form (a dot product per configuration).
-DIFFERENCES_MAX_D = 8
 #: Bytes of pairwise terms one configuration's :func:`diameter` may form at once; more tokens go in row chunks.
 DIAMETER_BYTES = 2**27
+#: Largest d for which :func:`diameter` writes the Gram products as a sum over the d coordinates (elementwise,
+#: fused by XLA with the max into one loop) rather than a dot product (a call with a fixed cost per block).
+UNROLLED_MAX_D = 4
 
 
 def _max_squared_distance(X: jax.Array, Y: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
-    """``max ||x_i - y_j||²`` over pairs of ``X: [r, d]`` and ``Y: [n, d]``, with ``rows``/``cols`` the squared
-    norms for the Gram form (``None`` for the difference form)."""
-    if X.shape[-1] <= DIFFERENCES_MAX_D:
-        diff = X[:, None, :] - Y[None, :, :]
-        return (diff * diff).sum(-1).max()
-    return (rows[:, None] + cols[None, :] - 2.0 * (X @ Y.T)).max()
+    """``max ||x_i - y_j||²`` over pairs of ``X: [r, d]`` and ``Y: [n, d]``, ``rows``/``cols`` their squared norms."""
+    d = X.shape[-1]
+    G = sum(X[:, None, k] * Y[None, :, k] for k in range(d)) if d <= UNROLLED_MAX_D else X @ Y.T
+    return (rows[:, None] + cols[None, :] - 2.0 * G).max()
 
 
 def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
     """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus).
 
-    For small ``d`` from the differences themselves (exact; XLA fuses them with the max); otherwise from the
-    Gram form of :func:`pairwise_distances` on centred tokens (accurate relative to the spread). The square
-    root is taken of the largest squared distance only (``sqrt`` is monotone: the same number as the largest
-    distance). Many tokens are compared in row chunks, so memory stays linear in ``n``.
+    From the Gram form of :func:`pairwise_distances` on centred tokens: the largest squared distance is the
+    squared spread itself, so the form's round-off (relative to the spread) stays relative to the result, at
+    any distance to consensus. It is also the cheapest form measured on a CPU: the squared differences summed
+    directly cost up to twice as much at d = 2 (at d ≤ :data:`UNROLLED_MAX_D` the products are summed over
+    the coordinates, so that the whole evaluation is one fused loop). The square root is taken of the largest
+    squared distance only (``sqrt`` is monotone). Many tokens are compared in row chunks, so memory stays
+    linear in ``n``.
     """
     n, d = X.shape
-    Y = X if d <= DIFFERENCES_MAX_D else X - X.mean(axis=0, keepdims=True)
+    Y = X - X.mean(axis=0, keepdims=True)
     s = jnp.sum(Y * Y, axis=-1)
-    per_row = X.dtype.itemsize * n * (d if d <= DIFFERENCES_MAX_D else 1)
-    r = max(1, min(n, DIAMETER_BYTES // per_row))
+    r = max(1, min(n, DIAMETER_BYTES // (X.dtype.itemsize * n)))
     if r == n:
         mx = _max_squared_distance(Y, Y, s, s)
     else:  # rows in chunks of r (the last padded with copies of row 0: no new pair, the same max)
@@ -80,7 +80,8 @@ def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
         return jnp.zeros((), X.dtype)
     # Σ_{i≠j} <u_i, u_j> = ||Σ_i u_i||² − Σ_i ||u_i||²: O(n d) instead of the O(n² d) Gram matrix
     m = U.sum(axis=0)
-    return 1.0 - (m @ m - jnp.sum(U * U)) / (n * (n - 1))
+    # sums of products, not m @ m: a dot product of two d-vectors per condition costs a call, not d flops
+    return 1.0 - (jnp.sum(m * m) - jnp.sum(U * U)) / (n * (n - 1))
 
 
 def consensus_observables(t, X: Float[Array, "n d"], ctx=None) -> dict[str, Float[Array, ""]]:

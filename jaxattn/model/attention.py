@@ -124,20 +124,41 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, k
         >>> np.asarray(ja.probabilities(X, lw, kernel="uniform")[0, 2], np.float64).round(4).tolist()   # row 2
         [0.3333, 0.3333, 0.3333, 0.0, 0.0]
     """
+    A = weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
+    return A[None] if A.ndim == 2 else A
+
+
+def _single(lw: Layers) -> bool:
+    """One query head and one key/value head: the weights are handled as ``[n, n]``, without the head axis.
+    A size-1 head axis on an ``n × n`` array makes XLA's CPU backend copy it between fusions at every step
+    (the layout of the degenerate axis differs between the dot and the softmax): 1.7x slower at d = 2."""
+    return lw.q.shape[0] == 1 and lw.k.shape[0] == 1
+
+
+def weights(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str, rope, form: Form | None) -> jax.Array:
+    """:func:`probabilities`, ``[n, n]`` for a single head (:func:`_single`), ``[H, n, n]`` otherwise."""
     if kernel not in KERNELS:
         raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
     form = GENERAL if form is None else form
     n = X.shape[0]
-    ok = allowed(n, lw.causal, lw.window)
+    one = _single(lw)
     H = lw.q.shape[0]
+    # unmasked (verified by the form): no n x n mask to form and select through at every step
+    ok = allowed(n, lw.causal, lw.window) if form.masked else None
     if kernel == "uniform":
-        w = ok.astype(X.dtype)
-        return jnp.broadcast_to(w / w.sum(-1, keepdims=True), (H, n, n))
+        w = jnp.ones((n, n), X.dtype) if ok is None else ok.astype(X.dtype)
+        w = w / w.sum(-1, keepdims=True)
+        return w if one else jnp.broadcast_to(w, (H, n, n))
     q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
-    scores = _contract("hik,hjk->hij", q, k, form) * (beta * lw.scale)
+    if one:
+        scores = _contract("ik,jk->ij", q[0], k[0], form) * (beta * lw.scale)
+    else:
+        scores = _contract("hik,hjk->hij", q, k, form) * (beta * lw.scale)
+        ok = None if ok is None else ok[None]
     if kernel == "unnormalised":
-        return jnp.where(ok[None], jnp.exp(scores), 0.0) / n
-    scores = jnp.where(ok[None], scores, -jnp.inf)
+        return (jnp.exp(scores) if ok is None else jnp.where(ok, jnp.exp(scores), 0.0)) / n
+    if ok is not None:
+        scores = jnp.where(ok, scores, -jnp.inf)
     return jax.nn.softmax(scores, axis=-1)
 
 
@@ -170,9 +191,17 @@ def _output(heads: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Ar
 def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False, form: Form | None = None) -> jax.Array:
     """``Σ_h O_h Σ_j A[h, i, j] (V_{g(h)} x_j + b^v_{g(h)}) (+ b^o)`` for given weights ``A: [H, n, n]``
     (``g(h) = h`` without GQA)."""
+    if A.ndim == 3 and A.shape[0] == 1 and _single(lw):
+        A = A[0]
+    return apply_weights(X, A, lw, biases=biases, form=form)
+
+
+def apply_weights(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool, form: Form | None) -> jax.Array:
+    """:func:`apply` for weights as :func:`weights` gives them (``[n, n]`` for a single head)."""
     form = GENERAL if form is None else form
     v = _values(X, lw, biases=biases, form=form)
-    heads = _contract("hij,hjk->hik", A, v, form)  # [H, n, f]
+    # [H, n, f]; a single head's [n, n] weights without the head axis
+    heads = _contract("ij,jk->ik", A, v[0], form)[None] if A.ndim == 2 else _contract("hij,hjk->hik", A, v, form)
     return _output(heads, lw, biases=biases, form=form)
 
 
@@ -200,7 +229,7 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str
     def chunk(carry, j0):
         m, norm, acc = carry
         j = j0 + jnp.arange(c, dtype=jnp.int32)[None, :]
-        ok = (_pairs(i, j, lw.causal, lw.window) & (j < n))[None]  # [1, n, c]
+        ok = ((_pairs(i, j, lw.causal, lw.window) if form.masked else True) & (j < n))[None]  # [1, n, c]
         vc = jax.lax.dynamic_slice_in_dim(v, j0, c, axis=1)
         if kernel == "uniform":
             w = jnp.broadcast_to(ok, (H, n, c)).astype(X.dtype)
@@ -234,6 +263,6 @@ def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: 
         if kernel not in KERNELS:
             raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
         return _attend_chunked(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
-    A = probabilities(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
-    out = apply(X, A, lw, biases=biases, form=form)
-    return (out, A) if return_probs else out
+    A = weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
+    out = apply_weights(X, A, lw, biases=biases, form=form)
+    return (out, A[None] if A.ndim == 2 else A) if return_probs else out

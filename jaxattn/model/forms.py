@@ -19,15 +19,19 @@ float64 every form agrees with every other to round-off, ≤ 1e-12 after the ste
   cheaper than the projections for full-rank heads (``H = 1``, ``d_h = d``) whose members are not the
   identity, dearer for many small heads. Not with the biases or RoPE of the side it would fold.
 * **products** (``'einsum'`` or ``'broadcast'``): contractions as XLA dot products, or as elementwise
-  products and a sum, which XLA's CPU backend fuses into one loop with the softmax around them: faster
-  when the contracted feature axis is short (``≤ 8``; 2.2x at d = 2), much slower when it is long.
+  products and a sum. Never chosen automatically: measured on a CPU with jax 0.10 (``benchmarks/papers.py``,
+  interleaved rounds) the broadcast form was at best even with the dot products at d = 2 and up to 4.8x
+  slower at d = 3 (the weighted sum over keys does not fuse); it stays available to force, and tested.
+* **unmasked** (``masked=False``): where no weight set has a causal flag or a window (verified on the
+  concrete model, like the identity members), the scores are used as they are, without forming the
+  ``n × n`` mask and selecting through it at every step.
 * **key chunks** (``key_chunk``): the weighted sum evaluated over chunks of keys with a running maximum
   and sum (the online softmax of flash attention), so a configuration never holds its ``n × n``
   attention: memory grows like ``n`` instead of ``n²``. Chosen where the materialised attention of one
   condition would not fit the block budget (tens of thousands of tokens: the mean-field regime).
 
 :func:`choose` makes the choice from static facts only (shapes, identity members, biases, RoPE, the
-kernel, the backend, the memory budget) before anything is traced; :func:`describe` reports it;
+kernel, the masks, the memory budget) before anything is traced; :func:`describe` reports it;
 ``Batch(form=...)`` forces one (tests, benchmarks).
 """
 
@@ -45,9 +49,6 @@ from jaxattn.errors import ConfigError
 MEMBERS = ("q", "k", "v", "o")
 SIDES = ("heads", "bilinear")
 PRODUCTS = ("einsum", "broadcast")
-#: Largest token dimension d for which the broadcast products are chosen on a CPU (measured: 2.2x faster than
-#: the dot products at d = 2, slower beyond 8; benchmarks/papers.py).
-BROADCAST_MAX = 8
 #: Bytes the key-chunked form may spend on one chunk of scores of one condition.
 CHUNK_BYTES = 2**26
 
@@ -63,11 +64,13 @@ class Form:
             only valid where the model's stacked member is the identity (:func:`choose` verifies it).
         products: ``'einsum'`` or ``'broadcast'``.
         key_chunk: keys per chunk of the online softmax; ``None``: the ``n × n`` attention is formed.
+        masked: apply the layers' causal flags and windows; ``False`` only where every weight set has
+            neither (:func:`choose` verifies it).
 
     Examples:
         >>> import jaxattn as ja
         >>> ja.Form()                                   # the general form: today's per-head projections
-        Form(scores='heads', values='heads', identity=(), products='einsum', key_chunk=None)
+        Form(scores='heads', values='heads', identity=(), products='einsum', key_chunk=None, masked=True)
         >>> ja.Form(scores="sideways")
         Traceback (most recent call last):
         ...
@@ -79,6 +82,7 @@ class Form:
     identity: tuple[str, ...] = ()
     products: str = "einsum"
     key_chunk: int | None = None
+    masked: bool = True
 
     def __post_init__(self):
         for name in ("scores", "values"):
@@ -95,6 +99,9 @@ class Form:
             raise ConfigError(f"Form(key_chunk=...) must be None or a positive integer, got {c!r}")
         if c is not None:
             object.__setattr__(self, "key_chunk", int(c))
+        if not isinstance(self.masked, (bool, np.bool_)):
+            raise ConfigError(f"Form(masked=...) must be True or False, got {self.masked!r}")
+        object.__setattr__(self, "masked", bool(self.masked))
 
 
 #: Today's general form (per-head projections, dot products, the attention formed).
@@ -145,6 +152,15 @@ def verified_identity(model) -> tuple[str, ...]:
     return tuple(m for m in getattr(model, "identity", ()) if _is_identity(m, getattr(lay, m), lay.q.shape[1]))
 
 
+def unmasked(layers) -> bool:
+    """Whether no weight set of ``layers`` has a causal flag or a window (concrete values only: a traced
+    flag may be anything, so it keeps the mask). Reads two numbers per weight set."""
+    flags = (layers.causal, layers.window)
+    if any(isinstance(f, jax.core.Tracer) for f in flags):
+        return False
+    return all(not np.any(np.asarray(f) != 0) for f in flags)
+
+
 def _costs(n: int, d: int, H: int, Hkv: int, dh: int, ids: tuple[str, ...]) -> dict:
     """Flops per condition and step of each side in each form (see the module docstring)."""
     proj = lambda m, heads: 0 if m in ids else 2 * n * d * heads * dh
@@ -168,27 +184,28 @@ def key_chunk_for(n: int, heads: int, dtype) -> int:
 
 
 def choose(model, n: int, *, kernel: str = "softmax", biases: bool = False, rope: bool = False, dtype=jnp.float32,
-           budget: int | None = None, backend: str | None = None) -> Form:
+           budget: int | None = None) -> Form:
     """The cheapest exact :class:`Form` of ``model``'s layers for configurations of ``n`` tokens.
 
     Static facts only: the shapes, the verified identity members (:func:`verified_identity`), whether
     biases (``biases``: the dynamics applies the model's biases) or RoPE are in effect, the kernel, the
-    backend and ``budget``, the bytes one condition's materialised attention may take (``None``: no limit);
-    beyond it the attention is evaluated over key chunks.
+    causal flags and windows, and ``budget``, the bytes one condition's materialised attention may take
+    (``None``: no limit); beyond it the attention is evaluated over key chunks.
 
     Examples:
         >>> import jax, jaxattn as ja
         >>> sphere = ja.random_model(jax.random.key(0), 16, weights="identity", value="identity", scale=1.0)
-        >>> ja.model.forms.choose(sphere, 32, backend="cpu")           # X Xᵀ, the softmax, A X: nothing else
-        Form(scores='heads', values='heads', identity=('q', 'k', 'v', 'o'), products='einsum', key_chunk=None)
-        >>> ja.model.forms.choose(sphere, 32, backend="cpu", budget=10_000).key_chunk   # beyond the budget
-        26
+        >>> ja.model.forms.choose(sphere, 32)           # X Xᵀ, the softmax, A X: nothing else, no mask
+        Form(scores='heads', values='heads', identity=('q', 'k', 'v', 'o'), products='einsum', key_chunk=None,
+             masked=False)
+        >>> ja.model.forms.choose(sphere, 100_000, budget=2**30).key_chunk   # 120 GB of attention: key chunks
+        55
         >>> full = ja.random_model(jax.random.key(0), 16)               # one full-rank head: the papers' B and F
-        >>> f = ja.model.forms.choose(full, 32, backend="cpu")
+        >>> f = ja.model.forms.choose(full, 32)
         >>> f.scores, f.values
         ('bilinear', 'bilinear')
-        >>> ja.model.forms.choose(ja.random_model(jax.random.key(0), 2), 32, backend="cpu").products
-        'broadcast'
+        >>> ja.model.forms.choose(ja.random_model(jax.random.key(0), 4, mask="causal"), 32).masked
+        True
     """
     lay = model.layers
     H, dh, d = lay.q.shape[1], lay.q.shape[2], lay.q.shape[3]
@@ -201,13 +218,10 @@ def choose(model, n: int, *, kernel: str = "softmax", biases: bool = False, rope
         scores = "bilinear" if cost["scores", "bilinear"] < cost["scores", "heads"] else "heads"
     values = "bilinear" if not has("bv") and cost["values", "bilinear"] < cost["values", "heads"] else "heads"
     ids = tuple(m for m in ids if not ((m in "qk" and scores == "bilinear") or (m in "vo" and values == "bilinear")))
-    backend = jax.default_backend() if backend is None else backend
-    # every feature axis a product contracts (projections, head dimensions, B and F) is at most d
-    products = "broadcast" if backend == "cpu" and d <= BROADCAST_MAX else "einsum"
     chunk = None
     if budget is not None and attention_bytes(n, H, dtype) > budget:
         chunk = key_chunk_for(n, H, dtype)
-    return Form(scores=scores, values=values, identity=ids, products=products, key_chunk=chunk)
+    return Form(scores=scores, values=values, identity=ids, key_chunk=chunk, masked=not unmasked(lay))
 
 
 def check_form(form, model) -> Form:
@@ -219,6 +233,8 @@ def check_form(form, model) -> Form:
     if wrong:
         raise ConfigError(f"Form(identity={form.identity}) but the model's {', '.join(wrong)} "
                           f"{'is' if len(wrong) == 1 else 'are'} not the identity")
+    if not form.masked and not unmasked(lay):
+        raise ConfigError("Form(masked=False) but the model has a causal mask or a window (or traced flags)")
     return form
 
 
@@ -240,4 +256,4 @@ def describe(form: Form) -> str:
 
     chunk = f"online softmax over chunks of {form.key_chunk} keys" if form.key_chunk else "n x n attention formed"
     return (f"scores: {side(form.scores, 'qk')}; values: {side(form.values, 'vo')}; {form.products} products; "
-            f"{chunk}")
+            f"{chunk}" + ("" if form.masked else "; no mask"))
