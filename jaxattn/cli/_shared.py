@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from jaxattn.cli._config import RANDOM_ONLY
+from jaxattn.cli._config import RANDOM_ONLY, where
 from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.errors import JaxattnError, positive_int, real
 from jaxattn.io import rundir
@@ -109,8 +109,8 @@ def load_model_arg(spec: str, cfg: dict):
                             unit_output=cfg.get("unit_output", False))  # D2: drawn with O = I
     given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
     if given:
-        raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "
-                           "dimensions, heads, depth and masks)")
+        raise JaxattnError(f"{where(cfg, given[0])} only applies to --model random (a converted model brings its "
+                           "own dimensions, heads, depth and masks)")
 
     return load_any(spec)
 

@@ -78,7 +78,8 @@ def check_options(config) -> None:
         v = getattr(config, name)
         if spec.is_list and isinstance(v, str):
             raise ConfigError(f"{name} must be a list ({name}=[...]), not comma-separated text; got {v!r}")
-        check_value(name, spec, v)
+        # the checked value: a NumPy number from a Python caller becomes the Python one (recorded in JSON)
+        object.__setattr__(config, name, check_value(name, spec, v))
     # a study that runs both precisions: the matrix-product setting lowers float32 products only
     dtype, precision = getattr(config, "dtype", "float32"), getattr(config, "matmul_precision", "highest")
     if dtype != "float32" and precision != "highest":
