@@ -2,7 +2,9 @@
 made right) and checked here, every test failing on the code before the round."""
 
 import json
+from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 
@@ -96,3 +98,103 @@ def test_option_checks_take_numpy_numbers(tmp_path):
     sw = ja.sweep_grid({"num_init": np.int64(4), "chunk": 4, "init": {"n": np.int64(3)},
                         "model": {"d": 4, "heads": 1, "depth": np.int64(1)}}, tmp_path / "g", progress=False)
     assert sw.points[0]["num_init"] == 4
+
+
+def test_a_config_file_list_for_a_single_option_is_refused_naming_the_list(tmp_path, capsys):
+    """(The "full,causal" of the last round's notes: the list is named as written, and nothing runs.)"""
+    f = tmp_path / "m.toml"
+    f.write_text('mask = ["full", "causal"]\n')
+    assert main(["simulate", "--config", str(f), *SMALL, "--out", str(tmp_path / "o")]) == 2
+    assert "config value mask: expected str, got ['full', 'causal']" in _err(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------ replaying a config.json
+def _replay(tmp_path: Path, command: str, edit) -> Path:
+    """A finished tiny run of ``command``'s config.json, edited by ``edit(data)``."""
+    a = tmp_path / "a"
+    argv = {"simulate": ["simulate", *SMALL],
+            "stability": ["stability", "--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3",
+                          "--steps", "10", "--perturb-num", "2", "--search", "2", "--time", "discrete",
+                          "--no-figures", "--no-progress"]}[command]
+    assert main([*argv, "--out", str(a)]) == 0
+    data = json.loads((a / "config.json").read_text())
+    edit(data)
+    f = tmp_path / "replay.json"
+    f.write_text(json.dumps(data))
+    return f
+
+
+def test_a_replayed_config_json_with_an_unknown_key_is_refused(tmp_path, capsys):
+    """Unknown keys of a replayed config.json were dropped: the replay ran another run than the one recorded."""
+    f = _replay(tmp_path, "simulate", lambda d: d["config"].update(layer_norm_eps=1e-3))
+    assert main(["simulate", "--config", str(f), "--out", str(tmp_path / "b")]) == 2
+    err = _err(capsys)
+    assert "records layer_norm_eps, which `jaxattn simulate` does not take" in err
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_replayed_random_run_on_another_model_blames_no_flag_the_user_did_not_type(tmp_path, gpt2_file):
+    """`--config random-run/config.json --model FILE` said "--d only applies to --model random": the replayed
+    random model's dimensions do not apply to the model named now, and are dropped."""
+    f = _replay(tmp_path, "simulate", lambda d: None)
+    b = tmp_path / "b"
+    assert main(["simulate", "--config", str(f), "--model", str(gpt2_file), "--out", str(b)]) == 0
+    cfg = json.loads((b / "config.json").read_text())["config"]
+    assert cfg["model"] == str(gpt2_file) and "d" not in cfg and cfg["model_dims"]["d"] == ja.load(gpt2_file).d_model
+
+
+def test_a_config_files_random_model_option_is_named_as_written(tmp_path, capsys, gpt2_file):
+    f = tmp_path / "c.toml"
+    f.write_text("d = 8\n")
+    assert main(["simulate", "--config", str(f), "--model", str(gpt2_file), "--out", str(tmp_path / "b")]) == 2
+    assert f"d = 8 in {f} only applies to --model random" in _err(capsys)
+
+
+# ------------------------------------------------------------------ study options that change nothing
+@pytest.mark.parametrize("argv,match", [
+    (["analyze", "random", "--no-shared", "--prolong", "2"], "--prolong does nothing with a model without shared"),
+    (["analyze", "random", "--ffn-study"], "--ffn-study does nothing with a model without FFN"),
+    (["stability", "--time", "discrete", "--t1", "5"], "--t1 does nothing with time = 'discrete'"),
+    (["consensus", "--no-synthetic", "--synthetic-n", "4"], "--synthetic-n does nothing with synthetic = false"),
+    (["consensus", "--no-synthetic", "--t1", "3"], "--t1 does nothing with synthetic = false"),
+])
+def test_study_options_that_change_nothing_are_refused(argv, match, tmp_path, capsys):
+    extra = ["--d", "4", "--heads", "1", "--depth", "2"] if argv[:2] == ["analyze", "random"] else []
+    assert main([*argv, *extra, "--no-progress", "--out", str(tmp_path / "o")]) == 2
+    assert match in _err(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+def test_study_options_that_change_nothing_are_refused_from_python(tmp_path):
+    from jaxattn.studies import consensus, power_method, stability
+
+    with pytest.raises(ConfigError, match="t1 does nothing with time = 'discrete'"):
+        stability.Config(time="discrete", t1=5.0).check()
+    stability.Config(time="discrete").check()  # the default t1 is no choice
+    with pytest.raises(ConfigError, match="synthetic_num does nothing"):
+        consensus.Config(synthetic=False, synthetic_num=8).check()
+    model = ja.random_model(jax.random.key(0), 4, 1, 2, shared=False)
+    with pytest.raises(ConfigError, match="prolong does nothing"):
+        power_method.run(tmp_path / "pm", power_method.Config(prolong=3), model=model)
+    assert not (tmp_path / "pm").exists()
+
+
+def test_a_replayed_study_run_is_not_refused_for_its_recorded_defaults(tmp_path):
+    """A replay records every option: t1 = 150 of a discrete stability run is no choice of the user's."""
+    f = _replay(tmp_path, "stability", lambda d: None)
+    assert main(["stability", "--config", str(f), "--out", str(tmp_path / "b")]) == 0
+
+
+@pytest.mark.parametrize("study", ["clusters", "stability", "consensus"])
+def test_a_study_run_with_a_wrong_config_type_is_one_line(study, tmp_path):
+    import importlib
+
+    mod = importlib.import_module(f"jaxattn.studies.{study}")
+    kw = {"model": ja.random_model(jax.random.key(0), 4, 1, 1)} if study == "consensus" else {}
+    with pytest.raises(ConfigError, match=rf"the {study} study's config must be a jaxattn.studies.{study}.Config"):
+        mod.run(tmp_path / "x", {"seed": 1}, **kw)
+    other = "stability" if study != "stability" else "clusters"
+    with pytest.raises(ConfigError, match=r"got .*Config"):
+        mod.run(tmp_path / "x", importlib.import_module(f"jaxattn.studies.{other}").Config(), **kw)
+    assert not (tmp_path / "x").exists()

@@ -64,9 +64,12 @@ def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
         if v is not None:  # argparse checked the type and the choices, not the rest
             v = _check(default.cli, v, default, prefix="")
         out[k] = v if v is not None else cfg.get(k, default.default)
-    out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in cfg}
+    # a replay records every option: those at their default were not chosen (an option that changes nothing in
+    # that run is refused only if the run set it)
+    chosen = {k for k in cfg if not (replay and cfg[k] == defaults[k].default)}
+    out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in chosen}
     out["_where"] = {k: f"{k} = {cfg[k]!r} in {args.config}" + (" (replayed)" if replay else "")
-                     for k in cfg if getattr(args, k, None) is None}
+                     for k in chosen if getattr(args, k, None) is None}
     return out
 
 

@@ -115,7 +115,7 @@ def run(args, cfg) -> int:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
                        dtype=dtype, batch=Batch(precision=cfg["matmul_precision"]), progress=cfg["progress"],
-                       keep_final=cfg["keep_final"], stats=stats,
+                       keep_final=cfg["keep_final"], stats=stats, overwrite=cfg["overwrite"],
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
                                                                                    "overwrite", "model_summary")})
     save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})

@@ -56,13 +56,15 @@ def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: in
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
           chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
           save: Save = Save(), batch: Batch = Batch(), dtype="float32", keep_final: bool = True,
-          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
+          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None,
+          overwrite: bool = False) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
     ``final: [num_init, n, d]``. With ``out_dir`` every chunk is stored and verified and an
     interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
-    numbers. ``chunk`` (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
+    numbers; a store of another configuration there is refused, or with ``overwrite`` replaced. ``chunk``
+    (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
     computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
     ``computed`` and ``resumed`` condition counts and the ``chunk`` size used. ``save``, ``batch`` and
     ``dtype`` are :func:`jaxattn.simulate`'s (a sweep keeps observables and final states, so
@@ -119,7 +121,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         existed = (Path(out_dir) / STORE).exists()
         store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
                                                         "points": [{"num_init": num_init, "params": {}}],
-                                                        "stamp": stamp})
+                                                        "stamp": stamp}, overwrite=overwrite)
     # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
     # fixed lane width keeps every condition's numbers independent of the split
     piece = min(chunk, -(-chunk // (PIECES * lanes)) * lanes)  # whole lane blocks
