@@ -198,3 +198,96 @@ def test_a_study_run_with_a_wrong_config_type_is_one_line(study, tmp_path):
     with pytest.raises(ConfigError, match=r"got .*Config"):
         mod.run(tmp_path / "x", importlib.import_module(f"jaxattn.studies.{other}").Config(), **kw)
     assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------ solve and sweep
+TINY_SOLVE = ["solve", "--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "--depth", "1", "--t1", "0.2",
+              "--saves", "3", "--no-progress"]
+
+
+def test_solve_refuses_n_next_to_init_n(tmp_path, capsys):
+    f = tmp_path / "c.toml"
+    f.write_text("n = 3\n[init]\nn = 5\n")
+    assert main([*TINY_SOLVE[:1], "--config", str(f), "--out", str(tmp_path / "s")]) == 2
+    assert "gives n and [init] n, one option" in _err(capsys)
+    assert not (tmp_path / "s").exists()
+
+
+def test_solve_of_a_converted_model_records_its_own_dimensions_and_replays(tmp_path, gpt2_file):
+    """config.json recorded the random model's defaults (d = 64, heads = 4, ...) beside a converted model; its
+    replay was then refused ("model.d only applies to model.source = 'random'")."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    argv = ["solve", "--model", str(gpt2_file), "--num-init", "2", "--n", "3", "--t1", "0.1", "--saves", "2",
+            "--no-progress"]
+    assert main([*argv, "--out", str(a)]) == 0
+    rec = json.loads((a / "config.json").read_text())
+    assert rec["config"]["model"] == {"source": str(gpt2_file)}
+    assert rec["model_dims"]["d"] == ja.load(gpt2_file).d_model
+    assert main(["solve", "--config", str(a / "config.json"), "--no-progress", "--out", str(b)]) == 0
+    np.testing.assert_array_equal(ja.open_sweep(a).arrays(0)["observables.diameter"],
+                                  ja.open_sweep(b).arrays(0)["observables.diameter"])
+
+
+def test_sweep_and_solve_spell_progress_and_overwrite_as_the_other_commands(tmp_path, capsys):
+    from jaxattn.cli import build_parser
+
+    for command in ("sweep", "solve", "simulate", "analyze", "clusters"):
+        text = build_parser()._subparsers._group_actions[0].choices[command].format_help()  # type: ignore[union-attr]
+        assert "--progress, --no-progress" in text and "--overwrite" in text and "--quiet" not in text, command
+    g = tmp_path / "g.toml"
+    g.write_text("num_init = 4\nchunk = 4\n[init]\nn = 3\n[model]\nd = 4\nheads = 1\ndepth = 1\n")
+    assert main(["sweep", str(g), "--no-progress", "--out", str(tmp_path / "g")]) == 0
+    assert "it/s" not in capsys.readouterr().err  # no progress bar
+
+
+def test_a_store_of_another_configuration_names_the_difference_and_overwrite_replaces_it(tmp_path, capsys):
+    s = tmp_path / "s"
+    assert main([*TINY_SOLVE, "--out", str(s)]) == 0
+    before = ja.open_sweep(s).arrays(0)["observables.diameter"]
+    capsys.readouterr()
+    assert main([*TINY_SOLVE, "--beta", "2", "--out", str(s)]) == 2
+    err = _err(capsys)
+    assert "another configuration (config.dynamics.beta: 1.0 there, 2 now)" in err, err
+    np.testing.assert_array_equal(ja.open_sweep(s).arrays(0)["observables.diameter"], before)  # untouched
+    (s / "notes.txt").write_text("mine")
+    assert main([*TINY_SOLVE, "--beta", "2", "--overwrite", "--out", str(s)]) == 2
+    assert "holds 'notes.txt', which is not part of a jaxattn sweep store: nothing is deleted" in _err(capsys)
+    assert (s / "notes.txt").read_text() == "mine" and (s / "manifest.json").is_file()
+    (s / "notes.txt").unlink()
+    assert main([*TINY_SOLVE, "--beta", "2", "--overwrite", "--out", str(s)]) == 0
+    assert json.loads((s / "config.json").read_text())["config"]["dynamics"]["beta"] == 2.0
+    assert not np.array_equal(ja.open_sweep(s).arrays(0)["observables.diameter"], before)
+
+
+def test_a_resume_refused_as_another_configuration_names_the_keys(tmp_path, monkeypatch, capsys):
+    import jaxattn.sweeps.chunked as sweep_mod
+
+    real = sweep_mod.simulate
+    calls = []
+
+    def dies(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "simulate", dies)
+    argv = ["simulate", "--num-init", "12", "--n", "3", "--d", "4", "--heads", "1", "--depth", "2", "--no-shared",
+            "--chunk", "4", "--no-progress", "--out", str(tmp_path / "r")]
+    assert main(argv) == 130
+    monkeypatch.setattr(sweep_mod, "simulate", real)
+    capsys.readouterr()
+    assert main([*argv, "--mask", "causal"]) == 2
+    assert "mask: 'full' there, 'causal' now" in _err(capsys)
+    assert main([*argv, "--mask", "causal", "--overwrite"]) == 0  # an interrupted run of other options: replaced
+    assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["mask"] == "causal"
+
+
+def test_a_store_resumes_with_an_integer_written_as_a_float(tmp_path, capsys):
+    """`--beta 2` and `--beta 2.0` are one run: the second resumed nothing and was refused ("another
+    configuration"), the fingerprint hashing the JSON text 2 against 2.0."""
+    s = tmp_path / "s"
+    assert main([*TINY_SOLVE, "--beta", "2", "--out", str(s)]) == 0
+    capsys.readouterr()
+    assert main([*TINY_SOLVE, "--beta", "2.0", "--out", str(s)]) == 0
+    assert "(0 computed, 4 resumed)" in capsys.readouterr().out

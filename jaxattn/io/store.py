@@ -80,7 +80,7 @@ class SweepStore:
             return cls(root, _read_manifest(path))
         if path.is_file():
             old = _read_manifest(path)
-            if old.get("fingerprint") == manifest["fingerprint"]:
+            if old.get("fingerprint") == manifest["fingerprint"] or _same_values(old, manifest):
                 return cls(root, old)
             if not overwrite:
                 raise ConfigError(f"{root} holds a sweep with another configuration ({_differences(old, manifest)}); "
@@ -250,14 +250,23 @@ def _flat(d, prefix: str = "") -> dict:
     return out
 
 
+def _decided(manifest: dict) -> dict | None:
+    """The configuration a store's fingerprint was computed from, flat (``section.key``), if the manifest holds it."""
+    d = manifest.get("decides", manifest.get("stamp", manifest.get("config")))
+    return _flat(d) if isinstance(d, dict) else None
+
+
+def _same_values(old: dict, new: dict) -> bool:
+    """Whether two configurations whose fingerprints differ hold the same values, ``beta = 2`` against
+    ``beta = 2.0`` (a fingerprint hashes the JSON text, where they differ; the run computes the same numbers)."""
+    a, b = _decided(old), _decided(new)
+    return a is not None and a == b
+
+
 def _differences(old: dict, new: dict, most: int = 4) -> str:
     """What differs between the configuration a store was written with and the one asked now, as
-    ``key: stored value -> value now``; the fingerprints when the store does not say what it was made from."""
-    def decided(m):
-        d = m.get("decides", m.get("stamp", m.get("config")))
-        return _flat(d) if isinstance(d, dict) else None
-
-    a, b = decided(old), decided(new)
+    ``key: stored value there, value now``; the fingerprints when the store does not say what it was made from."""
+    a, b = _decided(old), _decided(new)
     if a is None or b is None:
         return f"fingerprint {old.get('fingerprint')} != {new['fingerprint']}"
     missing = object()
