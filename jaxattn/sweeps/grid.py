@@ -61,6 +61,7 @@ from jaxattn.sweeps._schema import (
     inert_keys,
     validate_config,
 )
+from jaxattn.sweeps.chunked import check_fits
 
 #: the names this module was importable by before the schema, observables, execution and process start-up
 #: moved to their own modules
@@ -119,6 +120,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     point_info = []
     for p in points:
         m = _model_of(p, models)
+        check_fits(p["init.n"], m.d_model, m.n_heads, p["dtype"], batch.size)  # before the store is written
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
                            "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
     decides = {"config": decisive(cfg), "lanes": batch.size}
