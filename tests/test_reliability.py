@@ -291,3 +291,80 @@ def test_a_store_resumes_with_an_integer_written_as_a_float(tmp_path, capsys):
     capsys.readouterr()
     assert main([*TINY_SOLVE, "--beta", "2.0", "--out", str(s)]) == 0
     assert "(0 computed, 4 resumed)" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the library
+def _digest(a) -> str:
+    import hashlib
+
+    return hashlib.sha256(np.asarray(a).tobytes()).hexdigest()[:16]
+
+
+@pytest.mark.requires_cpu("digests of the CPU's draws, computed with the code before the change")
+def test_condition_of_the_seeded_models_index_has_its_own_key_and_no_other_changes():
+    """Condition 2^31 - 1 of a seed drew from fold_in(key(seed), 2^31 - 1), the key seeded_model draws the model
+    from: it now draws from a key of its own; the 63 conditions around it are bit for bit what they were."""
+    from jaxattn.model.sampling import MODEL_INDEX
+
+    key = jax.random.key(7)
+    old = {"sphere": ("600935eeba7e384f", "5c898e244510ce91"), "gaussian": ("058ff8410af8bba6", "2735e25d197e46a7")}
+    for kind, (others, mine) in old.items():
+        X = np.asarray(ja.init_tokens(key, 64, 5, 3, start=MODEL_INDEX - 31, kind=kind))
+        assert _digest(np.delete(X, 31, axis=0)) == others
+        assert _digest(X[31]) != mine
+    # the key it draws from is neither the model's nor one the model derives its weight sets from
+    model_key = jax.random.fold_in(key, MODEL_INDEX)
+    g = np.asarray(jax.random.normal(model_key, (5, 3), np.float32))
+    X = np.asarray(ja.init_tokens(key, 1, 5, 3, start=MODEL_INDEX, kind="gaussian"))[0]
+    assert not np.array_equal(X, g)
+    sets = {tuple(np.asarray(jax.random.key_data(k))) for k in jax.random.split(model_key, 64)}
+    own = tuple(np.asarray(jax.random.key_data(jax.random.fold_in(model_key, 2**32 - 1))))
+    assert own not in sets | {tuple(np.asarray(jax.random.key_data(model_key)))}
+    np.testing.assert_array_equal(X, np.asarray(jax.random.normal(jax.random.fold_in(model_key, 2**32 - 1), (5, 3),
+                                                                  np.float32)))
+
+
+def test_fused_path_with_a_size_is_refused(tmp_path):
+    """The fused kernel runs its own tiles: Batch(path='fused', size=k) silently ignored k."""
+    model = ja.random_model(jax.random.key(0), 4, 1, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    with pytest.raises(ConfigError, match=r"Batch\(path='fused'\) runs the kernel's own tiles .* takes no size"):
+        ja.simulate(model, X0, 2, batch=ja.Batch(size=8, path="fused"))
+    with pytest.raises(ConfigError, match="takes no size"):
+        ja.sweep(model, num_init=4, n=3, steps=2, batch=ja.Batch(size=8, path="fused"), out_dir=tmp_path / "s",
+                 progress=False)
+    with pytest.raises(ConfigError, match="takes no size"):
+        ja.sweep_grid({"num_init": 4, "path": "fused", "init": {"n": 3}, "model": {"d": 4, "heads": 1, "depth": 1}},
+                      tmp_path / "g", batch=ja.Batch(size=8), progress=False)
+    assert not (tmp_path / "s").exists() and not (tmp_path / "g").exists()
+
+
+def test_solve_refuses_tolerances_beside_a_stepsize_controller():
+    """rtol/atol were silently ignored when a stepsize_controller was given."""
+    import diffrax
+
+    model = ja.random_model(jax.random.key(0), 4, 1, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    for kw in ({"rtol": 1e-3}, {"atol": 1e-3}):
+        with pytest.raises(ConfigError, match="rtol and atol are the tolerances of the PID controller solve builds"):
+            ja.solve(model, X0, 1.0, stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8), **kw)
+
+
+def test_solve_keeps_a_users_controller_traceable():
+    """A PIDController passed to solve was static: every new rtol compiled the solve again, while rtol= did not.
+    Its float fields now travel as jit inputs (issue 32); the numbers equal those of rtol=/atol=."""
+    import diffrax
+
+    from jaxattn.dynamics import _runner
+
+    model = ja.random_model(jax.random.key(0), 4, 1, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 3, 5, 4)
+    compiled = []
+    for rtol in (1e-5, 1e-7, 1e-9):
+        before = _runner._run._cache_size()
+        sol = ja.solve(model, X0, 1.0, stepsize_controller=diffrax.PIDController(rtol=rtol, atol=1e-9))
+        compiled.append(_runner._run._cache_size() - before)
+        ref = ja.solve(model, X0, 1.0, rtol=rtol, atol=1e-9)
+        np.testing.assert_array_equal(np.asarray(sol.final), np.asarray(ref.final))
+        np.testing.assert_array_equal(np.asarray(sol.num_steps), np.asarray(ref.num_steps))
+    assert compiled[1:] == [0, 0], compiled

@@ -31,6 +31,7 @@ so every number is the same whatever the chunk size, device count or process cou
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,6 +104,8 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                           "path): give Batch(size=..., devices=...) only")
     cfg = validate_config(load_config(config))
     points = expand(cfg)
+    if batch is not None and batch.size is not None and any(p["path"] == "fused" for p in points):
+        check_batch(dataclasses.replace(batch, path="fused"), "sweep_grid", fused=True)  # refused: the kernel's tiles
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
             return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
