@@ -368,3 +368,27 @@ def test_solve_keeps_a_users_controller_traceable():
         np.testing.assert_array_equal(np.asarray(sol.final), np.asarray(ref.final))
         np.testing.assert_array_equal(np.asarray(sol.num_steps), np.asarray(ref.num_steps))
     assert compiled[1:] == [0, 0], compiled
+
+
+def test_a_path_axis_that_repeats_one_path_is_refused(tmp_path, capsys):
+    """path = ["plain", "auto"]: 'auto' takes the plain path until the kernel is proven, so one point ran twice."""
+    f = tmp_path / "g.toml"
+    f.write_text('num_init = 4\npath = ["plain", "auto"]\n[init]\nn = 3\n[model]\nd = 4\nheads = 1\ndepth = 1\n')
+    assert main(["sweep", str(f), "--no-progress", "--out", str(tmp_path / "g")]) == 2
+    assert "path is an axis but 'plain' and 'auto' both take the plain path here" in _err(capsys)
+    assert not (tmp_path / "g").exists()
+
+
+def test_pyproject_declares_its_license_without_a_deprecation():
+    """setuptools warned that `project.license` as a TOML table is deprecated (PEP 639: an SPDX expression)."""
+    import warnings
+
+    from setuptools.config.pyprojecttoml import apply_configuration
+    from setuptools.dist import Distribution
+
+    root = Path(__file__).resolve().parents[1]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dist = apply_configuration(Distribution(), str(root / "pyproject.toml"))
+    assert not [w for w in caught if "license" in str(w.message).lower()], [str(w.message)[:80] for w in caught]
+    assert dist.metadata.license_expression == "MIT"

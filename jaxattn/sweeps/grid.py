@@ -32,6 +32,7 @@ so every number is the same whatever the chunk size, device count or process cou
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -69,6 +70,20 @@ from jaxattn.sweeps.chunked import check_fits
 __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "SCHEMA", "SECTIONS", "Key", "Observables",
            "distributed_from_env", "dynamics_of", "expand", "inert_keys", "saved_times", "sweep_grid",
            "validate_config"]
+
+
+def _refuse_same_path(points: list[dict], info: list[dict]) -> None:
+    """A ``path`` axis whose values take the same path at a point (``['plain', 'auto']`` where 'auto' means the
+    plain path: every backend until the kernel is proven) would compute that point twice: refused."""
+    seen: dict = {}
+    for p, i in zip(points, info, strict=True):
+        if "path" not in p["params"]:
+            return
+        rest = json.dumps({k: v for k, v in p["params"].items() if k != "path"}, sort_keys=True, default=str)
+        other = seen.setdefault((rest, i["kernel"]), p["path"])
+        if other != p["path"]:
+            raise ConfigError(f"path is an axis but '{other}' and '{p['path']}' both take the {i['kernel']} path here "
+                              f"(on {jax.default_backend()}), which would run one point twice: give one of them")
 
 
 @moved
@@ -126,6 +141,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         check_fits(p["init.n"], m.d_model, m.n_heads, p["dtype"], batch.size)  # before the store is written
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
                            "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
+    _refuse_same_path(points, point_info)
     decides = {"config": decisive(cfg), "lanes": batch.size}
     manifest = {"fingerprint": fingerprint(decides), "decides": decides, "config": cfg, "chunk": chunk,
                 "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
