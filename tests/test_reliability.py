@@ -2,6 +2,7 @@
 made right) and checked here, every test failing on the code before the round."""
 
 import json
+import re
 from pathlib import Path
 
 import jax
@@ -379,7 +380,7 @@ def test_a_path_axis_that_repeats_one_path_is_refused(tmp_path, capsys):
     assert not (tmp_path / "g").exists()
 
 
-def test_pyproject_declares_its_license_without_a_deprecation():
+def test_pyproject_declares_its_license_without_a_deprecation(monkeypatch):
     """setuptools warned that `project.license` as a TOML table is deprecated (PEP 639: an SPDX expression)."""
     import warnings
 
@@ -387,8 +388,59 @@ def test_pyproject_declares_its_license_without_a_deprecation():
     from setuptools.dist import Distribution
 
     root = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(root)  # the readme and packages are found from the project's folder
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         dist = apply_configuration(Distribution(), str(root / "pyproject.toml"))
     assert not [w for w in caught if "license" in str(w.message).lower()], [str(w.message)[:80] for w in caught]
     assert dist.metadata.license_expression == "MIT"
+
+
+# ------------------------------------------------------------------ the command line's words and limits
+@pytest.mark.parametrize("argv,match", [
+    (["--unit-output"], "--unit-output (O = I) is the single-head model D2: use --heads 1"),
+    (["--ffn"], "--ffn but the model has no FFN weights"),
+    (["--norm", "layernorm"], "--norm layernorm but the model has no LayerNorm weights"),
+    (["--drop-ln2"], "use it with --no-ffn on a pre-norm model"),
+    (["--rope", "on", "--d", "4", "--heads", "4"], "--rope on needs heads of at least 2 dimensions"),
+])
+def test_library_errors_reach_simulate_in_its_flag_words(argv, match, tmp_path, capsys):
+    """"use heads=1", "ffn=True", "norm='layernorm'": the library's Python words, not the flags the user types."""
+    assert main(["simulate", "--num-init", "4", "--n", "3", "--no-progress", *argv, "--out", str(tmp_path / "o")]) == 2
+    err = _err(capsys)
+    assert match in err and not re.search(r"[a-z]=", err), err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_converted_models_unit_output_error_names_the_flags(tmp_path, capsys, gpt2_file):
+    assert main(["simulate", "--model", str(gpt2_file), "--unit-output", "--no-progress",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "e.g. --model random --heads 1 --unit-output" in _err(capsys)
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["simulate", "--n", str(10**11)], "n = 100,000,000,000 tokens (d = 64, 4 head(s)) need about"),
+    (["solve", "--n", str(10**11)], "n = 100,000,000,000 tokens (d = 64, 4 head(s)) need about"),
+    (["simulate", "--num-init", str(4 * 10**9), "--keep-final"], "the results of 4,000,000,000 initial conditions"),
+    (["simulate", "--num-init", str(10**8), "--chunk", str(10**8), "--steps", "0"], "chunk = 100,000,000 computes"),
+])
+def test_runs_that_cannot_fit_are_refused_before_anything_is_allocated(argv, match, tmp_path, capsys, monkeypatch):
+    """`simulate --n 10^11` aborted in native code while drawing the initial states and left its run marker."""
+    from jaxattn.dynamics import _runner
+
+    monkeypatch.setattr(_runner, "memory_limit", lambda: 16 * 2**30)  # the same answer on every machine
+    import jaxattn.sweeps.chunked as chunked
+
+    monkeypatch.setattr(chunked, "memory_limit", lambda: 16 * 2**30)
+    assert main([*argv, "--no-progress", "--out", str(tmp_path / "o")]) == 2
+    assert match in _err(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("command", ["consensus", "spectrum"])
+def test_random_is_no_model_name_for_the_commands_without_random_models(command, capsys):
+    """`consensus random` looked 'random' up on the hub ("LocalEntryNotFoundError")."""
+    assert main([command, "random"]) == 2
+    err = _err(capsys)
+    assert f"`jaxattn {command}` takes 'minilm', a converted .safetensors file or a checkpoint folder, not 'random'" \
+        in err and "hub" not in err
