@@ -57,11 +57,11 @@ def test_bad_process_environment_and_coordinator(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "g.toml"
     cfg.write_text(GRID)
     monkeypatch.setenv("JAXATTN_NUM_PROCESSES", "abc")
-    assert main(["sweep", str(cfg), "--out", str(tmp_path / "a"), "--quiet"]) == 2
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 2
     assert "$JAXATTN_NUM_PROCESSES must be an integer, got 'abc'" in _err(capsys)
     monkeypatch.delenv("JAXATTN_NUM_PROCESSES")
     for extra in (["--num-processes", "2", "--process-id", "0"], []):
-        assert main(["sweep", str(cfg), "--out", str(tmp_path / "b"), "--quiet", "--coordinator", "bogus",
+        assert main(["sweep", str(cfg), "--out", str(tmp_path / "b"), "--no-progress", "--coordinator", "bogus",
                      *extra]) == 2
         assert "host:port" in _err(capsys)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
