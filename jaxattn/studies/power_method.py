@@ -85,7 +85,7 @@ class StudyConfig:
         out = {}
         if not model.shared:
             out["prolong"] = "a model without shared weights (the prolonged run repeats one shared block)"
-        if model.layers.w1 is None or model.layers.ln1_w is None:
+        if self.ffn_study and (model.layers.w1 is None or model.layers.ln1_w is None):  # --no-ffn-study is true
             out["ffn_study"] = "a model without FFN and LayerNorm (an attention-only model)"
         return out
 
