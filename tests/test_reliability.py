@@ -444,3 +444,16 @@ def test_random_is_no_model_name_for_the_commands_without_random_models(command,
     err = _err(capsys)
     assert f"`jaxattn {command}` takes 'minilm', a converted .safetensors file or a checkpoint folder, not 'random'" \
         in err and "hub" not in err
+
+
+def test_a_replayed_solve_config_json_with_an_unknown_key_is_refused(tmp_path, capsys):
+    a = tmp_path / "a"
+    assert main([*TINY_SOLVE, "--out", str(a)]) == 0
+    data = json.loads((a / "config.json").read_text())
+    data["config"]["dynamics"]["damping"] = 0.1
+    f = tmp_path / "replay.json"
+    f.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["solve", "--config", str(f), "--out", str(tmp_path / "b")]) == 2
+    assert "records dynamics.damping, which `jaxattn solve` does not take" in _err(capsys)
+    assert main(["solve", "--config", str(a / "config.json"), "--no-progress", "--out", str(tmp_path / "c")]) == 0

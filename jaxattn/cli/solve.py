@@ -19,6 +19,7 @@ from jaxattn.io.checkpoints import load_any
 from jaxattn.io.results import provenance, write_json
 from jaxattn.io.rundir import dir_out
 from jaxattn.io.store import nonfinite_conditions
+from jaxattn.sweeps._schema import RENAMED
 from jaxattn.sweeps.grid import SCHEMA, expand, validate_config
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
@@ -74,6 +75,13 @@ def _point_config(args) -> dict:
     if "command" in base and isinstance(base.get("config"), dict):  # a finished run's config.json: replayed
         if base["command"] != "solve":
             raise ConfigError(f"{args.config} is the config of a `{base['command']}` run, not `solve`")
+        recorded = base["config"]
+        unknown = sorted(f"{sec + '.' if sec else ''}{k}" for sec, keys in recorded.items() if isinstance(keys, dict)
+                         for k in keys if k not in SCHEMA.get(sec, {}) and k not in RENAMED)
+        if unknown or not all(isinstance(keys, dict) and sec in SCHEMA for sec, keys in recorded.items()):
+            what = ", ".join(unknown) or ", ".join(sorted(sec for sec in recorded if sec not in SCHEMA))
+            raise ConfigError(f"{args.config} records {what}, which `jaxattn solve` does not take (another jaxattn "
+                              "version, or an edited file): remove it to replay the rest")
         # its resolved configuration, every key of every section: those solve takes (the rest are a sweep's)
         base = {sec or k: ({kk: vv for kk, vv in keys.items() if kk in KEYS[sec]} if sec else keys[k])
                 for sec, keys in base["config"].items() if isinstance(keys, dict)
