@@ -457,3 +457,14 @@ def test_a_replayed_solve_config_json_with_an_unknown_key_is_refused(tmp_path, c
     assert main(["solve", "--config", str(f), "--out", str(tmp_path / "b")]) == 2
     assert "records dynamics.damping, which `jaxattn solve` does not take" in _err(capsys)
     assert main(["solve", "--config", str(a / "config.json"), "--no-progress", "--out", str(tmp_path / "c")]) == 0
+
+
+def test_a_store_directory_holding_other_files_names_one(tmp_path, capsys):
+    """`solve`/`sweep` into a folder of the user's said "not empty and holds no sweep" without saying what it holds
+    (every other command names the file)."""
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "notes.txt").write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        assert main([*TINY_SOLVE, "--out", str(tmp_path / "o"), *extra]) == 2
+        assert "holds 'notes.txt', which is no part of a sweep store (nothing is deleted)" in _err(capsys)
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["notes.txt"]

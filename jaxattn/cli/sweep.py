@@ -53,8 +53,8 @@ def register(sub) -> None:
                        description="Run every point of a grid (the product of all keys given as lists) over many "
                                    "initial conditions, chunk by chunk, split over the local devices, into a Zarr "
                                    "store with a checksum per chunk. Running the same command again resumes; a store "
-                                   "written with another configuration is refused (--overwrite replaces it).\n\nConfiguration keys "
-                                   "(top level, then [model], [dynamics], [init]):\n" + keys)
+                                   "written with another configuration is refused (--overwrite replaces it).\n\n"
+                                   "Configuration keys (top level, then [model], [dynamics], [init]):\n" + keys)
     p.add_argument("config", help="TOML or JSON configuration file")
     add_store_output(p, "runs/<config name>")
     add_process_options(p)

@@ -87,8 +87,10 @@ class SweepStore:
                                   "choose another output directory, or replace it (--overwrite; overwrite=True "
                                   "in Python)")
             clear_store(root)
-        if root.exists() and any(p.name not in ("locks",) for p in root.iterdir()):
-            raise ConfigError(f"{root} is not empty and holds no sweep: choose a new or empty directory")
+        other = sorted(p.name for p in root.iterdir() if p.name != "locks") if root.exists() else []
+        if other:
+            raise ConfigError(f"{root} is not empty and holds no sweep: it holds {other[0]!r}, which is no part of a "
+                              "sweep store (nothing is deleted); choose a new or empty directory")
         try:
             root.mkdir(parents=True, exist_ok=True)
             probe = root / ".jaxattn-write-test"
