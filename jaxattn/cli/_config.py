@@ -68,6 +68,7 @@ def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
     # that run is refused only if the run set it)
     chosen = {k for k in cfg if not (replay and cfg[k] == defaults[k].default)}
     out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in chosen}
+    out["_options"] = dict(defaults)  # how an error names each option (jaxattn.cli._shared.as_flags)
     out["_where"] = {k: f"{k} = {cfg[k]!r} in {args.config}" + (" (replayed)" if replay else "")
                      for k in chosen if getattr(args, k, None) is None}
     return out

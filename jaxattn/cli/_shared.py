@@ -89,7 +89,7 @@ _LEADING = re.compile(r"^([a-z][a-z0-9]*_[a-z0-9_]+)\b")  # "unit_output (O = I)
 
 
 @contextlib.contextmanager
-def flag_words(options: Mapping[str, Spec]) -> Iterator[None]:
+def flag_words(options: Mapping[str, Spec], *, spaced: bool = False) -> Iterator[None]:
     """Around library calls whose errors speak Python (``ffn=True``, ``use heads=1``,
     ``random_model(key, d, heads=1, unit_output=True)``): the error re-raised in the command's words
     (``--ffn``, ``use --heads 1``, ``--model random --heads 1 --unit-output``). ``options``: the command's
@@ -97,11 +97,16 @@ def flag_words(options: Mapping[str, Spec]) -> Iterator[None]:
     try:
         yield
     except JaxattnError as e:
-        raise type(e)(as_flags(str(e), options)) from None
+        raise type(e)(as_flags(str(e), options, spaced=spaced)) from None
 
 
-def as_flags(message: str, options: Mapping[str, Spec]) -> str:
-    """``message`` with the Python spellings of ``options`` in command-line words (see :func:`flag_words`)."""
+_SPACED = re.compile(r"\b([a-z][a-z0-9_]*) = ('[^']*'|[\w.+-]+)")
+
+
+def as_flags(message: str, options: Mapping[str, Spec], *, spaced: bool = False) -> str:
+    """``message`` with the Python spellings of ``options`` in command-line words (see :func:`flag_words`);
+    ``spaced``: also ``name = value`` (the studies' checks, a sweep's keys), which elsewhere may name a value
+    of a config file."""
     def keyword(m: re.Match) -> str:
         spec = options.get(m.group(1))
         if spec is None:
@@ -116,6 +121,8 @@ def as_flags(message: str, options: Mapping[str, Spec]) -> str:
                                              if f.startswith("--"))])
 
     message = _KEYWORD.sub(keyword, _CALL.sub(call, message))
+    if spaced:
+        message = _SPACED.sub(keyword, message)
     lead = _LEADING.match(message)
     if lead and lead.group(1) in options:
         message = options[lead.group(1)].cli + message[lead.end():]
@@ -140,6 +147,9 @@ def _dtype(name: str):
 
 def load_model_arg(spec: str, cfg: dict):
     """Resolve ``--model``: 'random', 'minilm' or a converted file."""
+    if not str(spec).strip():  # not a model with other options wrong: the model is missing
+        raise JaxattnError("--model must name a model ('random', 'minilm', a converted .safetensors file or a "
+                           "checkpoint folder), got an empty string")
     if spec == "random":
         for k in ("d", "heads", "depth"):
             positive_int(f"--{k}", cfg.get(k), JaxattnError)

@@ -88,6 +88,10 @@ class SweepStore:
                                   "in Python)")
             clear_store(root)
         other = sorted(p.name for p in root.iterdir() if p.name != "locks") if root.exists() else []
+        command = _run_of(root) if other else None
+        if command:
+            raise ConfigError(f"{root} holds a run of `jaxattn {command}`, not a sweep store (nothing is deleted); "
+                              "choose a new or empty directory")
         if other:
             raise ConfigError(f"{root} is not empty and holds no sweep: it holds {other[0]!r}, which is no part of a "
                               "sweep store (nothing is deleted); choose a new or empty directory")
@@ -229,6 +233,15 @@ def clear_store(root) -> None:
             p.unlink(missing_ok=True)
 
 
+def _run_of(root: Path) -> str | None:
+    """The command whose run directory ``root`` is (its marker, ``.jaxattn-run.json``), if it is one."""
+    try:
+        marker = json.loads((root / ".jaxattn-run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return marker.get("command") if isinstance(marker, dict) and isinstance(marker.get("command"), str) else None
+
+
 def _not_in_use(root: Path) -> None:
     """Refuse while a process holds one of the store's writer locks (it is writing chunks there)."""
     from filelock import FileLock, Timeout
@@ -246,7 +259,7 @@ def _flat(d, prefix: str = "") -> dict:
     out: dict = {}
     for k, v in d.items():
         if isinstance(v, dict) and v:
-            out |= _flat(v, f"{prefix}{k}.")
+            out |= _flat(v, f"{prefix}{k}." if k else prefix)  # the top-level section "" adds no name
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -277,7 +290,8 @@ def _differences(old: dict, new: dict, most: int = 4) -> str:
         return f"fingerprint {old.get('fingerprint')} != {new['fingerprint']}"
     # the caller's own options (a command's) read better than the machinery's copies of them
     show = lambda v: "(not set)" if v is missing else repr(v)
-    shown = [f"{k.removeprefix('fingerprint.')}: {show(a.get(k, missing))} there, {show(b.get(k, missing))} now"
+    name = lambda k: k.removeprefix("config.").removeprefix("fingerprint.")  # the keys as the user wrote them
+    shown = [f"{name(k)}: {show(a.get(k, missing))} there, {show(b.get(k, missing))} now"
              for k in keys[:most]]
     more = f" and {len(keys) - most} more" if len(keys) > most else ""
     return "; ".join(shown) + more
