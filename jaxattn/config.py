@@ -107,9 +107,18 @@ def _names(typs: tuple) -> str:
     return "/".join(t.__name__ for t in typs if not (t is int and float in typs))
 
 
+def _python(v):
+    """A NumPy scalar (``np.int64(3)``, ``np.float32(0.5)``, ``np.bool_(True)``: what arithmetic on arrays gives a
+    Python caller) as the Python number it holds, so that it is checked, hashed and recorded as one."""
+    import numpy as np
+
+    return v.item() if isinstance(v, (np.integer, np.floating, np.bool_)) else v
+
+
 def _check_item(where: str, spec: Spec, v):
     if v is None and spec.optional and not spec.is_list:
         return None
+    v = _python(v)
     if (isinstance(v, bool) and bool not in spec.types) or not isinstance(v, spec.types):
         raise ConfigError(f"{where}: expected {_names(spec.types)}, got {v!r}")
     if isinstance(v, float) and not math.isfinite(v):
@@ -131,7 +140,11 @@ def check_value(where: str, spec: Spec, v):
             raise ConfigError(f"{where}: expected a list of {_names(spec.types)}, got {v!r}")
         if not v:
             raise ConfigError(f"{where}: give at least one value")
-        return [_check_item(f"{where}[{i}]", spec, x) for i, x in enumerate(v)]
+        items = [_check_item(f"{where}[{i}]", spec, x) for i, x in enumerate(v)]
+        repeated = next((x for i, x in enumerate(items) if x in items[:i]), None)
+        if repeated is not None:  # the same table row, count or ensemble computed twice
+            raise ConfigError(f"{where}: {repeated!r} is given twice, which would compute it twice: give it once")
+        return items
     return _check_item(where, spec, v)
 
 
@@ -168,7 +181,10 @@ def _list_parser(spec: Spec) -> Callable[[str], list]:
     item = _item_parser(spec)
 
     def parse(text: str) -> list:
-        return [item(s.strip()) for s in text.split(",") if s.strip()]
+        parts = [s.strip() for s in text.split(",")]
+        if not all(parts):  # "1,,2" or "1,2,": an item left out by mistake, not one to drop silently
+            raise argparse.ArgumentTypeError(f"item {parts.index('') + 1} of {text!r} is empty")
+        return [item(s) for s in parts]
 
     parse.__name__ = f"comma-separated {_names(spec.types)}"
     return parse

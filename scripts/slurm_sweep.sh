@@ -15,4 +15,4 @@ config=${1:?usage: sbatch scripts/slurm_sweep.sh CONFIG OUT}
 out=${2:?usage: sbatch scripts/slurm_sweep.sh CONFIG OUT}
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export JAXATTN_COORDINATOR="${head}:${JAXATTN_PORT:-12355}"
-srun jaxattn sweep "$config" --out "$out" --quiet
+srun jaxattn sweep "$config" --out "$out" --no-progress

@@ -6,7 +6,7 @@ set -euo pipefail
 config=${1:?usage: scripts/two_processes.sh CONFIG OUT}
 out=${2:?usage: scripts/two_processes.sh CONFIG OUT}
 port=${JAXATTN_PORT:-12355}
-jaxattn sweep "$config" --out "$out" --quiet --num-processes 2 --process-id 0 --coordinator "localhost:$port" &
+jaxattn sweep "$config" --out "$out" --no-progress --num-processes 2 --process-id 0 --coordinator "localhost:$port" &
 first=$!
-jaxattn sweep "$config" --out "$out" --quiet --num-processes 2 --process-id 1 --coordinator "localhost:$port"
+jaxattn sweep "$config" --out "$out" --no-progress --num-processes 2 --process-id 1 --coordinator "localhost:$port"
 wait "$first"

@@ -171,7 +171,7 @@ def test_simulate_command_reaches_unit_output(tmp_path, capsys):
     assert json.loads((out / "config.json").read_text())["config"]["unit_output"] is True
     capsys.readouterr()
     assert main(["simulate", "--drop-ln2", "--num-init", "2", "--out", str(tmp_path / "p")]) == 2
-    assert "drop_ln2" in capsys.readouterr().err
+    assert "--drop-ln2" in capsys.readouterr().err  # the flag, not the Python name
 
 
 @pytest.mark.parametrize("argv,match", [

@@ -28,23 +28,26 @@ from . import hf_models
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
-#: Options appended per subcommand so that each run takes seconds.
+#: Options appended per subcommand so that each run takes seconds (more, per documented command, in :func:`_tiny`:
+#: an option that changes nothing in that command's run is refused, so it is appended only where it applies).
 TINY = {
     "simulate": ["--num-init", "4", "--n", "3", "--chunk", "4", "--no-progress"],
-    "analyze": ["--num-init", "4", "--n", "3", "--chunk", "4", "--prolong", "2", "--gammas", "1",
-                "--steer-target", "0", "--no-figures", "--no-progress"],
-    "solve": ["--num-init", "4", "--n", "3", "--chunk", "4", "--t1", "1", "--saves", "3", "--quiet"],
-    "sweep": ["--quiet"],
+    "analyze": ["--num-init", "4", "--n", "3", "--chunk", "4", "--gammas", "1", "--steer-target", "0", "--no-figures",
+                "--no-progress"],
+    "solve": ["--num-init", "4", "--n", "3", "--chunk", "4", "--t1", "1", "--saves", "3", "--no-progress"],
+    "sweep": ["--no-progress"],
     # the folder already holds the converted model.safetensors the other documented commands read
     "convert": ["--overwrite"],
-    "consensus": ["--prompts", "2", "--tokens", "4", "--passes", "2", "--synthetic-d", "3", "--synthetic-n", "3",
-                  "--synthetic-num", "2", "--t1", "1", "--no-figures", "--no-progress"],
+    "consensus": ["--prompts", "2", "--tokens", "4", "--passes", "2", "--no-figures", "--no-progress"],
     "clusters": ["--n", "4", "--n-1d", "3", "--t1", "1", "--num", "4", "--table-n", "3", "--table-d", "2",
                  "--table-beta", "1", "--good-d", "1,2", "--good-samples", "10", "--no-figures", "--no-progress"],
     "stability": ["--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3", "--steps", "10",
-                  "--t1", "5", "--perturb-num", "2", "--search", "2", "--time", "discrete", "--no-figures",
-                  "--no-progress"],
+                  "--perturb-num", "2", "--search", "2", "--no-figures", "--no-progress"],
 }
+#: The theorem settings of `consensus` made small, when the command runs them (not with --no-synthetic).
+TINY_SYNTHETIC = ["--synthetic-d", "3", "--synthetic-n", "3", "--synthetic-num", "2", "--t1", "1"]
+#: `analyze` of a shared-weight model (a random one unless --no-shared, ALBERT): its prolonged run made short.
+TINY_PROLONG = ["--prolong", "2"]
 #: Random models (their own dimensions are options) made small.
 TINY_RANDOM = ["--d", "8", "--heads", "2", "--depth", "2"]
 #: The grid of docs/sweeps.md, sizes made tiny.
@@ -95,13 +98,23 @@ def resources(tmp_path_factory):
 
 
 def _tiny(argv: list[str]) -> list[str]:
+    """``argv`` with the options that make it tiny: the subcommand's, and those that apply to this command's run
+    only (a study option that changes nothing in the run is refused, not ignored)."""
     if "--help" in argv or len(argv) < 1:
         return argv
-    extra = list(TINY.get(argv[0], []))
+    command = argv[0]
+    extra = list(TINY.get(command, []))
     positional = argv[1] if len(argv) > 1 and not argv[1].startswith("-") else ""
     model = argv[argv.index("--model") + 1] if "--model" in argv else positional
-    if model == "random" or (argv[0] in ("simulate", "solve") and model == ""):
+    if model == "random" or (command in ("simulate", "solve") and model == ""):
         extra += TINY_RANDOM
+    if command == "analyze" and ((model == "random" and "--no-shared" not in argv) or "albert" in model):
+        extra += TINY_PROLONG
+    if command == "consensus" and "--no-synthetic" not in argv:
+        extra += TINY_SYNTHETIC
+    if command == "stability":  # the map only, unless the command asks for the flow (then its time made short)
+        extra += ["--t1", "5"] if "--time" in argv and argv[argv.index("--time") + 1] != "discrete" \
+            else ([] if "--time" in argv else ["--time", "discrete"])
     return argv + extra
 
 

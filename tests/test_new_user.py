@@ -57,11 +57,11 @@ def test_bad_process_environment_and_coordinator(tmp_path, capsys, monkeypatch):
     cfg = tmp_path / "g.toml"
     cfg.write_text(GRID)
     monkeypatch.setenv("JAXATTN_NUM_PROCESSES", "abc")
-    assert main(["sweep", str(cfg), "--out", str(tmp_path / "a"), "--quiet"]) == 2
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 2
     assert "$JAXATTN_NUM_PROCESSES must be an integer, got 'abc'" in _err(capsys)
     monkeypatch.delenv("JAXATTN_NUM_PROCESSES")
     for extra in (["--num-processes", "2", "--process-id", "0"], []):
-        assert main(["sweep", str(cfg), "--out", str(tmp_path / "b"), "--quiet", "--coordinator", "bogus",
+        assert main(["sweep", str(cfg), "--out", str(tmp_path / "b"), "--no-progress", "--coordinator", "bogus",
                      *extra]) == 2
         assert "host:port" in _err(capsys)
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -90,7 +90,7 @@ def test_exhaustive_stability_too_large_is_refused_with_its_size(tmp_path, capsy
     err = _err(capsys)
     assert "536,870,912 sign patterns" in err and "GiB" in err
     assert main(["stability", "--basin-n", "25", "--exhaustive-max", "30", "--out", str(tmp_path / "s")]) == 2
-    assert "basin_n = 25" in _err(capsys)
+    assert "--basin-n 25" in _err(capsys)
     assert not (tmp_path / "s").exists()
 
 
@@ -282,3 +282,62 @@ def test_figures_number_the_steps_as_the_tables(tmp_path, monkeypatch):
     assert len(per_layer) >= 4
     for label, xs in per_layer:
         assert label.startswith("step") and all(x == steps for x in xs if len(x) == len(steps)), (label, xs)
+
+
+# ------------------------------------------------------------------ the new-user matrix (issue 30), its quick refusals
+SIM3 = ["--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "--depth", "2", "--no-progress"]
+SOLVE3 = ["--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "--depth", "1", "--t1", "0.2", "--no-progress"]
+MATRIX = [
+    (["simulate", *SIM3, "--mask", "local:0"], "positive window"),
+    (["simulate", *SIM3, "--scale", "0"], "--scale: must be > 0"),
+    (["simulate", *SIM3, "--attention", "uniform", "--scale", "1"], "--scale does nothing with --attention uniform"),
+    (["simulate", *SIM3, "--attention", "uniform", "--rope", "on"], "--rope does nothing with --attention uniform"),
+    (["simulate", *SIM3, "--dtype", "float64", "--matmul-precision", "tf32"], "--matmul-precision does nothing"),
+    (["simulate", *SIM3, "--rope", "model"], "--rope model: this model has no RoPE"),
+    (["simulate", *SIM3, "--steps", "-1"], "--steps: must be >= 0"),
+    (["analyze", "random", "--d", "4", "--heads", "1", "--gammas", "-1"], "--gammas[0]: must be >= 0"),
+    (["analyze", "random", "--d", "4", "--heads", "1", "--steer-target", "1"], "--steer-target: must be in [0, 1)"),
+    (["analyze", "random", "--d", "4", "--heads", "1", "--prolong", "0"], "--prolong: must be > 0"),
+    (["solve", *SOLVE3, "--t1", "0"], "--t1: must be > 0"),
+    (["solve", *SOLVE3, "--solver", "euler"], "has no error estimate: give a fixed step size --dt"),
+    (["solve", *SOLVE3, "--saves", "1"], "--saves: must be >= 2"),
+    (["solve", *SOLVE3, "--dt", "0.1", "--rtol", "1e-3"], "does nothing with a fixed step size"),
+    (["solve", *SOLVE3, "--layer-time", "2"], "--layer-time does nothing with --shared true"),
+    (["solve", *SOLVE3, "--max-steps", "0"], "--max-steps: must be > 0"),
+    (["consensus", "--passes", "0"], "--passes: must be > 0"),
+    (["consensus", "--synthetic-d", "1"], "--synthetic-d: must be >= 2"),
+    (["consensus", "--dtype", "float64", "--matmul-precision", "bf16"], "--matmul-precision bf16 does nothing with "
+                                                                        "--dtype float64"),
+    (["clusters", "--table-d", "1"], "needs a hull"),
+    (["clusters", "--n", "1"], "clusters need several tokens"),
+    (["clusters", "--tol", "0"], "--tol: must be > 0"),
+    (["stability", "--tokens", "1"], "must be between 2 and 64"),
+    (["stability", "--basin-n", "1"], "a bipartite split needs two tokens"),
+    (["spectrum", "minilm", "--alpha", "2"], "--alpha only applies to --order step"),
+    (["spectrum", "minilm", "--order", "step", "--alpha", "nan"], "--alpha must be a finite number"),
+]
+
+
+@pytest.mark.parametrize("argv,match", MATRIX, ids=[" ".join(a[:1] + a[-2:]) for a, _ in MATRIX])
+def test_the_matrix_of_refused_options(argv, match, tmp_path, capsys):
+    """Every row of the new-user round that is refused before any computation: one line, exit 2, nothing
+    written (the slow rows, and those that need files, are in tests/test_reliability.py and above)."""
+    out = [] if argv[0] == "spectrum" else ["--out", str(tmp_path / "o")]
+    assert main([*argv, *out]) == 2
+    assert match in _err(capsys)
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("make,inspect_says,spectrum_says", [
+    (lambda d: d.mkdir(), "is a directory, not a converted .safetensors file", "has no config.json"),
+    (lambda d: d.write_bytes(b"\x00" * 64), "jaxattn", "jaxattn"),
+    (lambda d: d.write_text("hello\n"), "jaxattn", "jaxattn"),
+])
+def test_inspect_and_spectrum_of_what_is_no_converted_file(make, inspect_says, spectrum_says, tmp_path, capsys):
+    """A directory given to `inspect` was "does not exist or is not a file" (`spectrum` reads it as a checkpoint
+    folder); garbage files are one line each."""
+    f = tmp_path / "m.safetensors"
+    make(f)
+    for command, says in (("inspect", inspect_says), ("spectrum", spectrum_says)):
+        assert main([command, str(f)]) == 2
+        assert says in _err(capsys)

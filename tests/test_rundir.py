@@ -23,7 +23,8 @@ CONSENSUS = ["consensus", "CKPT", "--passes", "1", "--prompts", "2", "--tokens",
              "--no-progress"]
 STABILITY = ["stability", "--tokens", "3", "--models", "1", "--basin-num", "2", "--basin-n", "3", "--perturb-num",
              "1", "--search", "2", "--no-figures", "--no-progress"]
-SOLVE = ["solve", "--num-init", "8", "--n", "3", "--d", "4", "--heads", "1", "--depth", "1", "--t1", "0.1", "--quiet"]
+SOLVE = ["solve", "--num-init", "8", "--n", "3", "--d", "4", "--heads", "1", "--depth", "1", "--t1", "0.1",
+         "--no-progress"]
 USER = {"notes.txt": "my notes", "report.md": "# my report", "config.json": '{"mine": true}'}
 
 

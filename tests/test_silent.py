@@ -292,7 +292,7 @@ def test_sweep_counts_non_finite_conditions(tmp_path, capsys):
 
     cfg = tmp_path / "g.json"
     cfg.write_text(json.dumps({**_TINY, "dynamics": {"alpha": [1.0, 1e39]}}))
-    assert main(["sweep", str(cfg), "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    assert main(["sweep", str(cfg), "--out", str(tmp_path / "s"), "--no-progress"]) == 0
     err = capsys.readouterr().err
     assert "jaxattn: warning: 10 of 20 initial conditions (50.0%) became non-finite" in err
     sw = open_sweep(tmp_path / "s")

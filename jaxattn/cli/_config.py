@@ -18,7 +18,13 @@ RANDOM_ONLY = ("d", "heads", "depth", "shared", "weights", "value", "mask", "sca
 
 
 def _load_config(path: str) -> dict:
-    return {k.replace("-", "_"): v for k, v in load_config(path).items()}
+    out: dict = {}
+    for k, v in load_config(path).items():
+        key = k.replace("-", "_")
+        if key in out:  # num-init and num_init: one option given twice
+            raise JaxattnError(f"config file {path} gives {key} twice (as {k!r} and as another spelling): give it once")
+        out[key] = v
+    return out
 
 
 def _check(key: str, value, option: Spec, prefix: str = "config value "):
@@ -34,13 +40,19 @@ def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
     A finished run's own ``config.json`` is accepted as a config (its ``config`` table is replayed).
 
     ``defaults``: the command's options (``{dest: Spec}``, see :mod:`jaxattn.config`); every value, from the
-    command line or a config file, is checked by its :class:`~jaxattn.config.Spec`.
+    command line or a config file, is checked by its :class:`~jaxattn.config.Spec`. Besides the options, the
+    result holds ``_given`` (the options set on the command line or in the file) and ``_where`` (for those set
+    in the file: how an error names them, ``d = 8 in FILE``).
     """
     cfg = _load_config(args.config) if getattr(args, "config", None) else {}
-    if "command" in cfg and isinstance(cfg.get("config"), dict):  # a run directory's config.json
+    replay = "command" in cfg and isinstance(cfg.get("config"), dict)
+    if replay:  # a run directory's config.json
         if cfg["command"] != args.command:
             raise JaxattnError(f"{args.config} is the config of a `{cfg['command']}` run, not `{args.command}`")
-        cfg = _replayed(cfg, defaults)
+        cfg = _replayed(cfg, defaults, args.config)
+        if cfg.get("model", "random") == "random" and getattr(args, "model", None) not in (None, "random"):
+            # the replayed run's random model is replaced by the one named now: its dimensions do not apply
+            cfg = {k: v for k, v in cfg.items() if k not in RANDOM_ONLY}
     known = set(defaults)
     unknown = sorted(set(cfg) - known)
     if unknown:
@@ -52,15 +64,37 @@ def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
         if v is not None:  # argparse checked the type and the choices, not the rest
             v = _check(default.cli, v, default, prefix="")
         out[k] = v if v is not None else cfg.get(k, default.default)
-    out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in cfg}
+    # a replay records every option: those at their default were not chosen (an option that changes nothing in
+    # that run is refused only if the run set it)
+    chosen = {k for k in cfg if not (replay and cfg[k] == defaults[k].default)}
+    out["_given"] = {k for k in defaults if getattr(args, k, None) is not None or k in chosen}
+    out["_options"] = dict(defaults)  # how an error names each option (jaxattn.cli._shared.as_flags)
+    out["_where"] = {k: f"{k} = {cfg[k]!r} in {args.config}" + (" (replayed)" if replay else "")
+                     for k in chosen if getattr(args, k, None) is None}
     return out
 
 
-def _replayed(run: dict, defaults: Mapping) -> dict:
+#: What a run's ``config.json`` records in its ``config`` table besides the options: not replayed, not refused.
+#: (``uniform_attention``: runs before ``--attention``, replayed as ``attention = 'uniform'``.)
+RECORDED = ("model_summary", "model_dims", "weights_sha256", "uniform_attention")
+
+
+def where(cfg: dict, key: str, flag: str | None = None) -> str:
+    """How an error names the option ``key``: its flag when it came from the command line, else the config file
+    and value it came from (an option the user did not type is not blamed on a flag)."""
+    return cfg.get("_where", {}).get(key) or flag or "--" + key.replace("_", "-")
+
+
+def _replayed(run: dict, defaults: Mapping, path: str = "config.json") -> dict:
     """The options of a finished run's ``config.json``: its ``config`` table and the model it ran on (the studies
     record the model beside the table; ``analyze`` a random model's dimensions in ``model_dims``). A converted
     model brings its own dimensions, so the random-model options that ``simulate`` records are not replayed;
-    nor are :data:`NOT_REPLAYED`."""
+    nor are :data:`NOT_REPLAYED`. A key that is neither an option nor one of :data:`RECORDED` is refused: it was
+    written by another version or edited in, and dropping it would replay another run than the one recorded."""
+    unknown = sorted(k for k in run["config"] if k not in defaults and k not in NOT_REPLAYED and k not in RECORDED)
+    if unknown:
+        raise JaxattnError(f"{path} records {', '.join(unknown)}, which `jaxattn {run['command']}` does not take "
+                           "(another jaxattn version, or an edited file): remove it to replay the rest")
     # where the run went and whether it could replace a finished one are not options of the run: a replay goes to
     # its own --out (or the default) and replaces nothing unless --overwrite is given now
     cfg = {k: v for k, v in run["config"].items() if k in defaults and k not in NOT_REPLAYED}

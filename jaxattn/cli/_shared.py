@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterator, Mapping, Sequence
 
-from jaxattn.cli._config import RANDOM_ONLY
+from jaxattn.cli._config import RANDOM_ONLY, where
 from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.errors import JaxattnError, positive_int, real
 from jaxattn.io import rundir
@@ -81,6 +83,52 @@ def write_summary(out, lines: list[str], bad, files: str) -> str:
     return text
 
 
+_CALL = re.compile(r"random_model\(([^)]*)\)")
+_KEYWORD = re.compile(r"\b([a-z][a-z0-9_]*)=('[^']*'|\"[^\"]*\"|[\w.+-]+)")
+_LEADING = re.compile(r"^([a-z][a-z0-9]*_[a-z0-9_]+)\b")  # "unit_output (O = I) is ...": an option named first
+
+
+@contextlib.contextmanager
+def flag_words(options: Mapping[str, Spec], *, spaced: bool = False) -> Iterator[None]:
+    """Around library calls whose errors speak Python (``ffn=True``, ``use heads=1``,
+    ``random_model(key, d, heads=1, unit_output=True)``): the error re-raised in the command's words
+    (``--ffn``, ``use --heads 1``, ``--model random --heads 1 --unit-output``). ``options``: the command's
+    options by destination; only their names are rewritten."""
+    try:
+        yield
+    except JaxattnError as e:
+        raise type(e)(as_flags(str(e), options, spaced=spaced)) from None
+
+
+_SPACED = re.compile(r"\b([a-z][a-z0-9_]*) = ('[^']*'|[\w.+-]+)")
+
+
+def as_flags(message: str, options: Mapping[str, Spec], *, spaced: bool = False) -> str:
+    """``message`` with the Python spellings of ``options`` in command-line words (see :func:`flag_words`);
+    ``spaced``: also ``name = value`` (the studies' checks, a sweep's keys), which elsewhere may name a value
+    of a config file."""
+    def keyword(m: re.Match) -> str:
+        spec = options.get(m.group(1))
+        if spec is None:
+            return m.group(0)
+        value = m.group(2).strip("'\"")
+        if spec.types == (bool,):
+            return spec.cli if value == "True" else f"--no-{spec.cli[2:]}"
+        return f"{spec.cli} {value}"
+
+    def call(m: re.Match) -> str:  # a random model as the command line draws one
+        return " ".join(["--model random", *(f for f in map(keyword, _KEYWORD.finditer(m.group(1)))
+                                             if f.startswith("--"))])
+
+    message = _KEYWORD.sub(keyword, _CALL.sub(call, message))
+    if spaced:
+        message = _SPACED.sub(keyword, message)
+    lead = _LEADING.match(message)
+    if lead and lead.group(1) in options:
+        message = options[lead.group(1)].cli + message[lead.end():]
+    return message
+
+
 def _check_number(name: str, v) -> None:
     real(f"--{name}", v, error=JaxattnError)
 
@@ -99,6 +147,9 @@ def _dtype(name: str):
 
 def load_model_arg(spec: str, cfg: dict):
     """Resolve ``--model``: 'random', 'minilm' or a converted file."""
+    if not str(spec).strip():  # not a model with other options wrong: the model is missing
+        raise JaxattnError("--model must name a model ('random', 'minilm', a converted .safetensors file or a "
+                           "checkpoint folder), got an empty string")
     if spec == "random":
         for k in ("d", "heads", "depth"):
             positive_int(f"--{k}", cfg.get(k), JaxattnError)
@@ -109,9 +160,18 @@ def load_model_arg(spec: str, cfg: dict):
                             unit_output=cfg.get("unit_output", False))  # D2: drawn with O = I
     given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
     if given:
-        raise JaxattnError(f"--{given[0]} only applies to --model random (a converted model brings its own "
-                           "dimensions, heads, depth and masks)")
+        raise JaxattnError(f"{where(cfg, given[0])} only applies to --model random (a converted model brings its "
+                           "own dimensions, heads, depth and masks)")
 
+    return load_any(spec)
+
+
+def named_model(spec: str, command: str, why: str):
+    """The model of a command that has no random-model options (``consensus``, ``spectrum``): 'random' is refused
+    with ``why`` (it is not a checkpoint name, and looking it up on the hub would fail in other words)."""
+    if spec == "random":
+        raise JaxattnError(f"`jaxattn {command}` takes 'minilm', a converted .safetensors file or a checkpoint folder, "
+                           f"not 'random': {why}")
     return load_any(spec)
 
 

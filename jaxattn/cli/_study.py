@@ -5,13 +5,15 @@ the options every study takes, and running a study into its run directory (see
 from __future__ import annotations
 
 import argparse
+import inspect
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from jaxattn.cli._shared import Output, add_options, output_options
+from jaxattn.cli._config import where
+from jaxattn.cli._shared import Output, add_options, as_flags, flag_words, output_options
 from jaxattn.config import Spec, specs
-from jaxattn.studies.skeleton import run_into, stages
+from jaxattn.studies.skeleton import refuse_inert, run_into, stages
 
 T = TypeVar("T")
 
@@ -32,10 +34,23 @@ def study_options(p: argparse.ArgumentParser, config_cls: type, *, out: str, pro
 
 
 def config_of(config_cls: type[T], cfg: dict) -> T:
-    """The study's configuration from the resolved options, checked (one clear error line if impossible)."""
+    """The study's configuration from the resolved options, checked (one clear error line if impossible): an
+    option the user set that changes nothing (the configuration's ``inert()``) is refused, named as given."""
     study = config_cls(**{k: cfg[k] for k in config_cls.__dataclass_fields__})  # type: ignore[attr-defined]
-    study.check()  # type: ignore[attr-defined]
+    inert = getattr(study, "inert", None)
+    if inert is not None and "model" not in inspect.signature(inert).parameters:  # else: once the model is loaded
+        refuse_given(study, inert(), cfg)
+    with flag_words(cfg.get("_options", {}), spaced=True):  # the checks say time = 'discrete': --time discrete
+        study.check()  # type: ignore[attr-defined]
     return study
+
+
+def refuse_given(study, inert: dict[str, str], cfg: dict) -> None:
+    """The options in ``inert`` (``{option: why it changes nothing}``) refused if the user set them (on the command
+    line or in a config file, even to the default), named as the user gave them."""
+    options = cfg.get("_options", {})
+    refuse_inert(study, {k: as_flags(why, options, spaced=True) for k, why in inert.items()},
+                 given=cfg.get("_given", ()), name=lambda k: where(cfg, k))
 
 
 def run_in_out(name: str, cfg: dict, body: Callable[[Path, Callable[[str], None] | None], T]) -> T:

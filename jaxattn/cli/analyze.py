@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from jaxattn.cli._shared import _check_rope, _dtype, _start_run, add_options, load_model_arg
-from jaxattn.cli._study import config_of, formatter, study_options
+from jaxattn.cli._study import config_of, formatter, refuse_given, study_options
 from jaxattn.config import specs
 from jaxattn.io import rundir
 from jaxattn.studies.power_method import STORE, StudyConfig, run_study
@@ -44,6 +44,7 @@ def run(args, cfg) -> int:
     study = config_of(StudyConfig, cfg)  # every option checked against its declaration, before the model loads
     _dtype(cfg["dtype"])
     model = load_model_arg(cfg["model"], cfg)
+    refuse_given(study, study.inert(model), cfg)
     _check_rope(model, cfg["rope"])
     out = Path(cfg["out"])
     run = _start_run(cfg, "analyze", own=(STORE,))

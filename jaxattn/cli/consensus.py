@@ -6,8 +6,8 @@ import dataclasses
 
 import jax
 
+from jaxattn.cli._shared import named_model
 from jaxattn.cli._study import config_of, formatter, run_in_out, study_options
-from jaxattn.io.checkpoints import load_any
 from jaxattn.studies import consensus as study
 from jaxattn.sweeps.grid import SCHEMA
 
@@ -37,7 +37,8 @@ def run(args, cfg) -> int:
     config = config_of(study.Config, cfg)
     # the command's own process: the theorem settings run in float64 whatever --dtype sets for the passes
     jax.config.update("jax_enable_x64", True)
-    model = load_any(cfg["model"])
+    model = named_model(cfg["model"], "consensus", "the passes run a real model's blocks (LayerNorm, FFN), which a "
+                        "random model has not; the theorem settings draw their own random models")
     tables = run_in_out("consensus", cfg, lambda out, say: study.run(out, config, model=model,
                                                                      model_name=str(cfg["model"]), progress=say))
     for r in tables["summary"]:

@@ -12,6 +12,7 @@ from jaxattn.cli._shared import (
     _dtype,
     _start_run,
     add_options,
+    flag_words,
     load_model_arg,
     model_dims,
     output_options,
@@ -83,12 +84,13 @@ def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
 def run(args, cfg) -> int:
     dtype = _dtype(cfg["dtype"])  # every option was checked against its declaration (jaxattn.sweeps.grid.SCHEMA)
     out = Path(cfg["out"])
-    model = load_model_arg(cfg["model"], cfg)
-    steps = model.depth if cfg["steps"] is None else cfg["steps"]
-    dyn = dynamics_of(cfg)
-    # options that would be recorded but change nothing are refused, before anything is written: what no model
-    # could run (the library's checks), then what this model would ignore
-    check_dynamics(model, dyn)
+    with flag_words(args.defaults):  # the library's checks speak Python (ffn=True): said as the flags here
+        model = load_model_arg(cfg["model"], cfg)
+        steps = model.depth if cfg["steps"] is None else cfg["steps"]
+        dyn = dynamics_of(cfg)
+        # options that would be recorded but change nothing are refused, before anything is written: what no model
+        # could run (the library's checks), then what this model would ignore
+        check_dynamics(model, dyn)
     if cfg["attention"] == "uniform" and cfg["beta"] != SIM_DEFAULTS["beta"]:
         raise JaxattnError("--beta does nothing with --attention uniform (a_ij = 1/n whatever the scores): remove it")
     if cfg["attention"] == "uniform" and cfg["scale"] is not None:
@@ -115,7 +117,7 @@ def run(args, cfg) -> int:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
                        dtype=dtype, batch=Batch(precision=cfg["matmul_precision"]), progress=cfg["progress"],
-                       keep_final=cfg["keep_final"], stats=stats,
+                       keep_final=cfg["keep_final"], stats=stats, overwrite=cfg["overwrite"],
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
                                                                                    "overwrite", "model_summary")})
     save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})

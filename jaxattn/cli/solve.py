@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import re
 
-from jaxattn.cli._shared import add_options, write_summary
+from jaxattn.cli._shared import add_options, model_dims, write_summary
 from jaxattn.cli._study import formatter
-from jaxattn.cli.sweep import add_process_options, execute
+from jaxattn.cli.sweep import add_process_options, add_store_output, execute
 from jaxattn.errors import ConfigError
 from jaxattn.io._configfile import load_config
+from jaxattn.io.checkpoints import load_any
 from jaxattn.io.results import provenance, write_json
 from jaxattn.io.rundir import dir_out
 from jaxattn.io.store import nonfinite_conditions
+from jaxattn.sweeps._schema import RENAMED
 from jaxattn.sweeps.grid import SCHEMA, expand, validate_config
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
@@ -58,10 +60,9 @@ def register(sub) -> None:
                                    "output directory is resumable: run the same command again after an interruption.")
     titles = {"model": "model", "dynamics": "flow", "init": "initial conditions", "": "run"}
     add_options(p, {titles[sec]: [SCHEMA[sec][k] for k in keys] for sec, keys in KEYS.items()})
-    g = p.add_argument_group("output")
-    g.add_argument("--out", help="output run directory [runs/solve]")
-    g.add_argument("--quiet", action="store_true", help="no progress bar")
-    g.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    g = add_store_output(p, "runs/solve")
+    g.add_argument("--config", help="JSON or TOML file of option = value, or a finished run's config.json "
+                                    "(command-line options win)")
     add_process_options(p)
     p.set_defaults(func=run)
 
@@ -74,21 +75,35 @@ def _point_config(args) -> dict:
     if "command" in base and isinstance(base.get("config"), dict):  # a finished run's config.json: replayed
         if base["command"] != "solve":
             raise ConfigError(f"{args.config} is the config of a `{base['command']}` run, not `solve`")
+        recorded = base["config"]
+        unknown = sorted(f"{sec + '.' if sec else ''}{k}" for sec, keys in recorded.items() if isinstance(keys, dict)
+                         for k in keys if k not in SCHEMA.get(sec, {}) and k not in RENAMED)
+        if unknown or not all(isinstance(keys, dict) and sec in SCHEMA for sec, keys in recorded.items()):
+            what = ", ".join(unknown) or ", ".join(sorted(sec for sec in recorded if sec not in SCHEMA))
+            raise ConfigError(f"{args.config} records {what}, which `jaxattn solve` does not take (another jaxattn "
+                              "version, or an edited file): remove it to replay the rest")
         # its resolved configuration, every key of every section: those solve takes (the rest are a sweep's)
         base = {sec or k: ({kk: vv for kk, vv in keys.items() if kk in KEYS[sec]} if sec else keys[k])
                 for sec, keys in base["config"].items() if isinstance(keys, dict)
                 for k in ([sec] if sec else [k for k in keys if k in KEYS[""]])}
+    written: dict = {}  # (section, key) -> how the file wrote it
     for k, v in base.items():  # accept flat keys (d = 64) or sections ([model] d = 64)
         if isinstance(v, dict):
-            for kk, vv in v.items():
-                flat_cfg[(k, kk.replace("-", "_"))] = vv
+            places = [((k, kk.replace("-", "_")), f"[{k}] {kk}", vv) for kk, vv in v.items()]
         else:
             sec = next((s for s, keys in KEYS.items() if k.replace("-", "_") in keys), None)
-            if sec is None and k.replace("-", "_") in ("model", "init"):
-                sec, k = {"model": ("model", "source"), "init": ("init", "kind")}[k.replace("-", "_")]
+            key = k.replace("-", "_")
+            if sec is None and key in ("model", "init"):
+                sec, key = {"model": ("model", "source"), "init": ("init", "kind")}[key]
             if sec is None:
                 raise ConfigError(f"unknown option in config file: {k}")
-            flat_cfg[(sec, k.replace("-", "_"))] = v
+            places = [((sec, key), k, v)]
+        for place, name, value in places:
+            if place in written:  # n next to [init] n: one option given twice, the last would win silently
+                raise ConfigError(f"config file {args.config} gives {written[place]} and {name}, one option: "
+                                  "give it once")
+            written[place] = name
+            flat_cfg[place] = value
     for sec, keys in KEYS.items():
         for key in keys:
             v = getattr(args, _flag(sec, key).replace("-", "_"))
@@ -104,6 +119,16 @@ def _point_config(args) -> dict:
     return cfg
 
 
+def _recorded(resolved: dict) -> tuple[dict, dict]:
+    """The configuration ``config.json`` records, and what goes beside it: with a converted model, its own
+    dimensions (``model_dims``) instead of the random model's defaults, which describe nothing in this run
+    (and would be refused when the file is replayed)."""
+    source = resolved["model"]["source"]
+    if source == "random":
+        return resolved, {}
+    return {**resolved, "model": {"source": source}}, {"model_dims": model_dims(load_any(source))}
+
+
 def run(args, cfg) -> int:
     import numpy as np
 
@@ -113,12 +138,14 @@ def run(args, cfg) -> int:
     except ConfigError as e:
         raise ConfigError(_as_flags(str(e))) from None
     out = dir_out("runs/solve" if args.out is None else args.out)
-    sw = execute(point, out, args, args.quiet)
+    sw = execute(point, out, args)
     p = expand(resolved)[0]
     arrays = sw.arrays(0)
     ts = np.asarray(sw.points[0]["times"])
     res = arrays.get("result")
-    write_json(out / "config.json", {"command": "solve", "config": resolved, "summary": sw.summary, **provenance()})
+    recorded, dims = _recorded(resolved)
+    write_json(out / "config.json", {"command": "solve", "config": recorded, **dims, "summary": sw.summary,
+                                     **provenance()})
     lines = ["jaxattn solve",
              f"flow         space={p['dynamics.space']}{' rescaled' if p['dynamics.rescaled'] else ''} "
              f"attention={p['dynamics.attention']} beta={p['dynamics.beta']:g}  t in [0, {p['dynamics.t1']:g}]  "

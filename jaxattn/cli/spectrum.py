@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from jaxattn.analysis.spectral import spectrum
-from jaxattn.cli._shared import _check_number
+from jaxattn.cli._shared import _check_number, named_model
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
-from jaxattn.io.checkpoints import load_any
 from jaxattn.studies.power_method import spectrum_rows
 
 
@@ -28,7 +27,8 @@ def run(args, cfg) -> int:
         if args.order != "step":
             raise JaxattnError(f"--alpha only applies to --order step (--order {args.order} does not depend on α)")
     alpha = 1.0 if args.alpha is None else args.alpha
-    model = load_any(args.model)
+    model = named_model(args.model, "spectrum", "a random model's spectra are in `jaxattn analyze random --d ... "
+                        "--heads ...` (spectrum.csv)")
     rows = spectrum_rows(spectrum(model, order=args.order, alpha=alpha), alpha)
     print(model.summary())
     print(f"{'set':>4} {'case':>4} {'Re λ1':>10} {'Im λ1':>10} {'Re λ2':>10} {'gap':>10} "

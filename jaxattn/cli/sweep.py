@@ -22,6 +22,19 @@ def add_process_options(p) -> None:
     g.add_argument("--coordinator", help="host:port of process 0 (default: $JAXATTN_COORDINATOR)")
 
 
+def add_store_output(p, out: str):
+    """The output options of a command that writes a sweep store (``sweep``, ``solve``): ``--out`` (default
+    ``out``), ``--overwrite``, ``--progress/--no-progress``, spelled as every other command spells them."""
+    g = p.add_argument_group("output")
+    g.add_argument("--out", help=f"output store directory [{out}]")
+    g.add_argument("--overwrite", action="store_true",
+                   help="replace a store of another configuration in --out (only the store's own files; a store of "
+                        "this configuration is resumed)")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="show a progress bar [True]")
+    g.add_argument("--quiet", dest="progress", action="store_false", help=argparse.SUPPRESS)  # the earlier spelling
+    return g
+
+
 def _key_line(key: str, spec) -> str:
     """One configuration key in ``--help``: its help, its values, its default (as written in a TOML file), wrapped."""
     import json
@@ -40,20 +53,19 @@ def register(sub) -> None:
                        description="Run every point of a grid (the product of all keys given as lists) over many "
                                    "initial conditions, chunk by chunk, split over the local devices, into a Zarr "
                                    "store with a checksum per chunk. Running the same command again resumes; a store "
-                                   "written with another configuration is refused.\n\nConfiguration keys "
-                                   "(top level, then [model], [dynamics], [init]):\n" + keys)
+                                   "written with another configuration is refused (--overwrite replaces it).\n\n"
+                                   "Configuration keys (top level, then [model], [dynamics], [init]):\n" + keys)
     p.add_argument("config", help="TOML or JSON configuration file")
-    p.add_argument("--out", help="store directory [runs/<config name>]")
-    p.add_argument("--quiet", action="store_true", help="no progress bar (batch jobs)")
+    add_store_output(p, "runs/<config name>")
     add_process_options(p)
     p.set_defaults(func=run)
 
 
-def execute(config, out: Path, args, quiet: bool):
-    """Run ``sweep_grid`` with the CLI's process options; disk errors become one clear line."""
+def execute(config, out: Path, args):
+    """Run ``sweep_grid`` with the CLI's output and process options; disk errors become one clear line."""
     try:
         return sweep_grid(config, out, process_id=args.process_id, num_processes=args.num_processes,
-                          coordinator=args.coordinator, progress=not quiet)
+                          coordinator=args.coordinator, progress=args.progress, overwrite=args.overwrite)
     except OSError as e:
         why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
         raise ConfigError(f"writing {out} failed: {why}; finished chunks are kept, run the same command "
@@ -62,7 +74,7 @@ def execute(config, out: Path, args, quiet: bool):
 
 def run(args, cfg) -> int:
     out = dir_out(Path("runs") / Path(args.config).stem if args.out is None else args.out)
-    sw = execute(args.config, out, args, args.quiet)
+    sw = execute(args.config, out, args)
     s = sw.summary
     print(f"jaxattn sweep: {s['points']} grid point(s), {s['conditions']:,} initial conditions "
           f"({s['computed']:,} computed, {s['resumed']:,} resumed, {s['failed']} failed solves) "

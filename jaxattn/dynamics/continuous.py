@@ -132,11 +132,13 @@ class _FlowProgram:
     max_steps: int
     weights_fn: Callable | None
     adjoint: Any = None  # _Static(a diffrax adjoint): how reverse-mode autodiff goes through the solve
-    controller: Any = None  # _Static(a diffrax step-size controller) replacing the PID built from rtol/atol
+    # _Static(the static part of a diffrax step-size controller replacing the PID built from rtol/atol); its float
+    # fields (rtol, atol, factors) travel in params, so a new tolerance does not recompile
+    controller: Any = None
     form: Form = GENERAL  # how the attention's products are arranged (jaxattn.model.forms)
 
     def __call__(self, X0, p):
-        model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets = p
+        model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets, own = p
         def segment(y0, a, b, lw_at, save_ts):
             # what the field differentiates with respect to goes through diffrax's args, not a closure: the
             # continuous adjoint (BacksolveAdjoint) differentiates args only
@@ -150,7 +152,7 @@ class _FlowProgram:
 
             controller: diffrax.AbstractStepSizeController
             if self.controller is not None:  # the user's own controller (its dt0 from dt, or chosen by it)
-                controller, dt0 = self.controller.value, dt
+                controller, dt0 = eqx.combine(own, self.controller.value), dt
             elif self.adaptive:
                 controller, dt0 = diffrax.PIDController(rtol=rtol, atol=atol), None
             else:
@@ -200,7 +202,7 @@ class _FlowProgram:
 
 @moved
 def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None,
-          save: Save = Save(), batch: Batch = Batch(), dtype=None, solver="tsit5", rtol=1e-6, atol=1e-8, dt=None,
+          save: Save = Save(), batch: Batch = Batch(), dtype=None, solver="tsit5", rtol=None, atol=None, dt=None,
           max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
           stepsize_controller=None, adjoint=None) -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.
@@ -225,7 +227,7 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
         dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default that of ``X0``).
         solver: ``'tsit5'`` (default), ``'dopri5'``, ``'dopri8'``, ``'bosh3'``, ``'heun'``,
             ``'midpoint'``, ``'ralston'``, ``'euler'`` or any diffrax solver instance.
-        rtol, atol: tolerances of the PID step-size controller (adaptive steps).
+        rtol, atol: tolerances of the PID step-size controller (adaptive steps); default ``1e-6`` and ``1e-8``.
         dt: a fixed step size instead of adaptive steps (required for solvers without an error
             estimate such as Euler).
         max_steps: most steps per condition (per layer interval for a layered model); a condition
@@ -234,8 +236,9 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
         weights_fn: ``t -> Layers`` of one weight set (leading axis removed), for smooth
             time-varying weights; replaces the model's schedule (the model gives the shapes).
         stepsize_controller: a diffrax step-size controller used instead of the PID controller built
-            from ``rtol``/``atol`` (e.g. ``diffrax.PIDController(rtol=1e-8, atol=1e-10, pcoeff=0.3)``);
-            ``dt``, if given, is its first step.
+            from ``rtol``/``atol`` (e.g. ``diffrax.PIDController(rtol=1e-8, atol=1e-10, pcoeff=0.3)``), so it
+            is refused together with ``rtol`` or ``atol``; ``dt``, if given, is its first step. Its float
+            fields (tolerances, factors) are traced like ``rtol``: a new value does not recompile.
         adjoint: how reverse-mode autodiff goes through the solve: diffrax's
             ``RecursiveCheckpointAdjoint()`` (the default: exact gradients of the discretised solve,
             memory logarithmic in the number of steps) or ``BacksolveAdjoint(...)`` (the continuous
@@ -277,7 +280,11 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
         raise ConfigError(f"t1 must be greater than t0, got t0={t0f:g}, t1={t1f:g}")
     if times_traced:
         t1f = eqx.error_if(t1f, t1f <= t0f, "t1 must be greater than t0")
-    rtol, atol = check_scalar("rtol", rtol, positive=True), check_scalar("atol", atol, positive=True)
+    if stepsize_controller is not None and (rtol is not None or atol is not None):
+        raise ConfigError("rtol and atol are the tolerances of the PID controller solve builds; a stepsize_controller "
+                          "brings its own (diffrax.PIDController(rtol=..., atol=...)): give one or the other")
+    rtol = check_scalar("rtol", 1e-6 if rtol is None else rtol, positive=True)
+    atol = check_scalar("atol", 1e-8 if atol is None else atol, positive=True)
     layer_time = check_scalar("layer_time", layer_time, positive=True)
     positive_int("max_steps", max_steps)
     solver_ = _solver(solver)
@@ -320,14 +327,16 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
     form = _form(model, flow, X0.shape[1], dtype, batch.form, weights_fn)
     if form.key_chunk is not None and batch.size is None:  # one such condition fills the device: no padded lanes
         batch = dataclasses.replace(batch, size=1)
+    own = None if stepsize_controller is None else eqx.partition(stepsize_controller, _real_value)
     program = _FlowProgram(form=form, flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
                            observe=save.observe or consensus_observables, trajectory=bool(save.trajectory),
                            max_steps=int(max_steps), weights_fn=weights_fn,
                            adjoint=_Static(diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint),
-                           controller=None if stepsize_controller is None else _Static(stepsize_controller))
+                           controller=None if own is None else _Static(own[1]))
     as_ = lambda v: None if v is None else jnp.asarray(v, dtype)
     params = (model, as_(beta), as_(S), cast_floats(save.aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol),
-              as_(atol), as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets))
+              as_(atol), as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets),
+              None if own is None else jax.tree_util.tree_map(as_, own[0]))
     obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch=batch)
     return Solution(ts, obs, final, traj, result, nsteps)
 
@@ -344,6 +353,14 @@ def _form(model: Model, flow: Flow, n: int, dtype, form, weights_fn) -> Form:
     if weights_fn is not None or flow.rescaled:
         return GENERAL
     return choose(model, n, kernel=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget())
+
+
+def _real_value(leaf) -> bool:
+    """A leaf of a step-size controller that is a real number (a tolerance, a factor): traced rather than static.
+    Integers and booleans stay static (diffrax may branch on them)."""
+    if isinstance(leaf, float):
+        return True
+    return isinstance(leaf, (jax.Array, np.ndarray)) and jnp.issubdtype(leaf.dtype, jnp.floating)
 
 
 def _check_ts(ts, t0, t1):

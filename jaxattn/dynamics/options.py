@@ -118,7 +118,8 @@ class Batch:
             default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
         path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics._kernels` where it
             applies, on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force
-            it; interpret mode on a CPU) or ``'plain'``. Flows and repeated passes refuse ``'fused'``.
+            it; interpret mode on a CPU; it runs its own tiles, so ``size`` is refused with it) or ``'plain'``.
+            Flows and repeated passes refuse ``'fused'``.
         form: how each layer's attention is arranged on the plain path: ``'auto'`` (the cheapest exact form,
             :func:`jaxattn.model.forms.choose`) or a :class:`jaxattn.Form` to force one (tests, benchmarks;
             ``ja.Form()`` is the general per-head form). Every form gives the same numbers up to round-off.
@@ -181,6 +182,9 @@ def check_batch(batch, driver: str, *, fused: bool = False) -> Batch:
         raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
     if batch.path == "fused" and not fused:
         raise ConfigError(f"Batch(path='fused') is the fused kernel of simulate's maps; {driver} has no fused path")
+    if batch.path == "fused" and batch.size is not None:  # the kernel has its own tiles: a size would be ignored
+        raise ConfigError(f"Batch(path='fused') runs the kernel's own tiles of conditions and takes no size, got "
+                          f"Batch(size={batch.size}, path='fused'): leave size out, or use path='plain' with a size")
     return batch
 
 

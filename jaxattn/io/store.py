@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -60,11 +62,13 @@ class SweepStore:
 
     # ------------------------------------------------------------------ creation
     @classmethod
-    def open(cls, root, manifest: dict | None = None) -> SweepStore:
+    def open(cls, root, manifest: dict | None = None, *, overwrite: bool = False) -> SweepStore:
         """Open the store at ``root``; with ``manifest``, create it or check that it matches.
 
-        ``manifest`` must hold ``fingerprint`` (what decides the numbers); a store whose fingerprint
-        differs is refused with a clear error and left untouched.
+        ``manifest`` must hold ``fingerprint`` (what decides the numbers) and may hold ``decides`` (the
+        configuration that was fingerprinted, to name what differs). A store whose fingerprint differs is
+        refused with the differing keys and left untouched, or with ``overwrite`` removed (only the entries a
+        store holds, see :func:`clear_store`; anything else in ``root`` is refused, never deleted) and created anew.
         """
         root = Path(root)
         path = root / "manifest.json"
@@ -76,13 +80,21 @@ class SweepStore:
             return cls(root, _read_manifest(path))
         if path.is_file():
             old = _read_manifest(path)
-            if old.get("fingerprint") != manifest["fingerprint"]:
-                raise ConfigError(f"{root} holds a sweep with another configuration (fingerprint "
-                                  f"{old.get('fingerprint')} != {manifest['fingerprint']}); choose another output "
-                                  "directory, or delete it to start again")
-            return cls(root, old)
-        if root.exists() and any(p.name not in ("locks",) for p in root.iterdir()):
-            raise ConfigError(f"{root} is not empty and holds no sweep: choose a new or empty directory")
+            if old.get("fingerprint") == manifest["fingerprint"] or _same_values(old, manifest):
+                return cls(root, old)
+            if not overwrite:
+                raise ConfigError(f"{root} holds a sweep with another configuration ({_differences(old, manifest)}); "
+                                  "choose another output directory, or replace it (--overwrite; overwrite=True "
+                                  "in Python)")
+            clear_store(root)
+        other = sorted(p.name for p in root.iterdir() if p.name != "locks") if root.exists() else []
+        command = _run_of(root) if other else None
+        if command:
+            raise ConfigError(f"{root} holds a run of `jaxattn {command}`, not a sweep store (nothing is deleted); "
+                              "choose a new or empty directory")
+        if other:
+            raise ConfigError(f"{root} is not empty and holds no sweep: it holds {other[0]!r}, which is no part of a "
+                              "sweep store (nothing is deleted); choose a new or empty directory")
         try:
             root.mkdir(parents=True, exist_ok=True)
             probe = root / ".jaxattn-write-test"
@@ -197,6 +209,92 @@ class SweepStore:
     def mark_finished(self, summary: dict, process_id: int = 0) -> None:
         """Record a process's summary of its part (``summary-<process>.json``)."""
         write_json(self.root / f"summary-{process_id}.json", summary)
+
+
+#: The entries of a store directory (``solve`` writes its ``config.json`` and ``summary.txt`` there too), and the
+#: temporaries of their atomic writes: what replacing a store may remove.
+_ENTRY = re.compile(r"^(manifest\.json|data\.zarr|done|locks|summary-\d+\.json|config\.json|summary\.txt"
+                    r"|\.jaxattn-write-test|\.manifest\.\d+\.tmp|\.(config\.json|summary\.txt|summary-\d+\.json)\..+\.tmp)$")
+
+
+def clear_store(root) -> None:
+    """Remove the sweep store ``root``'s own entries (its manifest first, so that an interrupted removal leaves no
+    store half-trusted); refused, with nothing removed, if ``root`` holds anything a store does not."""
+    entries = sorted(Path(root).iterdir(), key=lambda q: (q.name != "manifest.json", q.name))
+    other = [p.name for p in entries if not _ENTRY.match(p.name)]
+    if other:
+        raise ConfigError(f"{root} holds {other[0]!r}, which is not part of a jaxattn sweep store: nothing is "
+                          "deleted; choose another directory")
+    _not_in_use(Path(root))
+    for p in entries:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        else:
+            p.unlink(missing_ok=True)
+
+
+def _run_of(root: Path) -> str | None:
+    """The command whose run directory ``root`` is (its marker, ``.jaxattn-run.json``), if it is one."""
+    try:
+        marker = json.loads((root / ".jaxattn-run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return marker.get("command") if isinstance(marker, dict) and isinstance(marker.get("command"), str) else None
+
+
+def _not_in_use(root: Path) -> None:
+    """Refuse while a process holds one of the store's writer locks (it is writing chunks there)."""
+    from filelock import FileLock, Timeout
+
+    for f in sorted((root / "locks").glob("process-*.lock")):
+        lk = FileLock(str(f))
+        try:
+            lk.acquire(timeout=0)
+        except Timeout:
+            raise ConfigError(f"another process is writing {root} ({f.name}); wait for it to finish") from None
+        lk.release()
+
+
+def _flat(d, prefix: str = "") -> dict:
+    out: dict = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out |= _flat(v, f"{prefix}{k}." if k else prefix)  # the top-level section "" adds no name
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _decided(manifest: dict) -> dict | None:
+    """The configuration a store's fingerprint was computed from, flat (``section.key``), if the manifest holds it."""
+    d = manifest.get("decides", manifest.get("stamp", manifest.get("config")))
+    return _flat(d) if isinstance(d, dict) else None
+
+
+def _same_values(old: dict, new: dict) -> bool:
+    """Whether two configurations whose fingerprints differ hold the same values, ``beta = 2`` against
+    ``beta = 2.0`` (a fingerprint hashes the JSON text, where they differ; the run computes the same numbers)."""
+    a, b = _decided(old), _decided(new)
+    return a is not None and a == b
+
+
+def _differences(old: dict, new: dict, most: int = 4) -> str:
+    """What differs between the configuration a store was written with and the one asked now, as
+    ``key: stored value there, value now``; the fingerprints when the store does not say what it was made from."""
+    a, b = _decided(old), _decided(new)
+    if a is None or b is None:
+        return f"fingerprint {old.get('fingerprint')} != {new['fingerprint']}"
+    missing = object()
+    keys = [k for k in sorted(a.keys() | b.keys()) if a.get(k, missing) != b.get(k, missing)]
+    if not keys:
+        return f"fingerprint {old.get('fingerprint')} != {new['fingerprint']}"
+    # the caller's own options (a command's) read better than the machinery's copies of them
+    show = lambda v: "(not set)" if v is missing else repr(v)
+    name = lambda k: k.removeprefix("config.").removeprefix("fingerprint.")  # the keys as the user wrote them
+    shown = [f"{name(k)}: {show(a.get(k, missing))} there, {show(b.get(k, missing))} now"
+             for k in keys[:most]]
+    more = f" and {len(keys) - most} more" if len(keys) > most else ""
+    return "; ".join(shown) + more
 
 
 def _read_manifest(path: Path) -> dict:
@@ -343,4 +441,5 @@ def fingerprint(config: Mapping) -> str:
     return config_hash(config)
 
 
-__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "fingerprint", "nonfinite_conditions", "open_sweep"]
+__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "clear_store", "fingerprint", "nonfinite_conditions",
+           "open_sweep"]

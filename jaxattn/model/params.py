@@ -236,6 +236,9 @@ EMBEDDING_FIELDS = tuple(f.name for f in dataclasses.fields(Embeddings))
 
 def validate(model: Model) -> Model:
     """Check shapes, the schedule and finiteness; raise :class:`ConfigError` with one clear line."""
+    if not isinstance(model, Model):  # None, a name, a dict: one line rather than an AttributeError
+        raise ConfigError(f"model must be a jaxattn Model (ja.load_any('minilm'), ja.random_model(...)), got "
+                          f"{type(model).__name__} {model!r:.60}")
     lay = model.layers
     if lay.q.ndim != 4:
         raise ConfigError(f"q must be [G, H, d_h, d], got shape {tuple(lay.q.shape)}")

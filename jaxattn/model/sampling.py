@@ -37,6 +37,10 @@ NEEDS_ARRAY = {"symmetric": "spectrum", "ellipsoid": "S"}
 DRAW_BLOCK = {"cpu": 64}
 #: Initial conditions one key can name: condition i is drawn from ``fold_in(key, i)`` with 32-bit ``i``.
 MAX_CONDITIONS = 2**32
+#: The index :func:`seeded_model` folds into a seed's key for the model: initial condition ``MODEL_INDEX`` of that
+#: key draws from ``fold_in(fold_in(key, MODEL_INDEX), 2^32 - 1)`` instead (an index no weight set of a model
+#: reaches), so the model's key is never also drawn from as a condition's.
+MODEL_INDEX = 2**31 - 1
 
 
 def check_key(key) -> jax.Array:
@@ -211,9 +215,10 @@ def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = 
 
 def seeded_model(seed: int, d: int, heads: int = 1, depth: int = 1, **options) -> Model:
     """The random model that a command's or a sweep's ``seed`` names: :func:`random_model` with the key
-    ``fold_in(key(seed), 2^31 - 1)`` (the initial conditions draw from ``fold_in(key(seed), i)``), drawn in
+    ``fold_in(key(seed), 2^31 - 1)`` (the initial conditions draw from ``fold_in(key(seed), i)``, condition
+    ``2^31 - 1`` from a key of its own: :data:`MODEL_INDEX`), drawn in
     float32 whatever the run's dtype, so one seed names one model. ``options``: :func:`random_model`'s."""
-    return random_model(jax.random.fold_in(jax.random.key(seed), 2**31 - 1), d, heads, depth, dtype=jnp.float32,
+    return random_model(jax.random.fold_in(jax.random.key(seed), MODEL_INDEX), d, heads, depth, dtype=jnp.float32,
                         **options)
 
 
@@ -221,7 +226,8 @@ def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None
                 dtype=jnp.float32) -> Float[Array, "batch n d"]:
     """Random initial configurations ``X0: [batch, n, d]``.
 
-    Condition ``i`` (global index ``start + i``) uses ``fold_in(key, start + i)``; its Gaussian
+    Condition ``i`` (global index ``start + i``) uses ``fold_in(key, start + i)`` (condition ``2^31 - 1``: see
+    :data:`MODEL_INDEX`); its Gaussian
     draw is float32 whatever ``dtype`` (then cast, and normalised in ``dtype``), so a seed gives the
     same tokens in float32 and float64, up to float32 rounding.
 
@@ -270,7 +276,10 @@ def _draw(key, idx, S, *, n: int, d: int, kind: str, dtype) -> jax.Array:
     """The conditions ``idx`` of one block."""
 
     def one(i):
-        g = jax.random.normal(jax.random.fold_in(key, i), (n, d), jnp.float32).astype(dtype)
+        k = jax.random.fold_in(key, i)
+        # the seeded model's key (seeded_model) is not drawn from as a condition's: that condition takes another
+        k = jnp.where(i == MODEL_INDEX, jax.random.fold_in(k, MAX_CONDITIONS - 1), k)
+        g = jax.random.normal(k, (n, d), jnp.float32).astype(dtype)
         if kind == "gaussian":
             return g
         if kind == "sphere":

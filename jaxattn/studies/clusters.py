@@ -44,7 +44,7 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import check_options, csv_text, no_model, quiet, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, no_model, own_config, quiet, write_report
 
 
 def _several(v) -> str | None:
@@ -128,7 +128,7 @@ def run(out_dir, config: ClustersConfig | None = None, *, model=None, model_name
     the stage messages. Runs in float64 (eigenvalues and cluster tolerances need it) inside a scoped
     ``jax.enable_x64``: the caller's ``jax_enable_x64`` is left as it was."""
     no_model("clusters", model)
-    cfg = ClustersConfig() if config is None else config
+    cfg = own_config("clusters", ClustersConfig, config)
     cfg.check()
     with jax.enable_x64(True):
         return _run(Path(out_dir), cfg, progress or quiet)

@@ -42,7 +42,15 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model, repeat_kv
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import check_options, csv_text, need_model, quiet, write_report
+from jaxattn.studies.skeleton import (
+    check_options,
+    csv_text,
+    need_model,
+    own_config,
+    quiet,
+    refuse_inert,
+    write_report,
+)
 
 
 def _on_sphere(v) -> str | None:
@@ -67,8 +75,17 @@ class ConsensusConfig:
     figures: bool = option(True, "write PNG figures")
 
     def check(self) -> None:
-        """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
+        """Every option checked against its declaration, and none that changes nothing (:meth:`inert`), before
+        any work (one :class:`ConfigError` line)."""
         check_options(self)
+        refuse_inert(self, self.inert())
+
+    def inert(self) -> dict[str, str]:
+        """The options that change nothing with the others, each with the reason (refused when set)."""
+        if self.synthetic:
+            return {}
+        return dict.fromkeys(("synthetic_d", "synthetic_n", "synthetic_num", "t1"),
+                             "synthetic = false (the theorem settings are not run)")
 
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:
@@ -126,7 +143,7 @@ def run(out_dir, config: ConsensusConfig | None = None, *, model: Model | None =
     inside a scoped ``jax.enable_x64`` (the caller's ``jax_enable_x64`` is left as it was); otherwise the theorem
     settings run in float64 only where the caller has enabled it."""
     model = need_model("consensus", model)
-    cfg = ConsensusConfig() if config is None else config
+    cfg = own_config("consensus", ConsensusConfig, config)
     cfg.check()
     with jax.enable_x64(True) if cfg.dtype == "float64" else contextlib.nullcontext():
         return _run(model, Path(out_dir), cfg, model_name, progress or quiet)

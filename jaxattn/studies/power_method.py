@@ -41,7 +41,7 @@ from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weigh
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import INIT_KINDS, NEEDS_ARRAY, init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import check_options, csv_text, need_model
+from jaxattn.studies.skeleton import check_options, csv_text, need_model, refuse_inert
 from jaxattn.sweeps.chunked import Timer, sweep
 
 
@@ -79,6 +79,15 @@ class StudyConfig:
     def check(self) -> None:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
         check_options(self)
+
+    def inert(self, model: Model) -> dict[str, str]:
+        """The options that change nothing on ``model``, each with the reason (refused when set)."""
+        out = {}
+        if not model.shared:
+            out["prolong"] = "a model without shared weights (the prolonged run repeats one shared block)"
+        if self.ffn_study and (model.layers.w1 is None or model.layers.ln1_w is None):  # --no-ffn-study is true
+            out["ffn_study"] = "a model without FFN and LayerNorm (an attention-only model)"
+        return out
 
 
 def _as_floats(cfg: StudyConfig) -> dict:
@@ -216,6 +225,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     _check_arguments(model, out_dir, cfg)
     cfg = StudyConfig() if cfg is None else cfg
     cfg.check()
+    refuse_inert(cfg, cfg.inert(model))
     d1 = Dynamics(rope=cfg.rope)  # D1: position-free by default, RoPE by token index on request
     out = Path(out_dir)
     dtype = _dtype(cfg.dtype)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -78,12 +78,25 @@ def check_options(config) -> None:
         v = getattr(config, name)
         if spec.is_list and isinstance(v, str):
             raise ConfigError(f"{name} must be a list ({name}=[...]), not comma-separated text; got {v!r}")
-        check_value(name, spec, v)
+        # the checked value: a NumPy number from a Python caller becomes the Python one (recorded in JSON)
+        object.__setattr__(config, name, check_value(name, spec, v))
     # a study that runs both precisions: the matrix-product setting lowers float32 products only
     dtype, precision = getattr(config, "dtype", "float32"), getattr(config, "matmul_precision", "highest")
     if dtype != "float32" and precision != "highest":
         raise ConfigError(f"matmul_precision = {precision!r} does nothing with dtype = {dtype!r} (it lowers float32 "
                           "products only): leave it out")
+
+
+def refuse_inert(config, inert: Mapping[str, str], *, given: Iterable[str] | None = None,
+                 name: Callable[[str], str] | None = None) -> None:
+    """Options that would change nothing in this run are refused rather than recorded as if they had (the
+    report and ``config.json`` would claim them). ``inert``: ``{option: why it changes nothing}`` (the
+    study's ``Config.inert()``); ``given``: the options the user set (the command line, a config file), else
+    those whose value is not the declared default; ``name(option)``: how the error names it."""
+    defaults = {k: s.default for k, s in specs(type(config)).items()}
+    for key, why in inert.items():
+        if key in given if given is not None else getattr(config, key) != defaults[key]:
+            raise ConfigError(f"{(name or str)(key)} does nothing with {why}: leave it out")
 
 
 def write_report(out: Path, lines: Sequence[str], figures: Sequence[str] = ()) -> None:
@@ -96,6 +109,18 @@ def write_report(out: Path, lines: Sequence[str], figures: Sequence[str] = ()) -
 
 def quiet(message: str) -> None:
     """The stage messages of a study run without ``progress``: none."""
+
+
+def own_config(study: str, cls: type[T], config) -> T:
+    """The study's configuration: ``cls()`` for ``None``, ``config`` if it is a ``cls``, else one line saying how to
+    build one (a dict or another study's configuration would fail later on a missing attribute)."""
+    if config is None:
+        return cls()
+    if not isinstance(config, cls):
+        how = f"{cls.__name__}(**{{...}})" if isinstance(config, dict) else f"{cls.__name__}(...)"
+        raise ConfigError(f"the {study} study's config must be a {cls.__module__}.Config ({how}), got "
+                          f"{type(config).__name__} {config!r:.80}")
+    return config
 
 
 def no_model(study: str, model) -> None:

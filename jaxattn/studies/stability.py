@@ -45,7 +45,16 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import check_options, csv_text, md_cell, no_model, quiet, write_report
+from jaxattn.studies.skeleton import (
+    check_options,
+    csv_text,
+    md_cell,
+    no_model,
+    own_config,
+    quiet,
+    refuse_inert,
+    write_report,
+)
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -88,10 +97,16 @@ class StabilityConfig:
     figures: bool = option(True, "write PNG figures")
 
     def check(self) -> None:
-        """Every option checked against its declaration, then what no single option says: the memory the
-        linearisations of one model take (one :class:`ConfigError` line, before any work)."""
+        """Every option checked against its declaration, then what no single option says: options that change
+        nothing (:meth:`inert`), the memory the linearisations of one model take (one :class:`ConfigError`
+        line, before any work)."""
         check_options(self)
+        refuse_inert(self, self.inert())
         self._check_memory()
+
+    def inert(self) -> dict[str, str]:
+        """The options that change nothing with the others, each with the reason (refused when set)."""
+        return {"t1": "time = 'discrete' (t1 is the flow's time)"} if self.time == "discrete" else {}
 
     def _check_memory(self) -> None:
         """Every candidate equilibrium of one model is linearised at once: refuse sizes that cannot fit
@@ -173,7 +188,7 @@ def run(out_dir, config: StabilityConfig | None = None, *, model=None, model_nam
     messages. Runs in float64 (Jacobians at 1e-10 and residuals at 1e-7 need it) inside a scoped
     ``jax.enable_x64``: the caller's ``jax_enable_x64`` is left as it was."""
     no_model("stability", model)
-    cfg = StabilityConfig() if config is None else config
+    cfg = own_config("stability", StabilityConfig, config)
     cfg.check()
     with jax.enable_x64(True):
         return _run(Path(out_dir), cfg, progress or quiet)

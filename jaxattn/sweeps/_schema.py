@@ -233,6 +233,8 @@ def _refuse_inert(points: list[dict], set_keys: set) -> None:
 
 def _fill(out, sec, key, v, written: str | None = None):
     where = written or (f"{sec}.{key}" if sec else key)
+    if key in out[sec]:  # num-init next to num_init, or kernel next to path: one key given twice
+        raise ConfigError(f"{where} is given twice (under two spellings): give it once")
     if key not in SCHEMA[sec]:
         known = ", ".join(k for k in SCHEMA[sec] if k)
         raise ConfigError(f"unknown key '{where}' (known{' in [' + sec + ']' if sec else ''}: {known})")

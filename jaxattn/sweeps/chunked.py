@@ -24,7 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics._runner import check_scalar, default_lanes, lanes_for, resolve_dtype
+from jaxattn.dynamics._runner import (
+    check_scalar,
+    default_lanes,
+    lanes_for,
+    memory_limit,
+    resolve_dtype,
+    working_bytes,
+)
 from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
@@ -52,17 +59,47 @@ def auto_chunk(n: int, d: int, steps: int, *, keep_final: bool, dtype, lanes: in
     return int(max(lanes, c // lanes * lanes))
 
 
+def check_fits(n: int, d: int, heads: int, dtype, size: int | None = None) -> None:
+    """Refuse, before anything is allocated, conditions of ``n`` tokens whose block of the runner cannot fit on
+    the device (:func:`jaxattn.dynamics._runner.working_bytes`: the attention matrices grow like ``n²``). The
+    runner refuses the same, but only once a chunk's initial states are drawn: ``n = 10^11`` aborted in native
+    code while drawing them, leaving a started run behind."""
+    per = working_bytes(n, d, heads, dtype)
+    lanes = lanes_for(size, per)
+    have = memory_limit()
+    if lanes * per > have // 2:
+        what = "one initial condition" if lanes == 1 else f"one block of {lanes} initial conditions"
+        raise ConfigError(f"n = {n:,} tokens (d = {d}, {heads} head(s)) need about {lanes * per / 2**30:,.3g} GiB "
+                          f"for {what}, more than half the device's {have / 2**30:,.3g} GiB: lower n"
+                          + ("" if lanes == 1 else " or Batch(size=...)"))
+
+
+def check_kept(num_init: int, n: int, d: int, steps: int, dtype, keep_final: bool) -> None:
+    """Refuse, before computing, results that cannot be held in memory at the end: a sweep returns every
+    condition's observables (about 8 scalars per saved step) and, with ``keep_final``, its final state."""
+    per = jnp.dtype(dtype).itemsize * (8 * (steps + 1) + (n * d if keep_final else 0))
+    have = memory_limit()
+    if num_init * per > have // 2:
+        raise ConfigError(f"the results of {num_init:,} initial conditions ({n} tokens, {steps} steps"
+                          + (", final states kept" if keep_final else "") + f") need about "
+                          f"{num_init * per / 2**30:,.3g} GiB in memory, more than half the machine's "
+                          f"{have / 2**30:,.3g} GiB: fewer conditions" + (" or no final states" if keep_final else "")
+                          + " (or a sweep_grid store, read point by point)")
+
+
 @moved
 def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
           chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
           save: Save = Save(), batch: Batch = Batch(), dtype="float32", keep_final: bool = True,
-          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None) -> dict[str, np.ndarray]:
+          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None,
+          overwrite: bool = False) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
     ``final: [num_init, n, d]``. With ``out_dir`` every chunk is stored and verified and an
     interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
-    numbers. ``chunk`` (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
+    numbers; a store of another configuration there is refused, or with ``overwrite`` replaced. ``chunk``
+    (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
     computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
     ``computed`` and ``resumed`` condition counts and the ``chunk`` size used. ``save``, ``batch`` and
     ``dtype`` are :func:`jaxattn.simulate`'s (a sweep keeps observables and final states, so
@@ -103,6 +140,17 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
         raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
     d = model.d_model
+    check_fits(n, d, model.n_heads, dtype, batch.size)  # before the store and the first draw
+    check_kept(num_init, n, d, steps, dtype, keep_final)
+    # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
+    # fixed lane width keeps every condition's numbers independent of the split
+    span = min(chunk, num_init)  # a chunk larger than the run computes only the run's conditions
+    piece = min(span, -(-span // (PIECES * lanes)) * lanes)  # whole lane blocks
+    held = jnp.dtype(dtype).itemsize * piece * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
+    if held > memory_limit() // 2:  # a piece's states and results are held at once
+        raise ConfigError(f"chunk = {chunk:,} computes {piece:,} conditions at a time, about {held / 2**30:,.3g} GiB "
+                          f"of states and results, more than half the machine's {memory_limit() / 2**30:,.3g} GiB: "
+                          "give a smaller chunk (default: from a 256 MiB budget)")
     key = jax.random.key(seed)
     store, existed = None, True
     if out_dir is not None:
@@ -119,10 +167,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         existed = (Path(out_dir) / STORE).exists()
         store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
                                                         "points": [{"num_init": num_init, "params": {}}],
-                                                        "stamp": stamp})
-    # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
-    # fixed lane width keeps every condition's numbers independent of the split
-    piece = min(chunk, -(-chunk // (PIECES * lanes)) * lanes)  # whole lane blocks
+                                                        "stamp": stamp}, overwrite=overwrite)
 
     def compute(point: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
         pieces = []

@@ -31,6 +31,8 @@ so every number is the same whatever the chunk size, device count or process cou
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -61,6 +63,7 @@ from jaxattn.sweeps._schema import (
     inert_keys,
     validate_config,
 )
+from jaxattn.sweeps.chunked import check_fits
 
 #: the names this module was importable by before the schema, observables, execution and process start-up
 #: moved to their own modules
@@ -69,11 +72,27 @@ __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "SCHEMA", "SECTION
            "validate_config"]
 
 
+def _refuse_same_path(points: list[dict], info: list[dict]) -> None:
+    """A ``path`` axis whose values take the same path at a point (``['plain', 'auto']`` where 'auto' means the
+    plain path: every backend until the kernel is proven) would compute that point twice: refused."""
+    seen: dict = {}
+    for p, i in zip(points, info, strict=True):
+        if "path" not in p["params"]:
+            return
+        rest = json.dumps({k: v for k, v in p["params"].items() if k != "path"}, sort_keys=True, default=str)
+        other = seen.setdefault((rest, i["kernel"]), p["path"])
+        if other != p["path"]:
+            raise ConfigError(f"path is an axis but '{other}' and '{p['path']}' both take the {i['kernel']} path here "
+                              f"(on {jax.default_backend()}), which would run one point twice: give one of them")
+
+
 @moved
 def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | None = None,
-               num_processes: int | None = None, coordinator: str | None = None, progress: bool = True, log=None):
+               num_processes: int | None = None, coordinator: str | None = None, progress: bool = True, log=None,
+               overwrite: bool = False):
     """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
-    configuration). Returns the opened :class:`jaxattn.io.store.Sweep`.
+    configuration; a store of another configuration is refused, or with ``overwrite`` replaced: only its own
+    entries are removed). Returns the opened :class:`jaxattn.io.store.Sweep`.
 
     ``batch`` (:class:`jaxattn.Batch`): the lane width (``size``) and the devices each chunk is split over;
     default ``Batch(devices=jax.local_devices())``, every local device. Its precision and path are the
@@ -100,11 +119,16 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                           "path): give Batch(size=..., devices=...) only")
     cfg = validate_config(load_config(config))
     points = expand(cfg)
+    if batch is not None and batch.size is not None and any(p["path"] == "fused" for p in points):
+        check_batch(dataclasses.replace(batch, path="fused"), "sweep_grid", fused=True)  # refused: the kernel's tiles
     if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
             return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
-                              coordinator=coordinator, progress=progress, batch=batch, log=log)
+                              coordinator=coordinator, progress=progress, batch=batch, log=log, overwrite=overwrite)
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
+    if overwrite and nproc > 1:  # each process would clear what the others have started writing
+        raise ConfigError("overwrite with several processes would let each clear the others' chunks: replace the "
+                          "store in one process first (or choose a new directory)")
     if nproc > 1 and not jax.distributed.is_initialized():
         jax.distributed.initialize(coordinator_address=coord, num_processes=nproc, process_id=pid)
     batch = Batch(devices=jax.local_devices()) if batch is None else batch
@@ -114,14 +138,16 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     point_info = []
     for p in points:
         m = _model_of(p, models)
+        check_fits(p["init.n"], m.d_model, m.n_heads, p["dtype"], batch.size)  # before the store is written
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
                            "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
-    manifest = {"fingerprint": fingerprint({"config": decisive(cfg), "lanes": batch.size}), "config": cfg,
-                "chunk": chunk,
+    _refuse_same_path(points, point_info)
+    decides = {"config": decisive(cfg), "lanes": batch.size}
+    manifest = {"fingerprint": fingerprint(decides), "decides": decides, "config": cfg, "chunk": chunk,
                 "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
                                                     "processes": nproc}}
     existed = Path(out).exists()
-    store = SweepStore.open(out, manifest)
+    store = SweepStore.open(out, manifest, overwrite=overwrite)
     mine = [w for j, w in enumerate(work_items([p["num_init"] for p in points], chunk)) if j % nproc == pid]
     replicated: dict = {}
     failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed

@@ -100,6 +100,9 @@ def load_any(spec) -> Model:
     spec = str(spec)
     if spec in BUILTIN:
         return load(builtin_path(spec))
+    if spec == "random" and not Path(spec).exists():  # the commands' word for a random model is no checkpoint
+        raise CheckpointError("'random' names no checkpoint: a random model is jaxattn.random_model(key, d, heads, "
+                              "depth)")
     p = Path(spec)
     if p.is_file():
         return load(p)

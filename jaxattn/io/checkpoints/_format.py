@@ -132,6 +132,9 @@ def read_meta(path) -> dict:
     from safetensors import safe_open
 
     path = Path(path)
+    if path.is_dir():  # a checkpoint folder, most likely: it is converted first
+        raise CheckpointError(f"{path} is a directory, not a converted .safetensors file (a checkpoint folder is "
+                              "converted with `jaxattn convert FOLDER --out FILE` or jaxattn.convert)")
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist or is not a file")
     try:
