@@ -111,7 +111,7 @@ def direction_rows(inc: DirectionIncrements) -> list[dict]:
         P, dr = inc.P[k, :nd], inc.drho[k, :nd]
         rows.append({"step": k, "directions": nd, "tokens": inc.tokens, "P1": float(P[0]),
                      "Pbar": float(P.mean()), "P_median": float(np.median(P)),
-                     "P_above_half": float(np.mean(P > 0.5)), "P1_rank": int(1 + np.sum(P > P[0])),
+                     "P_above_half": float(np.mean(P > 0.5)), "P1_rank": int(np.sum(P[0] < P) + 1),
                      "drho1": float(dr[0]), "drhobar": float(dr.mean()),
                      "lambda1_re": float(inc.lam[k, 0].real), "lambda1_im": float(inc.lam[k, 0].imag)})
     return rows

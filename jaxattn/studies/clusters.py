@@ -79,7 +79,9 @@ class ClustersConfig:
                             "0: none", check=non_negative)
     rate_n: list[int] = option([10, 20, 40, 80], "token counts of the doubly exponential rate check (d = 1)",
                                check=_several)
-    high_dim: bool = option(False, "also run Fig. 7(b): 256 tokens in d = 128, random Q, K and symmetric V")
+    high_dim_n: int = option(0, "tokens of Fig. 7(b)'s run (the paper: 256; random Q, K and symmetric V); 0: none",
+                             check=non_negative)
+    high_dim_d: int = option(128, "dimension of Fig. 7(b)'s run (the paper: 128)", check=_hull)
 
     def check(self) -> ClustersConfig:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""

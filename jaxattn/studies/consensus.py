@@ -70,12 +70,15 @@ class ConsensusConfig:
     until: float = option(0.0, "stop a run once the mean first-token measure over the prompts is below this, "
                           "checked every --block passes (0: run every pass)", check=non_negative)
     block: int = option(10, "passes between the checks of --until", check=positive)
-    gpt2_like: bool = option(False, "also run Theorem 5.1's setting at GPT-2 small's size (causal, two heads, "
-                             "time-varying weights, 200 tokens in d = 768, 4 initial conditions)")
+    gpt2_like: list[int] = option([], "also run Theorem 5.1's setting (causal, V = I, two heads, a new Gaussian "
+                                  "weight set every unit of time, 4 initial conditions) with N tokens in dimension D, "
+                                  "given as N,D (GPT-2 small: 200,768); empty: not run", check=_on_sphere)
 
     def check(self) -> None:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
         check_options(self)
+        if self.gpt2_like and len(self.gpt2_like) != 2:
+            raise ConfigError(f"gpt2_like must be two numbers N,D (tokens, dimension), got {self.gpt2_like}")
 
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:
@@ -111,11 +114,12 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
     sol = solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus))
     out["causal_symmetric_V_hemisphere"] = (sol, np.asarray(sol.final, np.float64) @ v1)
     if cfg.gpt2_like:
-        # (b) at GPT-2 small's size: 200 tokens in d = 768, two heads, causal, V = I, a new Gaussian weight set
-        # every unit of time (10 cycled)
-        m = random_model(jax.random.fold_in(key, 10), 768, 2, 10, shared=False, mask="causal", value="identity",
-                         dtype=jnp.float32)
-        X0 = init_tokens(jax.random.fold_in(key, 11), 4, 200, 768)
+        # (b) at a transformer's size (GPT-2 small: 200 tokens in d = 768): two heads, causal, V = I, a new Gaussian
+        # weight set every unit of time (10 cycled)
+        gn, gd = cfg.gpt2_like
+        m = random_model(jax.random.fold_in(key, 10), gd + gd % 2, 2, 10, shared=False, mask="causal",
+                         value="identity", dtype=jnp.float32)
+        X0 = init_tokens(jax.random.fold_in(key, 11), 4, gn, m.d_model)
         out["causal_gpt2_like"] = (solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus)), X0)
     return out
 
@@ -141,7 +145,7 @@ def _runs(model: Model, random_periodic: bool = True) -> list[tuple[str, Dynamic
 
 
 def passes_until(model: Model, X0, passes: int, *, dynamics: Dynamics, mode: str, key, until: float = 0.0,
-                 block: int = 10, precision: str = "highest", dtype=None) -> np.ndarray:
+                 block: int = 10, precision: str = "highest", dtype=None) -> dict[str, np.ndarray]:
     """The consensus measures after every block of ``passes`` passes of ``model`` from ``X0: [B, n, d]`` (every
     ``mode`` of :data:`MODES`); with ``until > 0`` the passes run ``block`` at a time and stop once the mean
     first-token measure is below ``until``. Returns ``{measure: [B, layers + 1]}``.
@@ -248,7 +252,8 @@ def synthetic_end_rows(name: str, sol, extra) -> list[dict]:
     rows = []
     for b in range(obs["first_token"].shape[0]):
         row = {"setting": name, "condition": b, "solver_ok": bool(result[b] == 0),
-               "first_token_end": float(obs["first_token"][b, -1]), "cos_consensus_end": float(obs["cos_consensus"][b, -1]),
+               "first_token_end": float(obs["first_token"][b, -1]),
+               "cos_consensus_end": float(obs["cos_consensus"][b, -1]),
                "first_token_moved": float("nan"), "min_abs_v1": float("nan"), "same_sign": ""}
         if name.startswith("causal_symmetric_V"):
             c = np.asarray(extra)[b]

@@ -455,7 +455,8 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
         lines += ["## P1 against every eigendirection (the paper's P̄)", "",
                   f"Over {dr[0]['tokens']} tokens (the first {min(cfg.num_init, 1000)} initial conditions): P_k is the "
                   "fraction of tokens whose correlation with eigendirection k grows through the layer, P̄ the mean of "
-                  "P_k over all eigendirections (a complex pair counts once), as in §3.2 of the paper (`directions.csv`). "
+                  "P_k over all eigendirections (a complex pair counts once), as in §3.2 of the paper "
+                  "(`directions.csv`). "
                   "The P̄ column above is the probability that the direction-averaged ρ̄ grows, another number.", "",
                   "| step | directions | P1 | P̄ (mean of P_k) | rank of P1 | P_k > 1/2 | Δρ1 | Δρ̄ |",
                   "|---|---|---|---|---|---|---|---|"]
@@ -487,7 +488,8 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
                      f"{r['align_q01']:.4f} | {r['frac_above_0.99']:.3f} | {r['gap_after']:.4g} | {r['found_by']} |")
     if tables.get("steering_heldout"):
         ho = tables["steering_heldout"]
-        lines += ["", f"The same gains on {ho[0]['conditions']} held-out initial conditions (`steering_heldout.csv`):", "",
+        lines += ["", f"The same gains on {ho[0]['conditions']} held-out initial conditions "
+                      "(`steering_heldout.csv`):", "",
                   "| γ | mean alignment with u | 1% quantile | fraction > 0.99 | conditions with every token > 0.99 |",
                   "|---|---|---|---|---|"]
         for r in ho:

@@ -452,7 +452,8 @@ def _extra_sections(tables) -> list[str]:
         if not rows:
             continue
         L += ["", f"## {title}", "", "| time | n | models | mean stable | stable consensus at v1 | stable consensus "
-              "elsewhere | stable bipartite at v1 | stable bipartite elsewhere | candidates that are not fixed points |",
+              "elsewhere | stable bipartite at v1 | stable bipartite elsewhere | candidates that are not fixed "
+              "points |",
               "|---|---|---|---|---|---|---|---|---|"]
         for (time, n), group in _groups(rows, ("time", "n")).items():
             L.append(f"| {time} | {n} | {len(group)} | {np.mean([r['stable'] for r in group]):.2f} | "
@@ -461,7 +462,8 @@ def _extra_sections(tables) -> list[str]:
                          "stable_bipartite_other", "not_fixed")) + " |")
     if tables["model_basins"]:
         L += ["", "## Where random starts end in other models", "",
-              "| model | end | count | fraction [95% CI] | stable equilibria at that eigenvector |", "|---|---|---|---|---|"]
+              "| model | end | count | fraction [95% CI] | stable equilibria at that eigenvector |",
+              "|---|---|---|---|---|"]
         for r in tables["model_basins"]:
             L.append(f"| {r['model']} | {md_cell(r['end'])} | {r['count']}/{r['starts']} | {r['fraction']:.3f} "
                      f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {_dash(r['stable_at_eigenvector'])} |")
