@@ -36,9 +36,11 @@ ARCHITECTURES: dict[str, tuple[str, dict]] = {
     "gpt-neo-2.7B": ("GPTNeoConfig", dict(_NEO, hidden_size=2560, num_layers=32, num_heads=20,
                                           attention_types=[[["global", "local"], 16]])),
     # tiny stand-ins of the two families (the reproductions' reduced mode)
-    "gpt2-tiny": ("GPT2Config", dict(n_embd=24, n_layer=2, n_head=4, vocab_size=97, n_positions=64)),
+    "gpt2-tiny": ("GPT2Config", dict(n_embd=24, n_layer=2, n_head=4, vocab_size=97, n_positions=64, bos_token_id=0,
+                                     eos_token_id=0)),
     "gpt-neo-tiny": ("GPTNeoConfig", dict(vocab_size=97, max_position_embeddings=64, window_size=4, hidden_size=24,
-                                          num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]])),
+                                          num_layers=2, num_heads=4, attention_types=[[["global", "local"], 1]],
+                                          bos_token_id=0, eos_token_id=0)),
 }
 
 
