@@ -275,9 +275,11 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
     base = f"{label}: {len(finals) - above}/{len(finals)} below {fmt(tol)} [{tolerance}]"
     if above == 0:
         return Check(base, True)
+    if len(m) < 3:
+        return Check(f"{base}; mean {fmt(m[-1])}; too few points to tell a plateau from a decay", None)
     k = max(2, len(m) // 4)
     a, b = m[-k - 1], m[-1]
-    if not (a > 0 and b > 0) or len(m) < 3:
+    if not (a > 0 and b > 0):
         return Check(f"{base}; mean {fmt(b)}", False)
     drop = 1 - b / a
     rate = math.log(b / a) / (k * layers_per_step)
