@@ -1042,8 +1042,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("CL5", CL, "§4, p. 7", "The good-triple fraction vanishes as d → ∞, very slowly", "clusters",
           cl_decreasing),
     Claim("CL6", CL, "Figs. 7(a), 8", "Positive and negative eigenvalues together: the tokens cluster along the "
-          "positive eigendirections while they diverge along the negative one", "clusters", cl_mixed,
-          "other_spectra.png"),
+          "positive eigendirections while they diverge along the negative one", "clusters", cl_mixed, "mixed.png"),
     Claim("CL7", CL, "Fig. 4", "V > 0, Q > 0 random, K = I, d = 2: clusters show as a self-attention matrix of rank "
           "≤ 2 (the Q/K point clouds)", "qk_cloud", cl_qk, "qk_cloud.png"),
     Claim("CL8", CL, "the paper's code (polytope picture)", "Its own setting (softmax, V = I, 20 tokens uniform in "

@@ -223,10 +223,42 @@ def _r2(x: np.ndarray, y: np.ndarray) -> float:
     return 1.0 - float(np.sum((y - fit) ** 2)) / ss if ss > 0 else 1.0
 
 
-def run_checks(key, cfg, good_V: np.ndarray, say) -> dict[str, list[dict]]:
-    """Every check above at the study's configuration (``cfg.check_num`` conditions each)."""
+def mixed_figure(path, key, V: np.ndarray, n: int, t1: float) -> None:
+    """Fig. 8 as the study draws it: one condition's trajectories in the positive eigenspace (left) and its
+    coordinates along the negative eigendirection against time (right, symmetric log scale)."""
+    from jaxattn.studies import plots
+    from jaxattn.studies.clusters import solve_rescaled
+
+    plt = plots.pyplot()
+    if plt is None:
+        return
+    lam, U = np.linalg.eigh(V)
+    ts = np.linspace(0.0, t1, 121)
+    X0 = init_tokens(key, 1, n, V.shape[0], kind="gaussian", dtype=jnp.float64)
+    Z = np.asarray(solve_rescaled(paper_model(V), X0, ts, trajectory=True).trajectory[0], np.float64)
+    zp, zn = Z @ U[:, lam > 0], Z @ U[:, lam < 0]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for i in range(n):
+        axes[0].plot(zp[:, i, 0], zp[:, i, 1], color="0.6", lw=0.7)
+    axes[0].scatter(zp[0, :, 0], zp[0, :, 1], s=10, color="C0", label="t = 0")
+    axes[0].scatter(zp[-1, :, 0], zp[-1, :, 1], s=25, color="C3", label=f"t = {t1:g}")
+    axes[0].set_title(f"positive eigenspace, V eigenvalues {np.round(lam, 2).tolist()}", fontsize=9)
+    axes[0].legend(fontsize=7)
+    axes[1].plot(ts, zn[:, :, 0], color="C0", lw=0.6)
+    axes[1].set_yscale("symlog", linthresh=1.0)
+    axes[1].set_xlabel("t")
+    axes[1].set_ylabel("coordinate along the negative eigendirection")
+    fig.tight_layout()
+    plots.save(fig, path, 110)
+
+
+def run_checks(key, cfg, good_V: np.ndarray, say, out_dir=None) -> dict[str, list[dict]]:
+    """Every check above at the study's configuration (``cfg.check_num`` conditions each); with ``out_dir`` and
+    ``cfg.figures``, Fig. 8's picture ``mixed.png`` too."""
     num, tol = cfg.check_num, cfg.tol
     out: dict[str, list[dict]] = {}
+    if out_dir is not None and cfg.figures:
+        mixed_figure(out_dir / "mixed.png", jax.random.fold_in(key, 1), np.diag([1.0, 1.0, -0.5]), cfg.n, cfg.t1)
     say(f"checks: Fig. 8 and Fig. 7(a), {num} conditions of {cfg.n} tokens")
     out["mixed"] = [{"setting": "fig8", **r} for r in mixed_signs(jax.random.fold_in(key, 1), np.diag([1.0, 1.0, -0.5]),
                                                                    num, cfg.n, cfg.t1, tol)]

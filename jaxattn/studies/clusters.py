@@ -231,8 +231,9 @@ def _run(out: Path, cfg: ClustersConfig, say) -> dict:
     if cfg.check_num:
         from jaxattn.studies.cluster_checks import run_checks
 
+        out.mkdir(parents=True, exist_ok=True)
         tables.update(run_checks(jax.random.fold_in(key, 7000), cfg,
-                                 spectra_matrices(jax.random.fold_in(key, 10))["good"], say))
+                                 spectra_matrices(jax.random.fold_in(key, 10))["good"], say, out))
     _write(out, cfg, tables, pics)
     return tables
 
