@@ -95,9 +95,9 @@ RUNS: tuple[Run, ...] = (
          "--steps", "40"), extra="pm_cases"),
     Run("consensus",
         ("consensus", "minilm", "--prompts", "10", "--tokens", "200", "--passes", "100", "--until", "1e-3",
-         "--block", "10", "--synthetic-n", "10", "--synthetic-num", "128", "--t1", "40", "--gpt2-like", "200,768"),
+         "--block", "10", "--synthetic-n", "10", "--synthetic-num", "128", "--t1", "40", "--gpt2-like-n", "200"),
         ("consensus", "minilm", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1",
-         "--synthetic-num", "2", "--t1", "3", "--gpt2-like", "5,4")),
+         "--synthetic-num", "2", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
     Run("co_gpt2", ("--name", "gpt2", "--prompts", "2", "--tokens", "200", "--passes", "8", "--until", "1e-3",
                     "--block", "4"),
         ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
@@ -238,7 +238,7 @@ OFFLINE = (
 LARGER = (
     (CO, "the consensus runs at the paper's scale: 100 prompts of 200 tokens, 100 passes",
      "jaxattn consensus minilm --prompts 100 --tokens 200 --passes 100 --until 1e-3 --synthetic-num 128 --t1 40 "
-     "--gpt2-like 200,768 --out runs/consensus-100"),
+     "--gpt2-like-n 200 --out runs/consensus-100"),
     (CO, "the paper's architectures with random weights, GPT-2 small to XL and GPT-Neo 125M to 2.7B (Figs. 9–10)",
      "for m in gpt2 gpt2-medium gpt2-large gpt2-xl gpt-neo-125M gpt-neo-1.3B gpt-neo-2.7B; do python -m "
      "jaxattn.studies.architectures $m --prompts 100 --tokens 200 --passes 100 --until 1e-3 --out runs/random-$m; "

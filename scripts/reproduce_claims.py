@@ -594,7 +594,8 @@ def co_gpt2_like(d: Path) -> Result:
                       len(end), "the paper: Theorem 5.1"),
               decay("first-token measure", [num(r["first_token_mean"]) for r in rs],
                     [num(r["first_token_end"]) for r in end], unit="saved time", tolerance="consensus")]
-    n, dim = config(d).get("config", {}).get("gpt2_like", ["?", "?"])
+    c = config(d).get("config", {})
+    n, dim = c.get("gpt2_like_n"), c.get("gpt2_like_d")
     return Result(f"{len(end)} conditions of {n} tokens in d = {dim}, two heads, a new weight set every unit of time: "
                   f"mean first-token measure {fmt(rs[0]['first_token_mean'])} → {fmt(rs[-1]['first_token_mean'])} at "
                   f"t = {fmt(rs[-1]['t'])}", checks, ["synthetic.csv", "synthetic_end.csv"])

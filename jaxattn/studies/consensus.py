@@ -70,15 +70,14 @@ class ConsensusConfig:
     until: float = option(0.0, "stop a run once the mean first-token measure over the prompts is below this, "
                           "checked every --block passes (0: run every pass)", check=non_negative)
     block: int = option(10, "passes between the checks of --until", check=positive)
-    gpt2_like: list[int] = option([], "also run Theorem 5.1's setting (causal, V = I, two heads, a new Gaussian "
-                                  "weight set every unit of time, 4 initial conditions) with N tokens in dimension D, "
-                                  "given as N,D (GPT-2 small: 200,768); empty: not run", check=_on_sphere)
+    gpt2_like_n: int = option(0, "also run Theorem 5.1's setting (causal, V = I, two heads, a new Gaussian weight "
+                              "set every unit of time, 4 initial conditions) with this many tokens (GPT-2 small's "
+                              "prompts: 200); 0: not run", check=non_negative)
+    gpt2_like_d: int = option(768, "token dimension of that setting (GPT-2 small: 768)", check=_on_sphere)
 
     def check(self) -> None:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
         check_options(self)
-        if self.gpt2_like and len(self.gpt2_like) != 2:
-            raise ConfigError(f"gpt2_like must be two numbers N,D (tokens, dimension), got {self.gpt2_like}")
 
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:
@@ -113,10 +112,10 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
     X0 = hemisphere_tokens(jax.random.fold_in(key, 9), B, n, d, pole=v1)
     sol = solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus))
     out["causal_symmetric_V_hemisphere"] = (sol, np.asarray(sol.final, np.float64) @ v1)
-    if cfg.gpt2_like:
+    if cfg.gpt2_like_n:
         # (b) at a transformer's size (GPT-2 small: 200 tokens in d = 768): two heads, causal, V = I, a new Gaussian
         # weight set every unit of time (10 cycled)
-        gn, gd = cfg.gpt2_like
+        gn, gd = cfg.gpt2_like_n, cfg.gpt2_like_d
         m = random_model(jax.random.fold_in(key, 10), gd + gd % 2, 2, 10, shared=False, mask="causal",
                          value="identity", dtype=jnp.float32)
         X0 = init_tokens(jax.random.fold_in(key, 11), 4, gn, m.d_model)
