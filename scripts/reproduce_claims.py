@@ -401,9 +401,10 @@ def pm_low(d: Path) -> Result:
 def pm_phi(d: Path) -> Result:
     main = _main_layers(d)
     phi = [num(r["rho_phi"]) for r in main]
-    return Result(f"mean |<x, u1(Φ(k))>| per layer: {', '.join(fmt(x) for x in phi)} (ρ̄: "
-                  f"{', '.join(fmt(r['rhobar']) for r in main)})",
-                  [no_growth("correlation with Φ's eigenvector", range(len(phi)), phi)], ["layers.csv"])
+    excess = [p - num(r["rhobar"]) for p, r in zip(phi, main, strict=True)]  # the paper compares with ρ̄
+    return Result(f"mean |<x, u1(Φ(k))>| per layer: {', '.join(fmt(x) for x in phi)}; minus ρ̄: "
+                  f"{', '.join(fmt(x) for x in excess)}",
+                  [no_growth("correlation with Φ's eigenvector minus ρ̄", range(len(excess)), excess)], ["layers.csv"])
 
 
 def pm_gap_tilt(d: Path) -> Result:
@@ -990,8 +991,8 @@ CLAIMS: tuple[Claim, ...] = (
           "2-D subspace of a complex pair, and prolonging the model improves the alignment", "pm_shared", pm_shared),
     Claim("PM6", PM, "§3.2, Fig. 2(b) top", "The correlation ρ1 of layer-varying models stays low and does not grow "
           "with the layer index", "pm_minilm", pm_low),
-    Claim("PM7", PM, "§3.2, Supp. Fig. 8", "The principal eigenvector of the cumulative product Φ(k) = F(k)⋯F(1) shows "
-          "no alignment trend over k", "pm_minilm", pm_phi),
+    Claim("PM7", PM, "§3.2, Supp. Fig. 8", "The correlation with the principal eigenvector of the cumulative product "
+          "Φ(k) = F(k)⋯F(1) shows no trend over k when compared with ρ̄", "pm_minilm", pm_phi),
     Claim("PM8", PM, "§4", "Layers with a larger spectral gap tilt the tokens more", "pm_minilm", pm_gap_tilt),
     Claim("PM9", PM, "§5", "With the embedding layer, the FFN and the affine LayerNorm, consensus among the tokens is "
           "preserved", "consensus", pm_preserved),

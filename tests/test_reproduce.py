@@ -250,8 +250,9 @@ def pm6(d, ok):
 
 
 def pm7(d, ok):
-    _edit(d, "layers.csv", lambda t: _steps(t, "main", "rho_phi", [0.3 - 0.04 * k if ok else 0.1 + 0.05 * k
-                                                                   for k in range(20)]))
+    _edit(d, "layers.csv", lambda t: (_steps(t, "main", "rhobar", [0.1] * 20),
+                                      _steps(t, "main", "rho_phi", [0.3 - 0.04 * k if ok else 0.1 + 0.05 * k
+                                                                    for k in range(20)]), None)[-1])
 
 
 def pm8(d, ok):
