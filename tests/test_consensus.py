@@ -41,7 +41,8 @@ def test_a_float64_study_leaves_x64_as_it_was(gpt2_file, tmp_path):
         assert jax.config.jax_enable_x64 is False
     finally:
         jax.config.update("jax_enable_x64", True)
-    assert [r["run"] for r in tables["summary"]] == ["ffn_periodic", "ffn_redrawn", "no_ffn_periodic", "no_ffn_redrawn"]
+    assert [r["run"] for r in tables["summary"]] == ["ffn_periodic", "ffn_redrawn", "ffn_random_periodic",
+                                                     "no_ffn_periodic", "no_ffn_redrawn", "no_ffn_random_periodic"]
     assert all(np.isfinite(r["first_token_end"]) for r in tables["summary"])
 
 
@@ -56,7 +57,14 @@ def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
     for png in ("passes.png", "synthetic.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = _csv_rows(out / "passes.csv")
-    assert len(rows) == 4 * (4 * 3 + 1)  # 4 runs x (passes x depth + 1) layers
+    assert len(rows) == 6 * (4 * 3 + 1)  # 6 runs x (passes x depth + 1) layers
+    prompts = _csv_rows(out / "prompts.csv")
+    assert len(prompts) == 6 * 6 * (4 + 1)  # 6 runs x 6 prompts x every pass boundary
+    at = {(r["run"], r["layer"]): float(r["first_token_mean"]) for r in rows}
+    for run in {r["run"] for r in prompts}:  # the per-prompt table is the per-layer one, prompt by prompt
+        for layer in range(0, 13, 3):
+            vals = [float(r["first_token"]) for r in prompts if r["run"] == run and int(r["layer"]) == layer]
+            assert np.mean(vals) == pytest.approx(at[(run, str(layer))], rel=1e-6)
     summary = _csv_rows(out / "summary.csv")
     report = (out / "report.md").read_text()
     for r in summary:

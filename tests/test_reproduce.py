@@ -1,10 +1,13 @@
-"""`make reproduce REDUCED=1`: every run at a tiny scale, and the page filled from the runs' files only."""
+"""`make reproduce REDUCED=1`: every run at a tiny scale, the page filled from the runs' files only, and every
+claim's verdict a comparison that flips when its input numbers cross the threshold."""
 
 from __future__ import annotations
 
 import csv
 import importlib.util
 import json
+import math
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -23,6 +26,8 @@ def _module():
 
 
 rep = _module()
+claims = sys.modules["reproduce_claims"]
+FAILING = ("differs", "not observed")
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +52,11 @@ def test_every_claim_is_filled_from_a_run(reduced):
     assert [c["id"] for c in cells] == [c.id for c in rep.CLAIMS]
     text = page.read_text()
     for c in cells:
-        assert c["verdict"] in ("reproduced", "differs"), c
+        assert c["verdict"] in rep.VERDICTS, c
+        assert c["checks"], c["id"]
         for key in ("jaxattn", "scale", "command", "why"):
-            assert c[key] and "?" not in c[key] and "None" not in c[key], (c["id"], key, c[key])
+            assert c[key] and "None" not in c[key], (c["id"], key, c[key])
+        assert "?" not in c["scale"] and "?" not in c["jaxattn"], c["id"]
         # the number was read from files of this run directory, which exist
         assert c["sources"], c["id"]
         for s in c["sources"]:
@@ -58,6 +65,18 @@ def test_every_claim_is_filled_from_a_run(reduced):
     for row in _table_rows(text):
         assert all(cell for cell in row), row
     assert "Reduced mode" in text
+    # the counts per paper come first and add up
+    counts = text.index("| paper | claims |")
+    assert counts < text.index("## Thresholds") < text.index("## Li & Altafini")
+    total = next(r for r in _table_rows(text) if r[0] == "all")
+    assert int(total[1]) == len(cells) == sum(int(x) for x in total[2:])
+    # every check names where its threshold comes from: the paper, or a line of the table of thresholds
+    for c in cells:
+        for _, check in c["checks"]:
+            tags = [t for t in re.findall(r"\[([^\[\]]+)\]", check) if not re.match(r"[\d−-]", t)]  # not intervals
+            assert tags, (c["id"], check)
+            for part in (p for t in tags for p in t.split("; ")):
+                assert part in rep.THRESHOLDS or part.startswith(("the paper", "paper")), (c["id"], check)
     # every run was timed and its figures copied next to the page
     timings = json.loads((runs / "timings.json").read_text())
     assert set(timings) == set(rep.RUN_BY_NAME)
@@ -72,14 +91,10 @@ def test_the_page_follows_the_csv_files(reduced, tmp_path):
     copy = tmp_path / "runs"
     shutil.copytree(runs, copy)
     path = copy / "clusters" / "good_triples.csv"
-    with open(path, newline="") as f:
-        table = list(csv.DictReader(f))
+    table = _read(path)
     top = max((r for r in table if r["ensemble"] == "ginibre"), key=lambda r: int(r["d"]))
     top.update(fraction="0.1425", ci_low="0.1376", ci_high="0.1474")
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(table[0]))
-        w.writeheader()
-        w.writerows(table)
+    _write(path, table)
     cells = rep.write_page(copy, tmp_path / "page.md")
     cl4 = next(c for c in cells if c["id"] == "CL4")
     assert "0.142 [0.138, 0.147]" in cl4["jaxattn"]
@@ -94,7 +109,446 @@ def test_unknown_run_is_one_line(capsys):
     assert "unknown run(s) nope" in capsys.readouterr().err
 
 
+def test_unknown_claim_is_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        rep.main(["--claims", "PM1,XX9"])
+    assert e.value.code == 2
+    assert "unknown claim(s) XX9" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("recorded", [[3, 4, 5], "3,4,5"])  # a list since list options are lists; text before
 def test_scale_writes_a_list_option_as_the_command_line_does(tmp_path, recorded):
     (tmp_path / "config.json").write_text(json.dumps({"command": "stability", "config": {"d": 3, "tokens": recorded}}))
     assert rep.scale("stability", tmp_path).startswith("d 3, n ∈ {3,4,5}, ")
+
+
+# ------------------------------------------------------------------------------------------ the checks themselves
+def test_a_fraction_is_judged_with_its_interval():
+    assert claims.fraction("x", 99, 100, ">=", 0.9, "almost-all").ok is True  # [0.946, 0.998]
+    assert claims.fraction("x", 9, 10, ">=", 0.9, "almost-all").ok is None  # [0.596, 0.982] straddles
+    assert claims.fraction("x", 50, 100, ">=", 0.9, "almost-all").ok is False
+    assert claims.fraction("x", 1, 500, "<=", 0.05, "very-small-basin").ok is True
+    assert claims.fraction("x", 25, 500, "<=", 0.05, "very-small-basin").ok is None  # [0.034, 0.073] straddles
+    assert claims.fraction("x", 100, 500, "<=", 0.05, "very-small-basin").ok is False
+
+
+def test_the_verdict_follows_the_checks():
+    ok, bad, undecided = claims.Check("a", True), claims.Check("b", False), claims.Check("c", None)
+    unseen = claims.Check("d", False, failing="not observed")
+    assert claims.judge([ok, ok]) == "reproduced"
+    assert claims.judge([ok, undecided]) == "inconclusive"
+    assert claims.judge([ok, undecided, bad]) == "differs"
+    assert claims.judge([ok, unseen]) == "not observed"
+    assert claims.judge([unseen, bad]) == "differs"
+    assert claims.none_of("x", 0, 10).ok and not claims.none_of("x", 1, 10).ok
+    assert claims.exists("x", 0, 10, "t").failing == "not observed"
+
+
+def test_a_trend_test_is_exact_for_few_layers():
+    assert claims.increasing_p(range(5), [1, 2, 3, 4, 5]) == pytest.approx(1 / 120)
+    assert claims.increasing_p(range(5), [5, 4, 3, 2, 1]) == 1.0
+    assert claims.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert not claims.no_growth("x", range(6), [0.1, 0.2, 0.3, 0.4, 0.5, 0.6]).ok
+    assert claims.no_growth("x", range(6), [0.3, 0.2, 0.25, 0.1, 0.15, 0.1]).ok
+
+
+def test_decay_tells_a_plateau_from_a_decay_still_under_way():
+    done = claims.decay("x", [1.0, 0.1, 1e-5], [1e-5, 2e-5])
+    plateau = claims.decay("x", [1.0, 0.5, 0.5, 0.499, 0.499, 0.498, 0.498, 0.498], [0.5, 0.49])
+    slow = claims.decay("x", [1.0, 0.5, 0.25, 0.125, 0.06, 0.03, 0.015, 0.008], [0.01, 0.006])
+    assert (done.ok, plateau.ok, slow.ok) == (True, False, None)
+    assert "plateau" in plateau.text and "still decaying" in slow.text and "rate" in slow.text
+
+
+# ------------------------------------------------------------------------------------------ every claim flips
+def _read(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _write(path: Path, table: list[dict]) -> None:
+    keys = list(dict.fromkeys(k for r in table for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(table)
+
+
+def _edit(d: Path, name: str, fn) -> None:
+    """Apply ``fn(rows)`` (in place, or returning new rows) to ``d/name``."""
+    path = d / name
+    table = _read(path) if path.exists() else []
+    new = fn(table)
+    _write(path, table if new is None else new)
+
+
+def _set(table: list[dict], where, **values) -> None:
+    for r in table:
+        if where(r):
+            r.update({k: str(v) for k, v in values.items()})
+
+
+def _config(d: Path, **values) -> None:
+    path = d / "config.json"
+    whole = json.loads(path.read_text()) if path.exists() else {}
+    whole.setdefault("config", {}).update(values)
+    path.write_text(json.dumps(whole))
+
+
+def _series(run: str, prompts: int, passes: int, depth: int, start: float, factor: float) -> list[dict]:
+    """prompts.csv rows of a run whose measure is ``start · factor^pass`` for every prompt."""
+    return [{"run": run, "prompt": p, "pass": k, "layer": k * depth, "first_token": start * factor ** k,
+             "cos_consensus": start * factor ** k} for p in range(prompts) for k in range(passes + 1)]
+
+
+def _main(table, **values):
+    _set(table, lambda r: r["run"] == "main", **values)
+
+
+def _steps(table, run, key, values):
+    rs = [r for r in table if r["run"] == run]
+    for r, v in zip(rs, values, strict=False):
+        r[key] = str(v)
+
+
+def pm1(d, ok):
+    _edit(d, "layers.csv", lambda t: _main(t, drho1=0.05, drhobar=0.01, P1=0.9))
+    _edit(d, "directions.csv", lambda t: _set(t, lambda r: True, P1=0.9 if ok else 0.4, Pbar=0.5, tokens=1000))
+
+
+def pm2(d, ok):
+    def fn(t):
+        for r in t:
+            r["gap"] = str((0.1 if ok else 0.9) * abs(complex(float(r["lambda1_re"]), float(r["lambda1_im"]))))
+    _edit(d, "spectrum.csv", fn)
+
+
+def pm3(d, ok):
+    lo, hi = dict(rho1=0.01, drho1=-0.01, P1=0.1), dict(rho1=0.5, drho1=0.1, P1=0.9)
+    _edit(d, "layers.csv", lambda t: (_main(t, **hi), _set(t, lambda r: r["run"] == "ffn_layernorm",
+                                                               **(lo if ok else hi)), None)[-1])
+
+
+def pm4(d, ok):
+    def fn(t):
+        top = max(t, key=lambda r: float(r["gamma"]))
+        top.update(align_mean=str(0.999 if ok else 0.5), tokens="1000", **{"above_0.99": str(1000 if ok else 0)})
+    _edit(d, "steering_heldout.csv", fn)
+
+
+def pm5(d, ok):
+    _edit(d, "spectrum.csv", lambda t: _set(t, lambda r: True, case=1))
+
+    def fn(t):
+        _main(t, rho1=0.5)
+        pro = [r for r in t if r["run"] == "prolonged"]
+        pro[-1].update(rho1=str(0.999 if ok else 0.4), diameter="1e-6")
+    _edit(d, "layers.csv", fn)
+
+
+def pm6(d, ok):
+    _edit(d, "layers.csv", lambda t: _steps(t, "main", "rho1", [0.3 - 0.04 * k if ok else 0.1 + 0.05 * k
+                                                                for k in range(20)]))
+
+
+def pm7(d, ok):
+    _edit(d, "layers.csv", lambda t: (_steps(t, "main", "rhobar", [0.1] * 20),
+                                      _steps(t, "main", "rho_phi", [0.3 - 0.04 * k if ok else 0.1 + 0.05 * k
+                                                                    for k in range(20)]), None)[-1])
+
+
+def pm8(d, ok):
+    _edit(d, "layers.csv", lambda t: (_steps(t, "main", "gap", [0.1 * k for k in range(20)]),
+                                      _steps(t, "main", "drho1", [0.01 * (k if ok else -k) for k in range(20)]),
+                                      None)[-1])
+
+
+def pm9(d, ok):
+    def fn(t):
+        rest = [r for r in t if r["run"] != "ffn_periodic"]
+        return rest + _series("ffn_periodic", 30, 2, 6, 0.9, 0.1 if ok else 1.1)
+    _edit(d, "prompts.csv", fn)
+
+
+def pm10(d, ok):
+    _config(d, num_init=1000, n=10)
+
+    def fn(t):
+        g = max(float(r["gamma"]) for r in t)
+        _set(t, lambda r: r["dynamics"] == "FFN+LN, precompensated" and float(r["gamma"]) == g, align_mean=0.999,
+             **{"frac_above_0.99": 1.0 if ok else 0.2})
+        _set(t, lambda r: r["dynamics"] == "FFN+LN, steer u" and float(r["gamma"]) == g, align_mean=0.5)
+    _edit(d, "steering.csv", fn)
+
+
+def pm11(d, ok):
+    def fn(t):
+        out = []
+        for model, first in (("near_degenerate", 8 if ok else 2), ("control", 2)):
+            for s in range(1, 13):
+                out.append({"model": model, "step": s, "depth": 3, "case": 3, "lambda1": 1.0, "lambda2": 0.97,
+                            "v1_v2": 0.99, "rho1": 0.995 if s >= first else 0.5, "rho2": 0.999, "diameter": 0.0})
+        return out
+    _edit(d, "case3.csv", fn)
+
+
+def pm12(d, ok):
+    def lin(t):
+        return [{"k": k, "lambda_k": 1.0 / k, "status": "stable" if k == 1 or (k == 2 and not ok) else "unstable",
+                 "radius": 0.9, "radius_closed_form": 0.9, "heads": 2, "d": 3, "n": 4} for k in (1, 2, 3)]
+    _edit(d, "theorem1.csv", lin)
+    _edit(d, "theorem1_ends.csv", lambda t: [
+        {"model": m, "heads": 2, "end": "consensus v1", "count": 100, "starts": 100, "fraction": 1.0, "ci_low": 0.96,
+         "ci_high": 1.0} for m in ("symmetric", "causal", "non_symmetric")])
+
+
+def co1(d, ok):
+    _edit(d, "synthetic.csv", lambda t: _set(t, lambda r: r["setting"] == "hemisphere", hemisphere_min=0.5))
+    _edit(d, "synthetic_end.csv", lambda t: _set(t, lambda r: r["setting"] == "hemisphere",
+                                                 first_token_end=0.0 if ok else 0.5))
+
+
+def co2(d, ok):
+    _edit(d, "synthetic_end.csv", lambda t: _set(t, lambda r: r["setting"] == "causal_two_heads",
+                                                 first_token_moved=0.0 if ok else 0.1, first_token_end=0.0))
+
+
+def co3(d, ok):
+    _edit(d, "synthetic_end.csv", lambda t: _set(t, lambda r: r["setting"] == "causal_symmetric_V_hemisphere",
+                                                 same_sign=ok, min_abs_v1=1.0))
+
+
+def _runs_decay(d, ok, runs, name="prompts.csv"):
+    def fn(t):
+        rest = [r for r in t if r["run"] not in runs]
+        return rest + [r for run in runs for r in _series(run, 4, 8, 6, 0.9, 0.1 if ok else 1.0)]
+    _edit(d, name, fn)
+
+
+def co4(d, ok):
+    _runs_decay(d, ok, ["no_ffn_periodic"])
+
+
+def co5(d, ok):
+    _runs_decay(d, ok, ["ffn_periodic"])
+
+
+def co6(d, ok):
+    _runs_decay(d, ok, ["ffn_redrawn"])
+
+
+def co7(d, ok):
+    _runs_decay(d, ok, ["no_ffn_redrawn"])
+
+
+def co8(d, ok):
+    _runs_decay(d, ok, ["ffn_random_periodic", "no_ffn_random_periodic"])
+
+
+def co9(d, ok):
+    _runs_decay(d, ok, ["ffn_periodic", "no_ffn_periodic", "ffn_redrawn", "no_ffn_redrawn"])
+
+
+def co11(d, ok):
+    rates = {"no_ffn_periodic": 0.3, "ffn_periodic": 0.4, "no_ffn_redrawn": 0.5, "no_ffn_random_periodic": 0.5,
+             "ffn_redrawn": 0.7, "ffn_random_periodic": 0.7}
+    _edit(d, "prompts.csv", lambda t: [r for run, f in rates.items() for r in _series(run, 30, 12, 6, 0.9,
+                                                                                        f if ok else 0.5)])
+
+
+def co12(d, ok):
+    _edit(d, "synthetic_end.csv", lambda t: _set(t, lambda r: r["setting"] == "causal_gpt2_like",
+                                                 first_token_moved=0.0, first_token_end=1e-5 if ok else 0.5))
+    _edit(d, "synthetic.csv", lambda t: _set(t, lambda r: r["setting"] == "causal_gpt2_like",
+                                             first_token_mean=1e-5 if ok else 0.5))
+
+
+def cl1(d, ok):
+    _edit(d, "counts.csv", lambda t: [{**t[0], "beta": "1", "all_at_vertices": 100 if ok else 10,
+                                       "conditions_ok": 100}])
+
+
+def cl2(d, ok):
+    _edit(d, "hyperplanes.csv", lambda t: [{"condition": i, "n": 6, "solver_ok": True,
+                                            "hyperplanes": 4 if (i == 0 and not ok) else 2, "gap_hyperplanes": 2,
+                                            "gap_decades": 5.0} for i in range(10)])
+
+
+def cl3(d, ok):
+    _edit(d, "boolean.csv", lambda t: t[-1].update(distance_max="0", rank_max=str(2 if ok else 3)))
+
+
+def cl4(d, ok):
+    def fn(t):
+        top = max((r for r in t if r["ensemble"] == "ginibre"), key=lambda r: int(r["d"]))
+        top.update(d="128", fraction="0.141" if ok else "0.205", ci_low="0.137" if ok else "0.2",
+                   ci_high="0.146" if ok else "0.21")
+    _edit(d, "good_triples.csv", fn)
+
+
+def cl5(d, ok):
+    _edit(d, "good_triples.csv", lambda t: [
+        {"ensemble": "ginibre", "d": 2, "samples": 20000, "good": 7000, "fraction": 0.35, "ci_low": 0.34,
+         "ci_high": 0.36},
+        {"ensemble": "ginibre", "d": 128, "samples": 20000, "good": 2800, "fraction": 0.14 if ok else 0.5,
+         "ci_low": 0.135 if ok else 0.49, "ci_high": 0.145 if ok else 0.51}])
+
+
+def _mixed_rows(ok_gap=True, inside=0):
+    return [{"setting": s, "condition": i, "solver_ok": True, "positive_dims": 2, "negative_dims": 1,
+             "clusters": 4, "gap_clusters": 4, "gap_decades": 5.0 if ok_gap else 1.0, "at_vertices": 40 - inside,
+             "on_boundary_or_origin": 40 - inside, "inside": inside, "negative_spread_0": 1.0,
+             "negative_spread_mid": 2.0, "negative_spread_end": 4.0, "negative_rate": 0.4,
+             "positive_spread_end": 1.0} for s in ("fig8", "fig7a") for i in range(50)]
+
+
+def cl6(d, ok):
+    _edit(d, "mixed.csv", lambda t: _mixed_rows(ok_gap=ok))
+
+
+def cl7(d, ok):
+    _edit(d, "qk_cloud.csv", lambda t: [{"draw": i, "solver_ok": True, "rank_end": 3 if (i % 2 and not ok) else 2,
+                                         "boolean_distance_end": 0.0, "v_lambda1": 1.0, "v_lambda2": 0.1}
+                                        for i in range(100)])
+
+
+def cl8(d, ok):
+    _edit(d, "paper_setting.csv", lambda t: t[0].update(all_at_vertices=str(100 if ok else 0), conditions_ok="100"))
+
+
+def cl9(d, ok):
+    _edit(d, "collapse.csv", lambda t: _set(t, lambda r: True, max_norm_0=3.0, max_norm_mid=1.0,
+                                            max_norm_end=0.7 if ok else 1.2, exponent=-0.5 if ok else 0.26))
+
+
+def cl10(d, ok):
+    _edit(d, "mixed.csv", lambda t: _mixed_rows(inside=0 if ok else 2))
+
+
+def cl11(d, ok):
+    def fn(t):
+        t[-1].update(gap_clusters=str(2 if ok else 7), gap_decades="5.0",
+                     negative_spread=str(10 * float(t[0]["negative_spread"])))
+    _edit(d, "high_dim.csv", fn)
+
+
+def cl12(d, ok):
+    _edit(d, "hull.csv", lambda t: _set(t, lambda r: True, solver_ok=True, max_outside_relative=0.0,
+                                        volume_increases=0 if ok else 1))
+
+
+def cl13(d, ok):
+    _edit(d, "rate.csv", lambda t: [
+        {"n": n, "condition": i, "points": 20, "slope": (1.0 + 0.01 * i) if ok else (1.0 + 0.01 * i + j),
+         "r2": 0.999, "r2_single_exponential": 0.9, "t_start": 1.0, "t_end": 4.0}
+        for j, n in enumerate((10, 20, 40, 80)) for i in range(10)])
+
+
+def st1(d, ok):
+    def fn(t):
+        _set(t, lambda r: True, lambda_1=1.0, alpha_bound="inf", stable_consensus=1, stable_consensus_v1=1)
+        if not ok:
+            t[0]["stable_consensus"] = "2"
+    _edit(d, "counts.csv", fn)
+
+
+def st2(d, ok):
+    _edit(d, "counts_summary.csv", lambda t: _set(t, lambda r: True, models=50, multistable=0.5 if ok else 0.0,
+                                                  with_stable_bipartite=0.5 if ok else 0.0))
+
+
+def st3(d, ok):
+    def fn(t):
+        for r in t:
+            r["agree"] = r["candidates"]
+        if not ok:
+            t[0]["agree"] = str(int(t[0]["candidates"]) - 1)
+    _edit(d, "counts.csv", fn)
+
+
+def st4(d, ok):
+    _edit(d, "perturbation.csv", lambda t: [
+        {"eps": e, "returned": r, "to_consensus": 32 - r, "other": 0, "total": 32, "returned_fraction": r / 32,
+         "ci_low": 0.0, "ci_high": 1.0, "angle_deg": 57 * e, "label": "bipartite v1 2|1"}
+        for e, r in ((0.001, 32), (0.1, 20), (1.0, 0))])
+    _edit(d, "basins.csv", lambda t: [
+        {"time": "discrete", "end": "consensus v1", "count": 499 if ok else 250, "fraction": 0, "ci_low": 0,
+         "ci_high": 0},
+        {"time": "discrete", "end": "bipartite v1 2|1", "count": 1 if ok else 250, "fraction": 0, "ci_low": 0,
+         "ci_high": 0}])
+
+
+def st5(d, ok):
+    def fn(t):
+        _set(t, lambda r: True, end="consensus +v1" if ok else "bipartite v1 5|5", rho_mean=0.9999)
+    _edit(d, "trajectories.csv", fn)
+
+
+def _model_basins(kind_counts):
+    return [{"model": 0, "end": end, "kind": kind, "eigenvector": k, "count": c, "starts": 100, "fraction": c / 100,
+             "ci_low": 0, "ci_high": 1, "stable_at_eigenvector": 1, "stable_v1": 1, "stable_other": 1,
+             "lambda_1": 1.0} for end, kind, k, c in kind_counts]
+
+
+def st6(d, ok):
+    _edit(d, "counts.csv", lambda t: _set(t, lambda r: True, stable_consensus_v1=1, stable_bipartite_v1=1,
+                                          stable_consensus_other=0, stable_bipartite_other=1 if ok else 0))
+    _edit(d, "model_basins.csv", lambda t: _model_basins([("consensus v1", "consensus", 1, 90),
+                                                          ("bipartite v2 2|1", "bipartite", 2, 10 if ok else 0)]))
+
+
+def st7(d, ok):
+    _edit(d, "model_basins.csv", lambda t: _model_basins([("consensus v1", "consensus", 1, 90),
+                                                          ("clustering 2", "clustering", 0, 9),
+                                                          ("polygonal", "polygonal", 0, 0 if ok else 1)]))
+
+
+def st8(d, ok):
+    _edit(d, "multi_head_counts.csv", lambda t: [{**t[0], "model": i, "stable_bipartite": 1 if (i == 0 and not ok)
+                                                  else 0, "stable_consensus": 1, "stable_consensus_v1": 1}
+                                                 for i in range(60)])
+
+
+def st9(d, ok):
+    _edit(d, "counts_summary.csv", lambda t: _set(t, lambda r: r["mode"] == "sampled", models=50,
+                                                  multistable=0.5 if ok else 0.0))
+
+
+def st10(d, ok):
+    def fn(t):
+        _set(t, lambda r: True, lambda_1=1.0, alpha_bound="inf", stable=1, stable_consensus_v1=1)
+        for r in t:
+            r["agree"] = r["candidates"]
+        if not ok:
+            t[0]["stable"] = "2"
+    _edit(d, "oja_counts.csv", fn)
+
+
+FLIPS = {"PM1": pm1, "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": pm5, "PM6": pm6, "PM7": pm7, "PM8": pm8,
+         "PM9": pm9, "PM10": pm10, "PM11": pm11, "PM12": pm12, "CO1": co1, "CO2": co2, "CO3": co3, "CO4": co4,
+         "CO5": co5, "CO6": co6, "CO7": co7, "CO8": co8, "CO9": co9, "CO10": co9, "CO11": co11, "CO12": co12,
+         "CL1": cl1, "CL2": cl2, "CL3": cl3, "CL4": cl4, "CL5": cl5, "CL6": cl6, "CL7": cl7, "CL8": cl8, "CL9": cl9,
+         "CL10": cl10, "CL11": cl11, "CL12": cl12, "CL13": cl13, "ST1": st1, "ST2": st2, "ST3": st3, "ST4": st4,
+         "ST5": st5, "ST6": st6, "ST7": st7, "ST8": st8, "ST9": st9, "ST10": st10}
+
+
+def test_every_claim_has_a_flip_case():
+    assert set(FLIPS) == {c.id for c in rep.CLAIMS}
+
+
+@pytest.mark.parametrize("claim", [c.id for c in rep.CLAIMS])
+def test_the_verdict_flips_across_the_threshold(reduced, tmp_path, claim):
+    """The claim's input numbers set on each side of its thresholds: reproduced on one side, differs (or not
+    observed) on the other, and the explanation changes with the numbers (it is computed, not written)."""
+    runs, _ = reduced
+    c = next(c for c in rep.CLAIMS if c.id == claim)
+    results = {}
+    for ok in (True, False):
+        d = tmp_path / str(ok)
+        shutil.copytree(runs / c.run, d)
+        FLIPS[claim](d, ok)
+        results[ok] = c.measure(d)
+    assert results[True].verdict == "reproduced", (claim, results[True].why)
+    assert results[False].verdict in FAILING, (claim, results[False].why)
+    assert results[True].why != results[False].why
+    assert all(math.isfinite(len(r.why)) for r in results.values())

@@ -129,6 +129,7 @@ def paper_setting(key, num: int, n: int = 20, t1: float = 5.0, tol: float = 1e-3
         "vertices_mean": float(np.mean([p.vertices for p in polys])) if polys else float("nan"),
         "at_vertices_fraction": float(np.mean([p.vertex_tokens / n for p in polys])) if polys else float("nan"),
         "inside_fraction": float(np.mean([p.inside for p in polys])) if polys else float("nan"),
+        "all_at_vertices": int(sum(p.vertex_tokens == n for p in polys)), "conditions_ok": len(polys),
         "unnormalised_blown_before_t1": float(np.mean(np.isfinite(t_unnorm))),
         "unnormalised_t_median": float(np.median(t_unnorm[np.isfinite(t_unnorm)])) if np.isfinite(t_unnorm).any()
         else float("inf"),

@@ -43,6 +43,6 @@ def run(args, cfg) -> int:
                                                                      model_name=str(cfg["model"]), progress=say))
     for r in tables["summary"]:
         print(f"{r['run']:<16} first-token measure {r['first_token_start']:.4f} -> {r['first_token_end']:.4g} "
-              f"after {config.passes} passes")
+              f"after {r['passes']} passes")
     print(f"report       {cfg['out']}/report.md")
     return 0

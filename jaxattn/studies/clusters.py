@@ -35,7 +35,7 @@ from jaxattn.analysis._good_triples import ENSEMBLES, good_triple_fraction
 from jaxattn.analysis._hulls import hull_vertices, polytope
 from jaxattn.analysis._hyperplanes import coordinate, hyperplanes, top_eigen
 from jaxattn.analysis._linkage import cluster_observables
-from jaxattn.config import option, positive
+from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.fields import Flow
@@ -74,6 +74,14 @@ class ClustersConfig:
                                   "entries N(0, 1/d)", choices=ENSEMBLES)
     seed: int = option(0, "random seed", check=seed_check)
     figures: bool = option(True, "write PNG figures")
+    check_num: int = option(0, "initial conditions of each theorem check (Figs. 7(a) and 8, V = -I, the shrinking "
+                            "hull, the hyperplanes, the doubly exponential rate; see jaxattn.studies.cluster_checks); "
+                            "0: none", check=non_negative)
+    rate_n: list[int] = option([10, 20, 40, 80], "token counts of the doubly exponential rate check (d = 1)",
+                               check=_several)
+    high_dim_n: int = option(0, "tokens of Fig. 7(b)'s run (the paper: 256; random Q, K and symmetric V); 0: none",
+                             check=non_negative)
+    high_dim_d: int = option(128, "dimension of Fig. 7(b)'s run (the paper: 128)", check=_hull)
 
     def check(self) -> ClustersConfig:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
@@ -220,6 +228,12 @@ def _run(out: Path, cfg: ClustersConfig, say) -> dict:
                                            "fraction": est.fraction, "ci_low": est.lo, "ci_high": est.hi,
                                            **{k: v for k, v in est.classes.items() if k != "good"}})
 
+    if cfg.check_num:
+        from jaxattn.studies.cluster_checks import run_checks
+
+        out.mkdir(parents=True, exist_ok=True)
+        tables.update(run_checks(jax.random.fold_in(key, 7000), cfg,
+                                 spectra_matrices(jax.random.fold_in(key, 10))["good"], say, out))
     _write(out, cfg, tables, pics)
     return tables
 
@@ -241,7 +255,7 @@ def count_row(n: int, d: int, beta: float, hull: np.ndarray, sol, tol: float) ->
                 **{k: float("nan") for k in ("clusters_mean", "gap_clusters_mean")}, "gap_clusters_min": -1,
                 "gap_clusters_max": -1, **{k: float("nan") for k in (
                     "agree_fraction", "hull_vertices_mean", "le_hull_fraction", "polytope_vertices_mean",
-                    "at_vertices_fraction", "inside_fraction")}}
+                    "at_vertices_fraction", "inside_fraction")}, "all_at_vertices": 0, "conditions_ok": 0}
     return {"n": n, "d": d, "beta": float(beta), "conditions": len(ok), "solver_failures": int((~ok).sum()),
             "clusters_mean": float(tolc[ok].mean()), "gap_clusters_mean": float(gapc[ok].mean()),
             "gap_clusters_min": int(gapc[ok].min()), "gap_clusters_max": int(gapc[ok].max()),
@@ -249,6 +263,7 @@ def count_row(n: int, d: int, beta: float, hull: np.ndarray, sol, tol: float) ->
             "le_hull_fraction": float((tolc <= hull)[ok].mean()),
             "polytope_vertices_mean": float(np.mean([p.vertices for p in polys])),
             "at_vertices_fraction": float(np.mean([p.vertex_tokens / n for p in polys])),
+            "all_at_vertices": int(sum(p.vertex_tokens == n for p in polys)), "conditions_ok": len(polys),
             "inside_fraction": float(np.mean([p.inside for p in polys]))}
 
 
@@ -256,6 +271,9 @@ def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name in ("pictures", "counts", "good_triples", "boolean"):
         atomic_write_text(out / f"{name}.csv", csv_text(tables[name]))
+    for name in ("mixed", "high_dim", "collapse", "hull", "hyperplanes", "rate"):  # the theorem checks, when run
+        if tables.get(name):
+            atomic_write_text(out / f"{name}.csv", csv_text(_uniform_rows(tables[name])))
     write_json(out / "config.json", {"command": "clusters", "config": dataclasses.asdict(cfg), **provenance()})
     figs = _figures(out, cfg, pics, tables) if cfg.figures else []
     L = ["# Clustering study", "",
@@ -297,7 +315,49 @@ def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:
     for r in tables["good_triples"]:
         L.append(f"| {r['ensemble']} | {r['d']} | {r['fraction']:.4f} | [{r['ci_low']:.4f}, {r['ci_high']:.4f}] | "
                  f"{r['complex']} | {r['negative']} |")
+    L += _checks_section(tables)
     write_report(out, L, figs)
+
+
+def _checks_section(tables: dict) -> list[str]:
+    """The report's summary of the theorem checks (their tables hold every condition)."""
+    L: list[str] = []
+    if tables.get("mixed"):
+        L += ["", "## Positive and negative eigenvalues together (Figs. 7(a), 8; `mixed.csv`)", "",
+              "| setting | conditions | positive component: clusters (max) | on ∂K or at 0 (all tokens) | "
+              "spread along the negative eigenspace: t = 0 → end (median) | growth rate (median) |",
+              "|---|---|---|---|---|---|"]
+        for name in dict.fromkeys(r["setting"] for r in tables["mixed"]):
+            rs = [r for r in tables["mixed"] if r["setting"] == name and r["solver_ok"]]
+            if rs:
+                L.append(f"| {name} | {len(rs)} | {max(r['gap_clusters'] for r in rs)} | "
+                         f"{sum(r['inside'] == 0 for r in rs)}/{len(rs)} | "
+                         f"{np.median([r['negative_spread_0'] for r in rs]):.3g} → "
+                         f"{np.median([r['negative_spread_end'] for r in rs]):.3g} | "
+                         f"{np.median([r['negative_rate'] for r in rs]):.3f} |")
+    for name, text in (("collapse", "V = −I: largest token norm at the end (max over conditions)"),
+                       ("hull", "the hull: largest relative excursion outside the previous hull"),
+                       ("hyperplanes", "good triple: hyperplanes (max over conditions)")):
+        rs = tables.get(name) or []
+        if rs:
+            col = {"collapse": "max_norm_end", "hull": "max_outside_relative", "hyperplanes": "hyperplanes"}[name]
+            L += ["", f"* {text}: {max(r[col] for r in rs):.3g} ({len(rs)} conditions, `{name}.csv`)"]
+    if tables.get("rate"):
+        L += ["", "* doubly exponential rate (d = 1, `rate.csv`): median slope of log(−log dist) per n: "
+              + ", ".join(f"n = {n}: {np.nanmedian([r['slope'] for r in tables['rate'] if r['n'] == n]):.3f}"
+                          for n in dict.fromkeys(r["n"] for r in tables["rate"]))]
+    if tables.get("high_dim"):
+        a, b = tables["high_dim"][0], tables["high_dim"][-1]
+        L += ["", f"* Fig. 7(b) (`high_dim.csv`): spread along the positive eigenspace {a['positive_spread']:.3g} → "
+              f"{b['positive_spread']:.3g}, along the negative one {a['negative_spread']:.3g} → "
+              f"{b['negative_spread']:.3g} by t = {b['t']:g}; {b['gap_clusters']} clusters of the positive component"]
+    return L
+
+
+def _uniform_rows(rows: list[dict]) -> list[dict]:
+    """Rows with every column any row has (NaN where a row lacks one: a failed solve measures nothing)."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    return [{k: r.get(k, float("nan")) for k in keys} for r in rows]
 
 
 def _dash(v: int) -> str:

@@ -29,13 +29,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
-from jaxattn.config import option, positive
+from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics import continuous
 from jaxattn.dynamics._runner import DTYPES, PRECISIONS
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
 from jaxattn.dynamics.options import Batch, Save
-from jaxattn.dynamics.passes import repeated_passes
+from jaxattn.dynamics.passes import redraw_weights, repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
@@ -73,6 +73,15 @@ class ConsensusConfig:
     synthetic_num: int = option(64, "initial conditions per theorem setting", check=positive)
     t1: float = option(30.0, "final time of the theorem settings", check=positive)
     figures: bool = option(True, "write PNG figures")
+    random_periodic: bool = option(True, "also run random weights drawn once with the model's initialisation and "
+                                   "kept for every pass (the paper's random periodic weights)")
+    until: float = option(0.0, "stop a run once the mean first-token measure over the prompts is below this, "
+                          "checked every --block passes (0: run every pass)", check=non_negative)
+    block: int = option(10, "passes between the checks of --until", check=positive)
+    gpt2_like_n: int = option(0, "also run Theorem 5.1's setting (causal, V = I, two heads, a new Gaussian weight "
+                              "set every unit of time, 4 initial conditions) with this many tokens (GPT-2 small's "
+                              "prompts: 200); 0: not run", check=non_negative)
+    gpt2_like_d: int = option(768, "token dimension of that setting (GPT-2 small: 768)", check=_on_sphere)
 
     def check(self) -> None:
         """Every option checked against its declaration, and none that changes nothing (:meth:`inert`), before
@@ -107,14 +116,27 @@ def synthetic_settings(cfg: ConsensusConfig) -> dict:
     m = random_model(jax.random.fold_in(key, 3), d + d % 2, 2, 1, mask="causal", value="identity", dtype=jnp.float32)
     X0 = init_tokens(jax.random.fold_in(key, 4), B, n, m.d_model)
     out["causal_two_heads"] = (solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus)), X0)
-    # (c) causal, one head, symmetric V with a simple top eigenvalue
+    # (c) causal, one head, symmetric V with a simple top eigenvalue: random starts, and starts in the
+    # hemisphere of v1 (Theorem 5.2's domain); the extra is every token's signed <x_i, v1> at the end
     spec = np.linspace(1.0, -0.5, d)
     m = random_model(jax.random.fold_in(key, 5), d, 1, 1, mask="causal", value="symmetric", spectrum=spec,
                      dtype=jnp.float32)
+    _, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], repeat_kv(m.layers).v[0]), np.float64))
+    v1 = vec[:, -1]
     X0 = init_tokens(jax.random.fold_in(key, 6), B, n, d)
     sol = solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus))
-    _, vec = np.linalg.eigh(np.asarray(jnp.einsum("hdk,hke->de", m.layers.o[0], repeat_kv(m.layers).v[0]), np.float64))
-    out["causal_symmetric_V"] = (sol, np.abs(np.asarray(sol.final, np.float64) @ vec[:, -1]))
+    out["causal_symmetric_V"] = (sol, np.asarray(sol.final, np.float64) @ v1)
+    X0 = hemisphere_tokens(jax.random.fold_in(key, 9), B, n, d, pole=v1)
+    sol = solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus))
+    out["causal_symmetric_V_hemisphere"] = (sol, np.asarray(sol.final, np.float64) @ v1)
+    if cfg.gpt2_like_n:
+        # (b) at a transformer's size (GPT-2 small: 200 tokens in d = 768): two heads, causal, V = I, a new Gaussian
+        # weight set every unit of time (10 cycled)
+        gn, gd = cfg.gpt2_like_n, cfg.gpt2_like_d
+        m = random_model(jax.random.fold_in(key, 10), gd + gd % 2, 2, 10, shared=False, mask="causal",
+                         value="identity", dtype=jnp.float32)
+        X0 = init_tokens(jax.random.fold_in(key, 11), 4, gn, m.d_model)
+        out["causal_gpt2_like"] = (solve(m, X0, cfg.t1, save=Save(ts=ts, observe=consensus)), X0)
     return out
 
 
@@ -123,13 +145,47 @@ def _with_dtype(fn, dtype):
                               atol=1e-11 if dtype == jnp.float64 else 1e-8, **k)
 
 
-def _runs(model: Model) -> list[tuple[str, Dynamics, bool]]:
+#: How the weights of a run vary from pass to pass: the model's own every pass (periodic), redrawn with the
+#: model's initialisation before every pass (aperiodic), or drawn once that way and kept (random periodic).
+MODES = ("periodic", "redrawn", "random_periodic")
+
+
+def _runs(model: Model, random_periodic: bool = True) -> list[tuple[str, Dynamics, str]]:
+    """``(name, dynamics, mode)`` of every run: with and without the FFN, in every weight mode."""
     if model.layers.ln1_w is None:
         raise ConfigError("repeated passes of a real model need a converted checkpoint (LayerNorm and FFN weights); "
                           "this model is attention-only")
     no_ffn = NO_FFN if model.norm_style == "pre" else Dynamics(norm="layernorm", ffn=False, biases=True)
-    return [("ffn_periodic", FAITHFUL, False), ("ffn_redrawn", FAITHFUL, True),
-            ("no_ffn_periodic", no_ffn, False), ("no_ffn_redrawn", no_ffn, True)]
+    modes = MODES if random_periodic else MODES[:2]
+    return [(f"{ffn}_{mode}", dyn, mode) for ffn, dyn in (("ffn", FAITHFUL), ("no_ffn", no_ffn)) for mode in modes]
+
+
+def passes_until(model: Model, X0, passes: int, *, dynamics: Dynamics, mode: str, key, until: float = 0.0,
+                 block: int = 10, precision: str = "highest", dtype=None) -> dict[str, np.ndarray]:
+    """The consensus measures after every block of ``passes`` passes of ``model`` from ``X0: [B, n, d]`` (every
+    ``mode`` of :data:`MODES`); with ``until > 0`` the passes run ``block`` at a time and stop once the mean
+    first-token measure is below ``until``. Returns ``{measure: [B, layers + 1]}``.
+
+    One call runs the passes when ``until`` is 0; in blocks, the redrawn weights of block ``b`` come from
+    ``fold_in(key, b)`` (pass ``j`` of it from ``fold_in(fold_in(key, b), j)``).
+    """
+    base = redraw_weights(model, jax.random.fold_in(key, 1_000_000)) if mode == "random_periodic" else model
+    redraw = mode == "redrawn"
+    run = lambda X, p, k: repeated_passes(base, X, p, dynamics=dynamics, redraw=redraw, key=k,
+                                          save=Save(observe=consensus), batch=Batch(precision=precision), dtype=dtype)
+    if until <= 0:
+        res = run(X0, passes, key)
+        return {k: np.asarray(v, np.float64) for k, v in res.observables.items()}
+    parts, X, done = [], X0, 0
+    while done < passes:
+        p = min(block, passes - done)
+        res = run(X, p, jax.random.fold_in(key, done // block))
+        obs = {k: np.asarray(v, np.float64) for k, v in res.observables.items()}
+        parts.append(obs if done == 0 else {k: v[:, 1:] for k, v in obs.items()})  # a block starts where one ended
+        X, done = res.final, done + p
+        if np.nanmean(obs["first_token"][:, -1]) < until:
+            break
+    return {k: np.concatenate([q[k] for q in parts], axis=1) for k in parts[0]}
 
 
 #: The study's public shape (as every study's): ``Config`` and ``run``.
@@ -156,27 +212,32 @@ def run_study(model: Model, out_dir, cfg: ConsensusConfig | None = None, *, mode
 
 
 def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) -> dict:
-    runs = _runs(model)
+    runs = _runs(model, cfg.random_periodic)
     key = jax.random.key(cfg.seed)
     ids = random_prompts(jax.random.fold_in(key, 7), model, cfg.prompts, cfg.tokens)
     X0 = embed_prompts(model, ids, dtype=jnp.float64 if cfg.dtype == "float64" else jnp.float32)
-    tables: dict = {"passes": [], "synthetic": [], "summary": []}
+    tables: dict = {"passes": [], "synthetic": [], "summary": [], "prompts": [], "synthetic_end": []}
     curves = {}
-    for name, dyn, redraw in runs:
-        say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks")
-        res = repeated_passes(model, X0, cfg.passes, dynamics=dyn, redraw=redraw, key=jax.random.fold_in(key, 8),
-                              save=Save(observe=consensus), batch=Batch(precision=cfg.matmul_precision),
-                              dtype=cfg.dtype)
-        ft = np.asarray(res.observables["first_token"], np.float64)  # [B, passes*depth + 1]
-        cc = np.asarray(res.observables["cos_consensus"], np.float64)
+    for name, dyn, mode in runs:
+        say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks"
+            + (f" (until the mean first-token measure is below {cfg.until:g})" if cfg.until > 0 else ""))
+        obs = passes_until(model, X0, cfg.passes, dynamics=dyn, mode=mode, key=jax.random.fold_in(key, 8),
+                           until=cfg.until, block=cfg.block, precision=cfg.matmul_precision, dtype=cfg.dtype)
+        ft = obs["first_token"]  # [B, passes*depth + 1]
+        cc = obs["cos_consensus"]
         curves[name] = ft
+        for b in range(ft.shape[0]):  # every prompt at every pass boundary: per-prompt rates and intervals
+            for layer in range(0, ft.shape[1], model.depth):
+                tables["prompts"].append({"run": name, "prompt": b, "pass": layer // model.depth, "layer": layer,
+                                          "first_token": float(ft[b, layer]), "cos_consensus": float(cc[b, layer])})
         for layer in range(ft.shape[1]):
             tables["passes"].append({"run": name, "layer": layer,
                                      "pass": (layer - 1) // model.depth + 1 if layer else 0,
                                      "first_token_mean": float(np.nanmean(ft[:, layer])),
                                      "first_token_std": float(np.nanstd(ft[:, layer])),
                                      "cos_consensus_mean": float(np.nanmean(cc[:, layer]))})
-        tables["summary"].append({"run": name, "first_token_start": float(np.nanmean(ft[:, 0])),
+        tables["summary"].append({"run": name, "mode": mode, "ffn": dyn.ffn, "passes": (ft.shape[1] - 1) // model.depth,
+                                  "layers": ft.shape[1] - 1, "first_token_start": float(np.nanmean(ft[:, 0])),
                                   "first_token_end": float(np.nanmean(ft[:, -1])),
                                   "first_token_end_std": float(np.nanstd(ft[:, -1])),
                                   "nonfinite_prompts": int(np.sum(~np.isfinite(ft[:, -1])))})
@@ -184,7 +245,7 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
     if cfg.synthetic:
         say("synthetic settings (continuous time, sphere)")
         syn = synthetic_settings(cfg)
-        for name, (sol, _) in syn.items():
+        for name, (sol, extra) in syn.items():
             obs = {k: np.asarray(v, np.float64) for k, v in sol.observables.items()}
             for i, t in enumerate(sol.ts):
                 row = {"setting": name, "t": float(t), "first_token_mean": float(obs["first_token"][:, i].mean()),
@@ -193,14 +254,39 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
                 if "hemisphere" in obs:
                     row["hemisphere_min"] = float(obs["hemisphere"][:, i].min())
                 tables["synthetic"].append(row)
+            tables["synthetic_end"] += synthetic_end_rows(name, sol, extra)
     _write(out, model, model_name, cfg, tables, curves, syn)
     return tables
+
+
+def synthetic_end_rows(name: str, sol, extra) -> list[dict]:
+    """One row per initial condition of a theorem setting at its final time: the consensus measures, how far the
+    first token moved (causal settings with ``V = I``: ``extra`` is the initial state), and for the symmetric-V
+    settings (``extra``: every token's signed ``<x_i, v1>``) whether every token ends on the same side."""
+    obs = {k: np.asarray(v, np.float64) for k, v in sol.observables.items()}
+    result = np.asarray(sol.result)
+    rows = []
+    for b in range(obs["first_token"].shape[0]):
+        row = {"setting": name, "condition": b, "solver_ok": bool(result[b] == 0),
+               "first_token_end": float(obs["first_token"][b, -1]),
+               "cos_consensus_end": float(obs["cos_consensus"][b, -1]),
+               "first_token_moved": float("nan"), "min_abs_v1": float("nan"), "same_sign": ""}
+        if name.startswith("causal_symmetric_V"):
+            c = np.asarray(extra)[b]
+            row.update(min_abs_v1=float(np.abs(c).min()), same_sign=bool(np.all(c > 0) or np.all(c < 0)))
+        elif name.startswith("causal_"):
+            row["first_token_moved"] = float(np.abs(np.asarray(sol.final)[b, 0] - np.asarray(extra)[b, 0]).max())
+        rows.append(row)
+    return rows
 
 
 def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, tables, curves, syn) -> None:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "passes.csv", csv_text(tables["passes"]))
     atomic_write_text(out / "summary.csv", csv_text(tables["summary"]))
+    atomic_write_text(out / "prompts.csv", csv_text(tables["prompts"]))
+    if tables["synthetic_end"]:
+        atomic_write_text(out / "synthetic_end.csv", csv_text(tables["synthetic_end"]))
     if tables["synthetic"]:
         keys = sorted({k for r in tables["synthetic"] for k in r}, key=lambda k: list(tables["synthetic"][0]).index(k)
                       if k in tables["synthetic"][0] else 99)
@@ -231,9 +317,11 @@ def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, table
             if name == "hemisphere":
                 dec = np.diff(obs["hemisphere"], axis=1).min()
                 line += f"; hemisphere Lyapunov function: largest decrease between saved times {min(dec, 0.0):.1e}"
-            if name == "causal_symmetric_V":
-                line += f"; |<x_i, v_1>| at the end: median {np.median(extra):.6f}"
-            if name == "causal_two_heads":
+            if name.startswith("causal_symmetric_V"):
+                same = [r["same_sign"] for r in tables["synthetic_end"] if r["setting"] == name]
+                line += (f"; |<x_i, v_1>| at the end: median {np.median(np.abs(extra)):.6f}; every token on one side "
+                         f"of v_1's hyperplane in {sum(same)}/{len(same)} conditions")
+            if name in ("causal_two_heads", "causal_gpt2_like"):
                 drift = np.abs(np.asarray(sol.final)[:, 0] - np.asarray(extra)[:, 0]).max()
                 line += f"; first token moved by at most {drift:.1e}"
             lines.append(line)

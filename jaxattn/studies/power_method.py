@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis._closed_forms import consensus_step_bound
+from jaxattn.analysis.directions import direction_increments, direction_rows
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import (
@@ -278,6 +279,11 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
                      dtype=dtype)
 
     sim = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype)
+    say(f"every eigendirection's increment (the paper's P̄) over {X0.shape[0]} initial conditions")
+    with Timer() as t:
+        tables["directions"] = direction_rows(direction_increments(
+            model, X0, dynamics=d1, order=cfg.order, precision=cfg.matmul_precision, **sim))
+    timings["directions"] = round(t.seconds, 3)
     if cfg.sensitivity:
         say(f"which layer matters: d(mean ρ1)/d(log F_k) by jax.grad over {X0.shape[0]} initial conditions")
         with Timer() as t:
@@ -298,6 +304,17 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     for gamma in map(float, cfg.gammas):  # a config file may give integers
         a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=d1, entering=entering, **sim)
         steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
+    # the same grid on held-out initial conditions (drawn from another key; nothing was chosen on them)
+    X_held = init_tokens(jax.random.fold_in(jax.random.key(cfg.seed), 1), X0.shape[0], cfg.n, model.d_model,
+                         kind=cfg.init, dtype=dtype)
+    entering_held = entering_states(model, X_held, dynamics=d1, **sim)
+    held_rows = []
+    for gamma in [0.0, *map(float, cfg.gammas)]:
+        a, ms, info = steered_alignment(model, u, gamma, X_held, dynamics=d1, entering=entering_held, **sim)
+        held_rows.append({**srow("D1 held-out", gamma, info.beta, a, ms, info.residual),
+                          "conditions": a.shape[0], "tokens": a.size, "above_0.99": int((a > 0.99).sum()),
+                          "conditions_all_above_0.99": int(np.all(a > 0.99, axis=1).sum())})
+    tables["steering_heldout"] = held_rows
     if cfg.steer_target > 0:
         say(f"bisection in log γ for the smallest gain with mean alignment >= {cfg.steer_target:g}")
         with Timer() as t:
@@ -330,6 +347,8 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
     atomic_write_text(out / "layers.csv", csv_text(layer_rows))
     atomic_write_text(out / "spectrum.csv", csv_text(tables["spectrum"]))
     atomic_write_text(out / "steering.csv", csv_text(steer_rows))
+    atomic_write_text(out / "steering_heldout.csv", csv_text(tables["steering_heldout"]))
+    atomic_write_text(out / "directions.csv", csv_text(tables["directions"]))
     if "steered" in tables:
         atomic_write_text(out / "steered_layers.csv", csv_text(tables["steered"]))
     if "sensitivity" in tables:
@@ -441,6 +460,20 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
     verdict = "holds in every layer" if holds == L else f"holds in {holds} of {L} layers"
     lines += ["", f"**The power-method analogy {verdict}** (Δρ1 > 0 in {pos}/{L}, P1 > 1/2 in {half}/{L}, "
               f"Δρ1 > Δρ̄ in {beats}/{L}).", ""]
+    if tables.get("directions"):
+        dr = tables["directions"]
+        lines += ["## P1 against every eigendirection (the paper's P̄)", "",
+                  f"Over {dr[0]['tokens']} tokens (the first {min(cfg.num_init, 1000)} initial conditions): P_k is the "
+                  "fraction of tokens whose correlation with eigendirection k grows through the layer, P̄ the mean of "
+                  "P_k over all eigendirections (a complex pair counts once), as in §3.2 of the paper "
+                  "(`directions.csv`). "
+                  "The P̄ column above is the probability that the direction-averaged ρ̄ grows, another number.", "",
+                  "| step | directions | P1 | P̄ (mean of P_k) | rank of P1 | P_k > 1/2 | Δρ1 | Δρ̄ |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in dr:
+            lines.append(f"| {r['step']} | {r['directions']} | {r['P1']:.3f} | {r['Pbar']:.3f} | {r['P1_rank']} | "
+                         f"{r['P_above_half']:.3f} | {r['drho1']:+.4f} | {r['drhobar']:+.4f} |")
+        lines += ["", f"**P1 > P̄ in {sum(r['P1'] > r['Pbar'] for r in dr)} of {len(dr)} layers.**", ""]
     if "prolonged" in tables:
         pr = tables["prolonged"]
         lines += ["## Prolonged shared-weight model", "",
@@ -463,6 +496,15 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
     for r in tables["steering"]:
         lines.append(f"| {r['dynamics']} | {r['gamma']:.6g} | {r['beta']:.4g} | {r['align_mean']:.4f} | "
                      f"{r['align_q01']:.4f} | {r['frac_above_0.99']:.3f} | {r['gap_after']:.4g} | {r['found_by']} |")
+    if tables.get("steering_heldout"):
+        ho = tables["steering_heldout"]
+        lines += ["", f"The same gains on {ho[0]['conditions']} held-out initial conditions "
+                      "(`steering_heldout.csv`):", "",
+                  "| γ | mean alignment with u | 1% quantile | fraction > 0.99 | conditions with every token > 0.99 |",
+                  "|---|---|---|---|---|"]
+        for r in ho:
+            lines.append(f"| {r['gamma']:.6g} | {r['align_mean']:.4f} | {r['align_q01']:.4f} | "
+                         f"{r['frac_above_0.99']:.3f} | {r['conditions_all_above_0.99']}/{r['conditions']} |")
     if "steer_target" in tables:
         t = tables["steer_target"][0]
         if t["reached"]:
@@ -485,7 +527,7 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
               "β|uᵀx̄| / ||(I + F)x̄||, so inputs with a small component along u need a large γ.", ""]
     if figures:
         lines += ["## Figures", ""] + [f"![{f.stem}]({f.name})" for f in figures] + [""]
-    lines += ["Tables: `layers.csv`, `spectrum.csv`, `steering.csv`"
+    lines += ["Tables: `layers.csv`, `spectrum.csv`, `steering.csv`, `steering_heldout.csv`, `directions.csv`"
               f"{', `steered_layers.csv`' if 'steered' in tables else ''}"
               f"{', `sensitivity.csv`' if 'sensitivity' in tables else ''}; arrays: `arrays.safetensors`; "
               "configuration, versions and device: `config.json`.", ""]

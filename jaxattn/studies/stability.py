@@ -35,10 +35,10 @@ from jaxattn.analysis._closed_forms import single_head_conditions
 from jaxattn.analysis._equilibria import System, eigen_equilibria, residual, sign_patterns
 from jaxattn.analysis._linearisation import linearisation_bytes, linearise
 from jaxattn.analysis.stats import wilson
-from jaxattn.config import option, positive
+from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics.discrete import D1, simulate
-from jaxattn.dynamics.fields import C2
+from jaxattn.dynamics.discrete import D1, D3, simulate
+from jaxattn.dynamics.fields import C2, C2_OJA
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, write_json
@@ -95,6 +95,14 @@ class StabilityConfig:
     perturb_num: int = option(8, "random perturbations per size", check=positive)
     search: int = option(50, "models searched for a stable bipartite equilibrium", check=positive)
     figures: bool = option(True, "write PNG figures")
+    multi_head_models: int = option(0, "also count the equilibria of this many multi-head models per n (--heads "
+                                    "heads, symmetric layer matrix; multi_head_counts.csv)", check=non_negative)
+    heads: int = option(3, "heads of the multi-head counts (must divide d)", check=positive)
+    oja: bool = option(False, "also count the equilibria of the multi-agent Oja system (uniform attention, the same "
+                       "models; oja_counts.csv)")
+    basin_models: int = option(0, "random models (d = 3, n = basin_n) run from random starts each, their ends "
+                               "tallied by eigenvector (model_basins.csv)", check=non_negative)
+    basin_starts: int = option(64, "random starts per model of --basin-models", check=positive)
 
     def check(self) -> None:
         """Every option checked against its declaration, then what no single option says: options that change
@@ -103,6 +111,7 @@ class StabilityConfig:
         check_options(self)
         refuse_inert(self, self.inert())
         self._check_memory()
+        self._check_heads()
 
     def inert(self) -> dict[str, str]:
         """The options that change nothing with the others, each with the reason (refused when set)."""
@@ -122,6 +131,10 @@ class StabilityConfig:
                                   f"{size / 2**30:,.1f} GiB per model (limit {MEMORY_LIMIT / 2**30:g} GiB); lower "
                                   "exhaustive_max (random patterns above it), patterns or the number of tokens")
 
+    def _check_heads(self) -> None:
+        if self.multi_head_models and self.d % self.heads:
+            raise ConfigError(f"heads = {self.heads} must divide d = {self.d} for the multi-head counts")
+
     def ns(self) -> list[int]:
         """The numbers of tokens of the counts, each once, in order."""
         return sorted(set(self.tokens))
@@ -138,9 +151,21 @@ def random_symmetric_single_head(key, d: int) -> Model:
     return m.replace(layers=m.layers.replace(v=((g + g.T) / 2)[None, None]))
 
 
-def _system(model: Model, time: str, cfg: StabilityConfig, beta=None) -> System:
+def _system(model: Model, time: str, cfg: StabilityConfig, beta=None, oja: bool = False) -> System:
+    """The map (D2, or D3 with ``oja``: uniform attention) or the flow (C2, or the Oja flow) of ``model``."""
     beta = cfg.beta if beta is None else beta
-    return System(model, D1, cfg.alpha, beta) if time == "discrete" else System(model, C2, 1.0, beta)
+    if time == "discrete":
+        return System(model, D3 if oja else D1, cfg.alpha, beta)
+    return System(model, C2_OJA if oja else C2, 1.0, beta)
+
+
+def random_symmetric_multi_head(key, d: int, heads: int) -> Model:
+    """``heads`` heads with Gaussian ``Q, K`` and value/output blocks whose layer matrix ``F = Σ_h O_h V_h`` is
+    ``(G + Gᵀ)/2`` (``G`` Gaussian with variance ``1/d``), the spectrum of :func:`random_symmetric_single_head`."""
+    kg, km = jax.random.split(key)
+    g = np.asarray(jax.random.normal(kg, (d, d), jnp.float64)) / np.sqrt(d)
+    return random_model(km, d, heads, value="symmetric", spectrum=np.linalg.eigvalsh((g + g.T) / 2),
+                        dtype=jnp.float64)
 
 
 def _patterns(n: int, cfg: StabilityConfig, key) -> tuple[np.ndarray, str]:
@@ -153,26 +178,38 @@ def _patterns(n: int, cfg: StabilityConfig, key) -> tuple[np.ndarray, str]:
     return pats, "sampled"
 
 
-def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns: np.ndarray):
-    """Classify every candidate equilibrium of one model: numerical Jacobian next to the closed form.
+def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns: np.ndarray, oja: bool = False):
+    """Classify every candidate equilibrium of one model: numerical Jacobian next to the closed form (one head;
+    a multi-head model has no closed form: its ``analytic_stable`` and ``agree`` are -1).
 
     Returns ``(row, candidates, linearisation, analytic)``; candidates that are not fixed points of the
-    map (``1 + αλ s_i c_i <= 0`` for some token) are left out.
+    map (``1 + αλ s_i c_i <= 0`` for some token, or a bipartite split the heads do not hold) are left out.
+    The row also counts the stable equilibria at the principal eigenvector ``v1`` and at the others, and
+    records the step bound of the consensus theorem (``α < 2/(|λ_d| − λ_1)`` when ``|λ_d| > λ_1``).
     """
-    sy = _system(model, time, cfg)
+    sy = _system(model, time, cfg, oja=oja)
     cand = eigen_equilibria(sy.layer_matrix(), n, patterns=patterns)
     r = residual(sy, cand.X)
     keep = r < 1e-10
-    an = [single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep], strict=True)]
+    one_head = model.n_heads == 1
+    an = ([single_head_conditions(sy, int(k), s) for k, s in zip(cand.k[keep], cand.signs[keep], strict=True)]
+          if one_head else [])
     lin = linearise(sy, cand.X[keep])
     cons = cand.is_consensus[keep]
+    principal = cand.k[keep] == 0
     stable = lin.stable
-    astable = np.array([a.stable for a in an])
+    astable = np.array([a.stable for a in an], bool)
     lam = np.sort(cand.eigvals.real)
     row = {"time": time, "n": n, "lambda_1": float(lam[-1]), "lambda_d": float(lam[0]),
+           "alpha_bound": float(2 / (abs(lam[0]) - lam[-1])) if abs(lam[0]) > lam[-1] else float("inf"),
            "candidates": int(keep.sum()), "not_fixed": int((~keep).sum()), "stable": int(stable.sum()),
            "stable_consensus": int((stable & cons).sum()), "stable_bipartite": int((stable & ~cons).sum()),
-           "analytic_stable": int(astable.sum()), "agree": int((astable == stable).sum()),
+           "stable_consensus_v1": int((stable & cons & principal).sum()),
+           "stable_consensus_other": int((stable & cons & ~principal).sum()),
+           "stable_bipartite_v1": int((stable & ~cons & principal).sum()),
+           "stable_bipartite_other": int((stable & ~cons & ~principal).sum()),
+           "analytic_stable": int(astable.sum()) if one_head else -1,
+           "agree": int((astable == stable).sum()) if one_head else -1,
            "marginal": int((lin.status == "marginal").sum())}
     return row, dataclasses.replace(cand, X=cand.X[keep], k=cand.k[keep], signs=cand.signs[keep]), lin, an
 
@@ -201,7 +238,8 @@ def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> 
 
 def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     key = jax.random.key(cfg.seed)
-    tables: dict = {"counts": [], "counts_summary": [], "perturbation": [], "basins": [], "trajectories": []}
+    tables: dict = {"counts": [], "counts_summary": [], "perturbation": [], "basins": [], "trajectories": [],
+                    "multi_head_counts": [], "oja_counts": [], "model_basins": []}
     # 1. counts
     hist: dict = {}
     for n in cfg.ns():
@@ -223,6 +261,23 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
                 "with_stable_bipartite": float(np.mean([r["stable_bipartite"] > 0 for r in rows])),
                 "mean_fraction_stable": float(np.mean([r["stable"] / max(r["candidates"], 1) for r in rows])),
                 "agreement": f"{sum(r['agree'] for r in rows)}/{sum(r['candidates'] for r in rows)}"})
+    # 1b. the same counts for multi-head models and for the multi-agent Oja system (uniform attention)
+    for n in cfg.ns():
+        pats, mode = _patterns(n, cfg, jax.random.fold_in(key, 10_000 + n))
+        for time in cfg.times():
+            if cfg.multi_head_models:
+                say(f"multi-head counts: n = {n}, {time}, {cfg.multi_head_models} models x {cfg.heads} heads")
+                for i in range(cfg.multi_head_models):
+                    m = random_symmetric_multi_head(jax.random.fold_in(jax.random.fold_in(key, 70_000 + n), i), cfg.d,
+                                                    cfg.heads)
+                    row, *_ = count_stable(m, n, time, cfg, pats)
+                    tables["multi_head_counts"].append({"model": i, "heads": cfg.heads, "mode": mode, **row})
+            if cfg.oja:
+                say(f"Oja counts: n = {n}, {time}, {cfg.models} models (uniform attention)")
+                for i in range(cfg.models):
+                    m = random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(key, n), i), cfg.d)
+                    row, *_ = count_stable(m, n, time, cfg, pats, oja=True)
+                    tables["oja_counts"].append({"model": i, "mode": mode, **row})
     # 2. the stable bipartite example
     say(f"searching {cfg.search} models (d = 3, n = {cfg.basin_n}) for the weakest stable bipartite equilibrium")
     example = _find_bipartite(cfg, jax.random.fold_in(key, 20_000))
@@ -237,6 +292,9 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
         X0 = np.concatenate([_perturb(X_eq, eps, cfg.perturb_num, jax.random.fold_in(key, 30_000 + j))
                              for j, eps in enumerate(eps_grid)])
         all_ends = classify(sy, settle(sy, X0, steps=cfg.steps))
+        # how far a perturbation of size ε moves a token on the sphere, in degrees (mean over the tokens)
+        angles = np.degrees(np.arccos(np.clip(np.sum(X0 * X_eq[None], axis=-1), -1.0, 1.0))).reshape(
+            len(eps_grid), -1).mean(axis=1)
         for j, eps in enumerate(eps_grid):
             ends = all_ends[j * cfg.perturb_num:(j + 1) * cfg.perturb_num]
             ret = sum(t.group == label for t in ends)
@@ -244,7 +302,8 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
             lo, hi = wilson(ret, len(ends))
             tables["perturbation"].append({"eps": float(eps), "returned": ret, "to_consensus": cons,
                                            "other": len(ends) - ret - cons, "total": len(ends),
-                                           "returned_fraction": ret / len(ends), "ci_low": lo, "ci_high": hi})
+                                           "returned_fraction": ret / len(ends), "ci_low": lo, "ci_high": hi,
+                                           "angle_deg": float(angles[j]), "label": label})
         if cfg.figures:
             small = tables["perturbation"][0]["eps"]
             escaped = [r["eps"] for r in tables["perturbation"] if r["returned"] < r["total"]]
@@ -275,8 +334,37 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
         res = basins(_system(bmodel, time, cfg), cfg.basin_num, cfg.basin_n, jax.random.fold_in(key, 60_000),
                         steps=cfg.steps, t1=cfg.t1)
         tables["basins"] += [{"time": time, **r} for r in res.table]
+    # 5. other models: where random starts end, by eigenvector (a stable end off v1 is searched for here)
+    if cfg.basin_models:
+        say(f"ends of {cfg.basin_starts} random starts in each of {cfg.basin_models} models (n = {cfg.basin_n})")
+        tables["model_basins"] = model_basins(cfg, jax.random.fold_in(key, 80_000))
     _write(out, cfg, tables, hist, example, perturb_traj, traj)
     return tables
+
+
+def model_basins(cfg: StabilityConfig, key) -> list[dict]:
+    """For ``cfg.basin_models`` random models (d = 3, ``basin_n`` tokens), the ends of ``cfg.basin_starts``
+    random starts of the map, counted by class and eigenvector: one row per (model, end), with how many of the
+    model's candidate equilibria at that eigenvector are stable (the Jacobian)."""
+    rows = []
+    for i in range(cfg.basin_models):
+        m = random_symmetric_single_head(jax.random.fold_in(key, i), 3)
+        sy = _system(m, "discrete", cfg)
+        res = basins(sy, cfg.basin_starts, cfg.basin_n, jax.random.fold_in(key, 1_000_000 + i), steps=cfg.steps)
+        pats = sign_patterns(cfg.basin_n) if cfg.basin_n <= cfg.exhaustive_max else \
+            _patterns(cfg.basin_n, cfg, jax.random.fold_in(key, 2_000_000 + i))[0]
+        row, cand, lin, _ = count_stable(m, cfg.basin_n, "discrete", cfg, pats)
+        stable_k = {int(k) + 1: int((lin.stable & (cand.k == k)).sum()) for k in range(3)}
+        for t in res.table:
+            ends = [e for e in res.terminals if e.group == t["end"]]
+            k = ends[0].k if ends and ends[0].kind in ("consensus", "bipartite") else 0
+            rows.append({"model": i, "end": t["end"], "kind": ends[0].kind if ends else "", "eigenvector": k,
+                         "count": t["count"], "starts": cfg.basin_starts, "fraction": t["fraction"],
+                         "ci_low": t["ci_low"], "ci_high": t["ci_high"],
+                         "stable_at_eigenvector": stable_k.get(k, -1) if k else -1,
+                         "stable_v1": stable_k[1], "stable_other": stable_k[2] + stable_k[3],
+                         "lambda_1": row["lambda_1"]})
+    return rows
 
 
 def _find_bipartite(cfg: StabilityConfig, key):
@@ -326,6 +414,7 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
         if rows:
             atomic_write_text(out / f"{name}.csv", csv_text(rows))
     write_json(out / "config.json", {"command": "stability", "config": dataclasses.asdict(cfg), **provenance()})
+    L_extra = _extra_sections(tables)
     figs = _figures(out, cfg, tables, hist, perturb_traj, traj) if cfg.figures else []
     L = ["# Equilibria and stability", "",
          f"Single-head models with a random symmetric value matrix, d = {cfg.d}, inverse temperature β = {cfg.beta:g}; "
@@ -367,7 +456,44 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
     for r in tables["basins"]:
         L.append(f"| {r['time']} | {md_cell(r['end'])} | {r['count']} | {r['fraction']:.3f} | "
                  f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
-    write_report(out, L, figs)
+    write_report(out, L + L_extra, figs)
+
+
+def _extra_sections(tables) -> list[str]:
+    """The report's sections on the multi-head counts, the Oja system and the other models' ends."""
+    L: list[str] = []
+    for name, title in (("multi_head_counts", "Multi-head models"), ("oja_counts", "The multi-agent Oja system")):
+        rows = tables[name]
+        if not rows:
+            continue
+        L += ["", f"## {title}", "", "| time | n | models | mean stable | stable consensus at v1 | stable consensus "
+              "elsewhere | stable bipartite at v1 | stable bipartite elsewhere | candidates that are not fixed "
+              "points |",
+              "|---|---|---|---|---|---|---|---|---|"]
+        for (time, n), group in _groups(rows, ("time", "n")).items():
+            L.append(f"| {time} | {n} | {len(group)} | {np.mean([r['stable'] for r in group]):.2f} | "
+                     + " | ".join(str(sum(r[c] for r in group)) for c in (
+                         "stable_consensus_v1", "stable_consensus_other", "stable_bipartite_v1",
+                         "stable_bipartite_other", "not_fixed")) + " |")
+    if tables["model_basins"]:
+        L += ["", "## Where random starts end in other models", "",
+              "| model | end | count | fraction [95% CI] | stable equilibria at that eigenvector |",
+              "|---|---|---|---|---|"]
+        for r in tables["model_basins"]:
+            L.append(f"| {r['model']} | {md_cell(r['end'])} | {r['count']}/{r['starts']} | {r['fraction']:.3f} "
+                     f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] | {_dash(r['stable_at_eigenvector'])} |")
+    return L
+
+
+def _groups(rows: list[dict], keys: tuple[str, ...]) -> dict:
+    out: dict = {}
+    for r in rows:
+        out.setdefault(tuple(r[k] for k in keys), []).append(r)
+    return out
+
+
+def _dash(v: int) -> str:
+    return "–" if v < 0 else str(v)
 
 
 def _sphere(ax) -> None:

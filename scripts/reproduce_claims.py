@@ -1,0 +1,1087 @@
+"""The claims of the four papers and how each is judged from the runs (used by ``scripts/reproduce.py``).
+
+Every claim's ``measure(run_dir)`` reads the run's CSV files and returns a :class:`Result`: what jaxattn measured
+and a list of :class:`Check` — comparisons of measured numbers with the paper's statement, each of which can
+fail. The verdict follows from the checks alone (:func:`judge`): *reproduced* when every check holds, *differs*
+when one fails, *not observed* when what fails is that something the paper reports was never seen,
+*inconclusive* when a confidence interval straddles a threshold or a run is still converging at its horizon.
+Fractions are judged with their 95% Wilson interval; a universal statement ("always", "every") fails on one
+counterexample. Thresholds that no number of the paper fixes are named in :data:`THRESHOLDS` with where they
+come from, and the page lists them. The text that explains a verdict is assembled from the checks and from
+diagnoses computed on the runs (rates, plateaus), never written by hand.
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from jaxattn.analysis.stats import wilson
+
+
+# ------------------------------------------------------------------------------------------ reading
+def rows(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def num(x: str | float) -> float:
+    return float(x)
+
+
+def truth(x: str | bool) -> bool:
+    return x is True or str(x) == "True"
+
+
+def fmt(x: float | str, digits: int = 3) -> str:
+    """A number as the page shows it (3 significant digits; scientific below 1e-3)."""
+    if isinstance(x, str):
+        x = float(x)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "∞" if x > 0 else "−∞"
+    if x != 0 and (abs(x) < 1e-3 or abs(x) >= 1e5):
+        return f"{x:.{digits - 1}e}"
+    return f"{x:.{digits}g}"
+
+
+def ci(p: float | str, lo: float | str, hi: float | str) -> str:
+    return f"{fmt(p)} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def config(run_dir: Path) -> dict:
+    path = run_dir / "config.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+# ------------------------------------------------------------------------------------------ thresholds
+@dataclass(frozen=True)
+class Threshold:
+    value: float
+    meaning: str
+    source: str
+
+
+#: Every number a verdict is compared with that is not a number of the paper itself, with where it comes from.
+THRESHOLDS: dict[str, Threshold] = {
+    "almost-all": Threshold(0.9, "“almost all” / “nearly any” / “for almost all initial sequences”",
+                            "jaxattn's reading: at least 90% (the papers give no number)"),
+    "almost-all-layers": Threshold(0.8, "“for almost all layers” (a handful of layers: no interval)",
+                                   "jaxattn's reading: at least 80% of the layers (the paper gives no number)"),
+    "most": Threshold(0.5, "“most”, “in most layers”, “preserved”", "more than half (a majority)"),
+    "often": Threshold(0.1, "“often”, “common”", "jaxattn's reading: in at least one case in ten"),
+    "small-gap": Threshold(0.25, "a “small” spectral gap, (Re λ1 − Re λ2)/|λ1|",
+                           "jaxattn's reading: λ2 within 25% of λ1; the paper's steering needs a gap of an order "
+                           "of magnitude, so 0.25 is far from it"),
+    "low": Threshold(0.5, "a “low” correlation ρ1", "jaxattn's reading: closer to no alignment (0) than to full (1)"),
+    "perfect": Threshold(0.99, "“perfect” / “near-perfect” alignment of a token, and a converged ρ",
+                         "jaxattn's reading: |<x, u>|/||x|| above 0.99 (about 8°)"),
+    "consensus": Threshold(1e-3, "a prompt at consensus: first-token measure 1 − mean_j cos(x_1, x_j)",
+                           "jaxattn's tolerance: a mean angle of about 2.6° to the first token"),
+    "zero": Threshold(1e-6, "a measure at its limit 0 in the float64 theorem settings",
+                      "the solver's tolerances (rtol 1e-9): far below any transient, far above round-off"),
+    "plateau": Threshold(0.05, "a plateau: the mean measure fell by less than this fraction over the last quarter "
+                         "of the passes (at least 2)", "jaxattn's diagnosis, not a verdict threshold of its own"),
+    "very-small-basin": Threshold(0.05, "a “very small” basin of attraction: the share of random starts that end "
+                                  "there", "jaxattn's reading: at most 5% (the paper gives no number)"),
+    "clear-clusters": Threshold(3.0, "clusters: the tolerance-free cut's gap, in decades",
+                                "jaxattn's reading: clusters 1000 times tighter than their spacing"),
+    "significance": Threshold(0.05, "a trend across layers: one-sided permutation test of Spearman's rank "
+                              "correlation", "the conventional 5% level"),
+    "about-14": Threshold(0.005, "“about 14%”: the band 14% ± 0.5%",
+                          "the paper rounds to a whole percent"),
+    "slowly": Threshold(0.5, "“vanishes very slowly”: |d log p / d log d|",
+                        "slower than the share of real eigenvalues of a real Ginibre matrix (~ d^(−1/2))"),
+    "machine": Threshold(1e-9, "no change where the paper says none (a token that never moves, a Lyapunov function "
+                         "that never decreases, a hull that never grows), relative to the configuration's size",
+                         "float64 round-off of the solver's states (rtol 1e-8 to 1e-9)"),
+    "closed-form": Threshold(1e-8, "agreement of a Jacobian's spectral radius with its closed form",
+                             "float64 Jacobians by jax.jacfwd"),
+}
+
+
+def T(name: str) -> float:
+    return THRESHOLDS[name].value
+
+
+# ------------------------------------------------------------------------------------------ checks
+@dataclass(frozen=True)
+class Check:
+    """One comparison of a measured number with the paper's statement; ``ok`` None: undecided at this sample size
+    or horizon. ``failing``: the verdict when it fails."""
+
+    text: str
+    ok: bool | None
+    failing: str = "differs"
+
+    @property
+    def mark(self) -> str:
+        return {True: "✓", False: "✗", None: "?"}[self.ok]
+
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">": lambda a, b: a > b, ">=": lambda a, b: a >= b, "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+SHOW = {">=": "≥", "<=": "≤", ">": ">", "<": "<"}
+
+
+def compare(label: str, value: float, op: str, threshold: float, tag: str) -> Check:
+    """``value op threshold``: a number without a sampling interval (a mean over thousands of tokens, a closed
+    form, one run). ``tag`` says where the threshold comes from (a :data:`THRESHOLDS` key or 'paper ...')."""
+    ok = bool(OPS[op](value, threshold)) if math.isfinite(value) or math.isinf(value) else False
+    return Check(f"{label} = {fmt(value)} {SHOW[op]} {fmt(threshold)} [{tag}]", ok)
+
+
+def fraction(label: str, count: int, total: int, op: str, threshold: float, tag: str) -> Check:
+    """A fraction ``count/total`` against ``threshold`` with its 95% Wilson interval: holds when the whole interval
+    is on the right side, fails when the whole interval is on the wrong side, undecided otherwise."""
+    if total < 1:
+        return Check(f"{label}: nothing to count [{tag}]", False)
+    lo, hi = wilson(int(count), int(total))
+    p = count / total
+    if op in (">", ">="):
+        ok = True if OPS[op](lo, threshold) else (False if not OPS[op](hi, threshold) else None)
+    else:
+        ok = True if OPS[op](hi, threshold) else (False if not OPS[op](lo, threshold) else None)
+    return Check(f"{label} {count}/{total} = {ci(p, lo, hi)} {SHOW[op]} {fmt(threshold)} [{tag}]", ok)
+
+
+def none_of(label: str, count: int, total: int, tag: str = "the paper: always") -> Check:
+    """A universal statement: no counterexample among ``total`` (the 95% upper bound of their rate is shown)."""
+    if total < 1:
+        return Check(f"{label}: nothing to count [{tag}]", False)
+    hi = wilson(int(count), int(total))[1]
+    return Check(f"{label}: {count} of {total} (rate ≤ {fmt(hi)} at 95%) [{tag}]", count == 0)
+
+
+def exists(label: str, count: int, total: int, tag: str) -> Check:
+    """Something the paper reports must be seen at least once; if never, the verdict is *not observed*."""
+    return Check(f"{label}: {count} of {total} [{tag}]", count > 0, failing="not observed")
+
+
+def undecided(text: str) -> Check:
+    return Check(text, None)
+
+
+VERDICTS = ("reproduced", "differs", "not observed", "inconclusive")
+
+
+def judge(checks: list[Check]) -> str:
+    """The verdict of a claim from its checks."""
+    fails = [c for c in checks if c.ok is False]
+    if fails:
+        return "not observed" if all(c.failing == "not observed" for c in fails) else "differs"
+    if any(c.ok is None for c in checks) or not checks:
+        return "inconclusive"
+    return "reproduced"
+
+
+@dataclass
+class Result:
+    """jaxattn's numbers for one claim, the checks that decide it, a diagnosis computed from the run (or ''), and
+    the run files they were read from."""
+
+    value: str
+    checks: list[Check]
+    sources: list[str] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        return judge(self.checks)
+
+    @property
+    def why(self) -> str:
+        text = "; ".join(f"{c.mark} {c.text}" for c in self.checks)
+        return f"{text}. {self.note}" if self.note else text
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    paper: str
+    where: str  # figure, theorem or page of the paper
+    statement: str
+    run: str
+    measure: Callable[[Path], Result]
+    figure: str = ""  # a PNG of the run shown next to the row
+
+
+# ------------------------------------------------------------------------------------------ statistics
+def spearman(x, y) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+    rx = _ranks(np.asarray(x, float))
+    ry = _ranks(np.asarray(y, float))
+    if rx.std() == 0 or ry.std() == 0:
+        return 0.0
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(a: np.ndarray) -> np.ndarray:
+    order = np.argsort(a, kind="mergesort")
+    r = np.empty(len(a))
+    r[order] = np.arange(len(a), dtype=float)
+    for v in np.unique(a):  # ties share their mean rank
+        r[a == v] = r[a == v].mean()
+    return r
+
+
+def increasing_p(x, y, draws: int = 20000) -> float:
+    """One-sided p-value of an increasing monotone relation of ``y`` with ``x``: the share of permutations of ``y``
+    whose Spearman correlation is at least the observed one (every permutation up to 8 points, else ``draws``
+    random ones from a fixed seed)."""
+    y = np.asarray(y, float)
+    obs = spearman(x, y)
+    if len(y) <= 8:
+        perms = (np.asarray(p) for p in itertools.permutations(y))
+        stats = [spearman(x, p) for p in perms]
+    else:
+        rng = np.random.default_rng(0)
+        stats = [spearman(x, rng.permutation(y)) for _ in range(draws)]
+    return float(np.mean(np.asarray(stats) >= obs - 1e-12))
+
+
+def no_growth(label: str, steps, values) -> Check:
+    """"Does not grow with the layer index": fails on a significant increasing trend."""
+    r, p = spearman(steps, values), increasing_p(steps, values)
+    return Check(f"{label}: Spearman {fmt(r)} with the layer, one-sided p = {fmt(p)} ≥ {fmt(T('significance'))} "
+                 "[significance]", p >= T("significance"))
+
+
+def grows_with(label: str, x, y) -> Check:
+    """"y grows with x": holds on a significant increasing trend, fails on a non-positive correlation, undecided
+    between."""
+    r, p = spearman(x, y), increasing_p(x, y)
+    ok = True if p < T("significance") else (False if r <= 0 else None)
+    return Check(f"{label}: Spearman {fmt(r)}, one-sided p = {fmt(p)} < {fmt(T('significance'))} [significance]", ok)
+
+
+def decay(label: str, means: list[float], finals: list[float], layers_per_step: int = 1, unit: str = "layer",
+          tolerance: str = "consensus") -> Check:
+    """A measure that should decay to 0 (``means``: its mean at every pass boundary or saved time; ``finals``: every
+    prompt's last value). Holds when every prompt ends below the consensus tolerance; otherwise the last quarter
+    of the run (at least two points) decides between a plateau (fails) and a decay still under way at the
+    horizon (undecided), with the rate and how far the tolerance would be at that rate."""
+    tol = T(tolerance)
+    above = sum(f >= tol or not math.isfinite(f) for f in finals)
+    m = np.asarray(means, float)
+    base = f"{label}: {len(finals) - above}/{len(finals)} below {fmt(tol)} [{tolerance}]"
+    if above == 0:
+        return Check(base, True)
+    if len(m) < 3:
+        return Check(f"{base}; mean {fmt(m[-1])}; too few points to tell a plateau from a decay", None)
+    k = max(2, len(m) // 4)
+    a, b = m[-k - 1], m[-1]
+    if not (a > 0 and b > 0):
+        return Check(f"{base}; mean {fmt(b)}", False)
+    drop = 1 - b / a
+    rate = math.log(b / a) / (k * layers_per_step)
+    if drop < T("plateau"):
+        return Check(f"{base}; plateau: the mean fell by {fmt(100 * drop)}% over the last {k * layers_per_step} "
+                     f"{unit}s (mean {fmt(b)}) [plateau]", False)
+    need = math.log(tol / b) / rate
+    return Check(f"{base}; still decaying at the horizon: rate {fmt(rate)} per {unit} over the last "
+                 f"{k * layers_per_step} {unit}s, the tolerance about {fmt(need)} {unit}s further at that rate", None)
+
+
+def share(label: str, count: int, total: int, op: str, threshold: float, tag: str) -> Check:
+    """A share of a handful of items (layers, settings) against a threshold: no sampling interval."""
+    ok = bool(total) and bool(OPS[op](count / total, threshold))
+    return Check(f"{label} in {count}/{total} {SHOW[op]} {fmt(threshold)} [{tag}]", ok)
+
+
+def lower_bound(p: float, total: int) -> float:
+    """The 95% Wilson lower bound of a fraction ``p`` of ``total`` tokens."""
+    return wilson(round(p * total), total)[0]
+
+
+# ------------------------------------------------------------------------------------------ power method
+def _main_layers(d: Path) -> list[dict[str, str]]:
+    return [r for r in rows(d / "layers.csv") if r["run"] == "main"]
+
+
+def _tokens(d: Path, cap: int | None = None) -> int:
+    c = config(d).get("config", {})
+    m = int(c.get("num_init", 0))
+    return (min(m, cap) if cap else m) * int(c.get("n", 0))
+
+
+def pm_tilt(d: Path) -> Result:
+    main, dirs = _main_layers(d), rows(d / "directions.csv")
+    tokens, L = _tokens(d), len(main)
+    pos = sum(num(r["drho1"]) > 0 for r in main)
+    half = sum(lower_bound(num(r["P1"]), tokens) > 0.5 for r in main)
+    beats = sum(num(r["drho1"]) > num(r["drhobar"]) for r in main)
+    pbar = sum(lower_bound(num(r["P1"]), int(r["tokens"])) > num(r["Pbar"]) for r in dirs)
+    a = T("almost-all-layers")
+    checks = [share("Δρ1 > 0", pos, L, ">=", a, "almost-all-layers"),
+              share("P1 > 1/2 (95% lower bound)", half, L, ">=", a, "almost-all-layers"),
+              share("Δρ1 > Δρ̄", beats, L, ">=", a, "almost-all-layers"),
+              share("P1 > P̄ (95% lower bound of P1)", pbar, len(dirs), ">=", a, "almost-all-layers")]
+    per = ", ".join(f"{fmt(r['P1'])}/{fmt(r['Pbar'])}" for r in dirs)
+    return Result(f"P1/P̄ per layer ({dirs[0]['directions']} eigendirections, {dirs[0]['tokens']} tokens): {per}; "
+                  f"Δρ1/Δρ̄ per layer: {', '.join(fmt(r['drho1']) + '/' + fmt(r['drhobar']) for r in main)}",
+                  checks, ["layers.csv", "directions.csv", "config.json"])
+
+
+def pm_gap(d: Path) -> Result:
+    sp = rows(d / "spectrum.csv")
+    rel = [num(r["gap"]) / abs(complex(num(r["lambda1_re"]), num(r["lambda1_im"]))) for r in sp]
+    small = sum(x < T("small-gap") for x in rel)
+    cases = ",".join(sorted({r["case"] for r in sp}))
+    return Result(f"gap/|λ1| per layer: {', '.join(fmt(x) for x in rel)} (cases {cases})",
+                  [share(f"gap/|λ1| < {fmt(T('small-gap'))} [small-gap]", small, len(rel), ">", T("most"), "most")],
+                  ["spectrum.csv"])
+
+
+def pm_ffn(d: Path) -> Result:
+    rs = rows(d / "layers.csv")
+    main = [r for r in rs if r["run"] == "main"]
+    ffn = [r for r in rs if r["run"] == "ffn_layernorm"]
+    if not ffn:
+        return Result("no FFN in this model", [Check("the model has an FFN to test", False)], ["layers.csv"])
+    mean = lambda rr, k: float(np.mean([num(r[k]) for r in rr]))
+    checks = [compare(f"mean {name} with FFN + LayerNorm − under D1", mean(ffn, k) - mean(main, k), "<", 0.0,
+                      "paper §5: degraded")
+              for k, name in (("rho1", "ρ1"), ("drho1", "Δρ1"), ("P1", "P1"))]
+    return Result("; ".join(f"mean {name} {fmt(mean(ffn, k))} with FFN + LayerNorm vs {fmt(mean(main, k))} under D1"
+                            for k, name in (("rho1", "ρ1"), ("drho1", "Δρ1"), ("P1", "P1"))), checks, ["layers.csv"])
+
+
+def pm_steer(d: Path) -> Result:
+    ho = rows(d / "steering_heldout.csv")
+    top = max(ho, key=lambda r: num(r["gamma"]))
+    checks = [compare(f"mean alignment at γ = {fmt(top['gamma'])}", num(top["align_mean"]), ">=", T("perfect"),
+                      "perfect"),
+              fraction(f"tokens above {fmt(T('perfect'))} at γ = {fmt(top['gamma'])}", int(top["above_0.99"]),
+                       int(top["tokens"]), ">=", T("almost-all"), "almost-all")]
+    grid = [r for r in ho if num(r["gamma"]) > 0]
+    q = [num(r["align_q01"]) for r in grid]
+    trend = ("still rising at the largest gain" if len(q) > 1 and q[-1] > q[-2] + 1e-3 else "flat at the largest gains")
+    note = (f"The 1% quantile by γ: {', '.join(fmt(r['gamma']) + ': ' + fmt(r['align_q01']) for r in grid)} "
+            f"({trend}); spectral gap of the steered layer at γ = {fmt(top['gamma'])}: {fmt(top['gap_after'])}")
+    return Result(f"held-out ({top['conditions']} conditions, {top['tokens']} tokens), fixed γ grid: "
+                  + "; ".join(f"γ = {fmt(r['gamma'])}: mean {fmt(r['align_mean'], 4)}, 1% quantile "
+                              f"{fmt(r['align_q01'])}, above 0.99 {fmt(r['frac_above_0.99'])}" for r in ho),
+                  checks, ["steering_heldout.csv"], note)
+
+
+def pm_shared(d: Path) -> Result:
+    rs = rows(d / "layers.csv")
+    pro = [r for r in rs if r["run"] == "prolonged"]
+    main = [r for r in rs if r["run"] == "main"]
+    case = rows(d / "spectrum.csv")[0]["case"]
+    key, what = ("rho2", "ρ(2-D)") if case in ("2", "3") else ("rho1", "ρ1")
+    end, depth = pro[-1], main[-1]
+    checks = [compare(f"{what} after {len(pro)} steps", num(end[key]), ">=", T("perfect"), "perfect"),
+              compare(f"mean diameter after {len(pro)} steps", num(end["diameter"]), "<=", T("consensus"),
+                      "consensus"),
+              compare(f"{what} prolonged − at the depth ({len(main)})", num(end[key]) - num(depth[key]), ">", 0.0,
+                      "paper Fig. 6(c): improves when prolonged")]
+    return Result(f"case {case}; {what} {fmt(depth[key])} at the depth {len(main)}, {fmt(end[key])} after {len(pro)} "
+                  f"steps; mean diameter {fmt(end['diameter'])}", checks, ["layers.csv", "spectrum.csv"])
+
+
+def pm_low(d: Path) -> Result:
+    main = _main_layers(d)
+    r1 = [num(r["rho1"]) for r in main]
+    checks = [compare("largest mean ρ1 over the layers", max(r1), "<", T("low"), "low"),
+              no_growth("ρ1", range(len(r1)), r1)]
+    return Result(f"mean ρ1 per layer: {', '.join(fmt(x) for x in r1)} (ρ̄: "
+                  f"{', '.join(fmt(r['rhobar']) for r in main)})", checks, ["layers.csv"])
+
+
+def pm_phi(d: Path) -> Result:
+    main = _main_layers(d)
+    phi = [num(r["rho_phi"]) for r in main]
+    excess = [p - num(r["rhobar"]) for p, r in zip(phi, main, strict=True)]  # the paper compares with ρ̄
+    return Result(f"mean |<x, u1(Φ(k))>| per layer: {', '.join(fmt(x) for x in phi)}; minus ρ̄: "
+                  f"{', '.join(fmt(x) for x in excess)}",
+                  [no_growth("correlation with Φ's eigenvector minus ρ̄", range(len(excess)), excess)], ["layers.csv"])
+
+
+def pm_gap_tilt(d: Path) -> Result:
+    main = _main_layers(d)
+    gap, tilt = [num(r["gap"]) for r in main], [num(r["drho1"]) for r in main]
+    return Result("(gap, Δρ1) per layer: " + ", ".join(f"({fmt(g)}, {fmt(t)})" for g, t in zip(gap, tilt, strict=True)),
+                  [grows_with("Δρ1 against the spectral gap", gap, tilt)], ["layers.csv"])
+
+
+def pm_precompensate(d: Path) -> Result:
+    st = rows(d / "steering.csv")
+    pre = [r for r in st if r["dynamics"] == "FFN+LN, precompensated"]
+    raw = [r for r in st if r["dynamics"] == "FFN+LN, steer u"]
+    if not pre:
+        return Result("no FFN in this model", [Check("the model has an FFN to precompensate", False)],
+                      ["steering.csv"])
+    p, r = max(pre, key=lambda x: num(x["gamma"])), max(raw, key=lambda x: num(x["gamma"]))
+    tokens = _tokens(d, 1000)
+    checks = [fraction(f"tokens above {fmt(T('perfect'))} along u, precompensated, γ = {fmt(p['gamma'])}",
+                       round(num(p["frac_above_0.99"]) * tokens), tokens, ">=", T("almost-all"), "almost-all"),
+              compare("mean alignment precompensated − not", num(p["align_mean"]) - num(r["align_mean"]), ">", 0.0,
+                      "paper §5: precompensation steers")]
+    return Result("; ".join(f"γ = {fmt(a['gamma'])}: precompensated {fmt(a['align_mean'], 4)} (above 0.99: "
+                            f"{fmt(a['frac_above_0.99'])}), not {fmt(b['align_mean'], 4)}"
+                            for a, b in zip(pre, raw, strict=True)), checks, ["steering.csv", "config.json"])
+
+
+def _steps_to_stay(rs: list[dict[str, str]], key: str, level: float) -> float:
+    """The first step after which ``key`` stays at or above ``level`` (inf if it never does)."""
+    vals = [num(r[key]) for r in rs]
+    below = [i for i, v in enumerate(vals) if v < level]
+    if not below:
+        return float(rs[0]["step"])
+    return float(rs[below[-1] + 1]["step"]) if below[-1] + 1 < len(rs) else math.inf
+
+
+def pm_case3(d: Path) -> Result:
+    rs = rows(d / "case3.csv")
+    near = [r for r in rs if r["model"] == "near_degenerate"]
+    ctl = [r for r in rs if r["model"] == "control"]
+    depth = int(near[0]["depth"])
+    at = next(r for r in near if int(r["step"]) == depth)
+    s_near, s_ctl = (_steps_to_stay(x, "rho1", T("perfect")) for x in (near, ctl))
+    checks = [compare(f"ρ(span(v1, v2)) at the depth {depth}", num(at["rho2"]), ">=", T("perfect"), "perfect"),
+              compare(f"ρ1 at the depth {depth}", num(at["rho1"]), "<", T("perfect"), "perfect"),
+              compare("steps until ρ1 stays ≥ 0.99, near-degenerate − control", s_near - s_ctl, ">", 0.0,
+                      "paper §2.1.3: slow"),
+              compare(f"steps until ρ1 stays ≥ 0.99 (near-degenerate, of {near[-1]['step']})", s_near, "<", math.inf,
+                      "paper: converges when prolonged")]
+    return Result(f"λ1 {fmt(near[0]['lambda1'])}, λ2 {fmt(near[0]['lambda2'])}, |<v1, v2>| {fmt(near[0]['v1_v2'])}: "
+                  f"at the depth ρ1 {fmt(at['rho1'])}, ρ(2-D) {fmt(at['rho2'])}; ρ1 stays ≥ 0.99 from step "
+                  f"{fmt(s_near)} (control, λ2 {fmt(ctl[0]['lambda2'])} and v2 ⊥ v1: step {fmt(s_ctl)})",
+                  checks, ["case3.csv"])
+
+
+def pm_theorem1(d: Path) -> Result:
+    lin, ends = rows(d / "theorem1.csv"), rows(d / "theorem1_ends.csv")
+    stable = [r for r in lin if r["status"] == "stable"]
+    err = max(abs(num(r["radius"]) - num(r["radius_closed_form"])) for r in lin)
+    ks = [int(r["k"]) for r in stable]
+    checks = [Check(f"stable consensus points ±v_k: k ∈ {{{', '.join(map(str, ks))}}} = {{1}} [paper Theorem 1: the "
+                    "principal one only]", ks == [1]),
+              compare("largest |Jacobian radius − closed form (Lemma 3)|", err, "<", T("closed-form"), "closed-form")]
+    for name in dict.fromkeys(r["model"] for r in ends):
+        rr = [r for r in ends if r["model"] == name]
+        v1 = sum(int(r["count"]) for r in rr if r["end"] == "consensus v1")
+        checks.append(fraction(f"{name}: starts ending at consensus ±v1", v1, int(rr[0]["starts"]), ">=",
+                               T("almost-all"), "almost-all"))
+    return Result(f"{lin[0]['heads']} heads, d {lin[0]['d']}, n {lin[0]['n']}: intrinsic spectral radius at ±v_k "
+                  + ", ".join(f"k={r['k']}: {fmt(r['radius'], 4)} ({r['status']})" for r in lin) + "; ends: "
+                  + "; ".join(f"{r['model']} {r['end']} {ci(r['fraction'], r['ci_low'], r['ci_high'])}" for r in ends),
+                  checks, ["theorem1.csv", "theorem1_ends.csv"])
+
+
+# ------------------------------------------------------------------------------------------ consensus
+def _end(d: Path, setting: str) -> list[dict[str, str]]:
+    return [r for r in rows(d / "synthetic_end.csv") if r["setting"] == setting]
+
+
+def _synthetic(d: Path, setting: str) -> list[dict[str, str]]:
+    return [r for r in rows(d / "synthetic.csv") if r["setting"] == setting]
+
+
+def co_hemisphere(d: Path) -> Result:
+    rs, end = _synthetic(d, "hemisphere"), _end(d, "hemisphere")
+    h = [num(r["hemisphere_min"]) for r in rs]
+    drop = max([a - b for a, b in itertools.pairwise(h)] + [0.0])
+    t1 = fmt(rs[-1]["t"])
+    checks = [none_of(f"conditions not at consensus at t = {t1} (first-token measure ≥ {fmt(T('zero'))} [zero])",
+                      sum(num(r["first_token_end"]) >= T("zero") for r in end), len(end), "the paper: Theorem 4.1"),
+              compare("largest decrease of min_i <x_i, w> between saved times", drop, "<=", T("machine"), "machine")]
+    return Result(f"mean first-token measure {fmt(rs[0]['first_token_mean'])} → {fmt(rs[-1]['first_token_mean'])} at "
+                  f"t = {t1} ({len(end)} conditions); min_i <x_i, w> {fmt(h[0])} → {fmt(h[-1])}", checks,
+                  ["synthetic.csv", "synthetic_end.csv"])
+
+
+def co_causal(d: Path) -> Result:
+    end = _end(d, "causal_two_heads")
+    t1 = fmt(_synthetic(d, "causal_two_heads")[-1]["t"])
+    moved = max(num(r["first_token_moved"]) for r in end)
+    checks = [none_of(f"conditions whose first token moved by more than {fmt(T('machine'))} [machine]",
+                      sum(num(r["first_token_moved"]) > T("machine") for r in end), len(end), "the paper: Theorem 5.1"),
+              none_of(f"conditions not at consensus at t = {t1} (≥ {fmt(T('zero'))} [zero])",
+                      sum(num(r["first_token_end"]) >= T("zero") for r in end), len(end), "the paper: Theorem 5.1")]
+    return Result(f"{len(end)} conditions: first token moved by at most {fmt(moved)}; largest first-token measure at "
+                  f"t = {t1}: {fmt(max(num(r['first_token_end']) for r in end))}", checks, ["synthetic_end.csv"])
+
+
+def co_symmetric(d: Path) -> Result:
+    hemi, rand = _end(d, "causal_symmetric_V_hemisphere"), _end(d, "causal_symmetric_V")
+    t1 = fmt(_synthetic(d, "causal_symmetric_V")[-1]["t"])
+    split = sum(not truth(r["same_sign"]) for r in hemi)
+    off = sum(num(r["min_abs_v1"]) < 1 - T("zero") for r in hemi)
+    checks = [none_of("starts in v1's hemisphere ending split between +v1 and −v1", split, len(hemi),
+                      "the paper: Theorem 5.2, one consensus"),
+              none_of(f"starts in v1's hemisphere with a token off ±v1 at t = {t1} (|<x, v1>| < 1 − "
+                      f"{fmt(T('zero'))} [zero])", off, len(hemi), "the paper: Theorem 5.2")]
+    same = sum(truth(r["same_sign"]) for r in rand)
+    return Result(f"starts in the hemisphere: {len(hemi) - split}/{len(hemi)} on one side, smallest |<x_i, v1>| "
+                  f"{fmt(min(num(r['min_abs_v1']) for r in hemi), 6)}; uniformly random starts (beyond the theorem): "
+                  f"{same}/{len(rand)} on one side", checks, ["synthetic_end.csv"])
+
+
+def _pass_series(d: Path, run: str) -> tuple[list[float], list[float], int]:
+    """Mean first-token measure over the prompts at every pass boundary, every prompt's last value, the depth."""
+    rs = [r for r in rows(d / "prompts.csv") if r["run"] == run]
+    passes = sorted({int(r["pass"]) for r in rs})
+    means = [float(np.nanmean([num(r["first_token"]) for r in rs if int(r["pass"]) == p])) for p in passes]
+    finals = [num(r["first_token"]) for r in rs if int(r["pass"]) == passes[-1]]
+    depth = int(rs[1]["layer"]) if len(passes) > 1 else 1
+    return means, finals, depth
+
+
+def _decays(d: Path, runs: list[tuple[str, str]]) -> Result:
+    checks, parts = [], []
+    for run, label in runs:
+        means, finals, depth = _pass_series(d, run)
+        checks.append(decay(label, means, finals, depth))
+        parts.append(f"{label}: {fmt(means[0])} → {fmt(means[-1])} after {(len(means) - 1) * depth} layers "
+                     f"({len(finals)} prompts, largest {fmt(max(finals))})")
+    return Result("; ".join(parts), checks, ["prompts.csv"])
+
+
+def _passes(*runs: tuple[str, str]) -> Callable[[Path], Result]:
+    return lambda d: _decays(d, list(runs))
+
+
+def _ten_percent(d: Path, run: str) -> dict[int, float]:
+    """Every prompt's first layer at which its first-token measure is at most 10% of its start (inf: never)."""
+    rs = [r for r in rows(d / "prompts.csv") if r["run"] == run]
+    out: dict[int, float] = {}
+    for p in sorted({int(r["prompt"]) for r in rs}):
+        mine = sorted((r for r in rs if int(r["prompt"]) == p), key=lambda r: int(r["layer"]))
+        start = num(mine[0]["first_token"])
+        out[p] = next((float(r["layer"]) for r in mine if num(r["first_token"]) <= 0.1 * start), math.inf)
+    return out
+
+
+def co_rates(d: Path) -> Result:
+    pairs = [("no_ffn_redrawn", "ffn_redrawn", "random aperiodic: without the FFN faster than with it",
+              "paper §6.2, Figs. 9–10"),
+             ("no_ffn_random_periodic", "ffn_random_periodic", "random periodic: without the FFN faster than with it",
+              "paper §6.2, Figs. 9–10"),
+             ("no_ffn_periodic", "no_ffn_redrawn", "without the FFN: trained faster than random aperiodic",
+              "paper §6.2: faster with pretrained"),
+             ("ffn_periodic", "ffn_redrawn", "with the FFN: trained faster than random aperiodic",
+              "paper §6.2: faster with pretrained"),
+             ("no_ffn_periodic", "no_ffn_random_periodic", "without the FFN: trained faster than random periodic",
+              "paper §6.2: faster with pretrained")]
+    have = {r["run"] for r in rows(d / "summary.csv")}
+    checks, parts = [], []
+    for fast, slow, label, tag in pairs:
+        if fast not in have or slow not in have:
+            continue
+        a, b = _ten_percent(d, fast), _ten_percent(d, slow)
+        wins = sum(a[p] < b[p] for p in a)
+        checks.append(fraction(f"{label}: prompts reaching 10% of their start in fewer layers", wins, len(a), ">",
+                               T("most"), f"most; {tag}"))
+        med = lambda x: float(np.median(list(x.values())))
+        parts.append(f"layers to 10% (median) {fast} {fmt(med(a))}, {slow} {fmt(med(b))}")
+    return Result("; ".join(parts), checks, ["prompts.csv", "summary.csv"])
+
+
+def co_gpt2_like(d: Path) -> Result:
+    rs, end = _synthetic(d, "causal_gpt2_like"), _end(d, "causal_gpt2_like")
+    moved = sum(num(r["first_token_moved"]) > T("machine") for r in end)
+    checks = [none_of(f"conditions whose first token moved by more than {fmt(T('machine'))} [machine]", moved,
+                      len(end), "the paper: Theorem 5.1"),
+              decay("first-token measure", [num(r["first_token_mean"]) for r in rs],
+                    [num(r["first_token_end"]) for r in end], unit="saved time", tolerance="consensus")]
+    c = config(d).get("config", {})
+    n, dim = c.get("gpt2_like_n"), c.get("gpt2_like_d")
+    return Result(f"{len(end)} conditions of {n} tokens in d = {dim}, two heads, a new weight set every unit of time: "
+                  f"mean first-token measure {fmt(rs[0]['first_token_mean'])} → {fmt(rs[-1]['first_token_mean'])} at "
+                  f"t = {fmt(rs[-1]['t'])}", checks, ["synthetic.csv", "synthetic_end.csv"])
+
+
+def pm_preserved(d: Path) -> Result:
+    rs = [r for r in rows(d / "prompts.csv") if r["run"] == "ffn_periodic"]
+    before = {int(r["prompt"]): num(r["cos_consensus"]) for r in rs if int(r["pass"]) == 0}
+    after = {int(r["prompt"]): num(r["cos_consensus"]) for r in rs if int(r["pass"]) == 1}
+    closer = sum(after[p] < before[p] for p in before)
+    return Result(f"all-pairs cosine measure 1 − mean cos(x_i, x_j), embedded prompts through the model with its FFN "
+                  f"and affine LayerNorm: {fmt(np.mean(list(before.values())))} → {fmt(np.mean(list(after.values())))} "
+                  f"(mean of {len(before)} prompts)",
+                  [fraction("prompts whose tokens end closer to consensus than they start", closer, len(before), ">",
+                            T("most"), "most")], ["prompts.csv"])
+
+
+# ------------------------------------------------------------------------------------------ clusters
+def cl_polytope(d: Path) -> Result:
+    rs = [r for r in rows(d / "counts.csv") if num(r["beta"]) == 1.0] or rows(d / "counts.csv")
+    allv = sum(int(r["all_at_vertices"]) for r in rs)
+    ok = sum(int(r["conditions_ok"]) for r in rs)
+    t1 = fmt(config(d).get("config", {}).get("t1", float("nan")))
+    checks = [fraction(f"conditions with every token at a vertex at t = {t1} (tolerance "
+                       f"{fmt(config(d).get('config', {}).get('tol', float('nan')))})", allv, ok, ">=",
+                       T("almost-all"), "almost-all")]
+    return Result("per (n, d): " + "; ".join(
+        f"n {r['n']}, d {r['d']}: every token at a vertex in {r['all_at_vertices']}/{r['conditions_ok']}, tokens at "
+        f"vertices {fmt(r['at_vertices_fraction'])}, {fmt(r['polytope_vertices_mean'])} vertices "
+        f"({fmt(r['hull_vertices_mean'])} of the initial hull)" for r in rs), checks, ["counts.csv", "config.json"])
+
+
+def cl_hyperplanes(d: Path) -> Result:
+    rs = [r for r in rows(d / "hyperplanes.csv") if truth(r["solver_ok"])]
+    counts = [int(r["hyperplanes"]) for r in rs]
+    checks = [none_of("conditions with more than three hyperplanes", sum(c > 3 for c in counts), len(rs),
+                      "the paper: Theorem 4.1")]
+    hist = ", ".join(f"{k}: {counts.count(k)}" for k in sorted(set(counts)))
+    return Result(f"hyperplanes per condition (count: conditions) {hist}; tolerance-free: "
+                  f"{', '.join(f'{k}: {v}' for k, v in sorted(_hist(int(r['gap_hyperplanes']) for r in rs).items()))}",
+                  checks, ["hyperplanes.csv"])
+
+
+def _hist(xs) -> dict:
+    out: dict = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def cl_boolean(d: Path) -> Result:
+    last = rows(d / "boolean.csv")[-1]
+    checks = [compare(f"largest distance to a Boolean matrix at t = {fmt(last['t'])}", num(last["distance_max"]), "<",
+                      T("zero"), "zero"),
+              compare("largest rank of P(t)", int(last["rank_max"]), "<=", 2, "paper Theorem 2.1: rank 1 or 2")]
+    return Result(f"at t = {fmt(last['t'])}: distance to Boolean median {fmt(last['distance_median'])}, max "
+                  f"{fmt(last['distance_max'])}; rank {last['rank_min']}–{last['rank_max']} ({last['conditions']} "
+                  "conditions)", checks, ["boolean.csv"])
+
+
+def cl_fourteen(d: Path) -> Result:
+    g = [r for r in rows(d / "good_triples.csv") if r["ensemble"] == "ginibre"]
+    top = max(g, key=lambda r: int(r["d"]))
+    lo, hi = num(top["ci_low"]), num(top["ci_high"])
+    band = (0.14 - T("about-14"), 0.14 + T("about-14"))
+    checks = [Check(f"d = {top['d']}: the 95% interval [{fmt(lo)}, {fmt(hi)}] meets the band [{fmt(band[0])}, "
+                    f"{fmt(band[1])}] [about-14]", lo <= band[1] and hi >= band[0]),
+              compare("largest d", int(top["d"]), ">=", 128, "paper: d = 128")]
+    return Result(f"d = {top['d']}: {ci(top['fraction'], lo, hi)} of {top['samples']} matrices", checks,
+                  ["good_triples.csv"])
+
+
+def cl_decreasing(d: Path) -> Result:
+    g = sorted((r for r in rows(d / "good_triples.csv") if r["ensemble"] == "ginibre" and int(r["d"]) >= 2),
+               key=lambda r: int(r["d"]))
+    rises = sum(num(b["ci_low"]) > num(a["ci_high"]) for a, b in itertools.pairwise(g))
+    first, last = g[0], g[-1]
+    slope = (math.log(num(last["fraction"]) / num(first["fraction"])) / math.log(int(last["d"]) / int(first["d"]))
+             if num(last["fraction"]) > 0 and num(first["fraction"]) > 0 else -math.inf)
+    checks = [none_of("consecutive dimensions with a significant rise (disjoint intervals)", rises, len(g) - 1,
+                      "the paper: vanishes as d grows"),
+              Check(f"d = {last['d']} below d = {first['d']}: {fmt(last['ci_high'])} < {fmt(first['ci_low'])} "
+                    "(upper and lower 95% bounds) [the paper: vanishes]", num(last["ci_high"]) < num(first["ci_low"])),
+              compare("|log-log slope| between the smallest and largest d", abs(slope), "<", T("slowly"), "slowly")]
+    return Result(", ".join(f"d {r['d']}: {fmt(r['fraction'])}" for r in g) + f"; log-log slope {fmt(slope)}", checks,
+                  ["good_triples.csv"])
+
+
+def _mixed(d: Path, setting: str) -> list[dict[str, str]]:
+    return [r for r in rows(d / "mixed.csv") if r["setting"] == setting and truth(r["solver_ok"])]
+
+
+def cl_mixed(d: Path) -> Result:
+    checks, parts = [], []
+    for setting, name in (("fig8", "Fig. 8"), ("fig7a", "Fig. 7(a)")):
+        rs = _mixed(d, setting)
+        clear = sum(num(r["gap_decades"]) >= T("clear-clusters") for r in rs)
+        grows = sum(num(r["negative_rate"]) > 0 and num(r["negative_spread_end"]) > num(r["negative_spread_0"])
+                    for r in rs)
+        checks += [fraction(f"{name}: conditions whose positive-eigenspace component forms clear clusters "
+                            f"(gap ≥ {fmt(T('clear-clusters'))} decades [clear-clusters])", clear, len(rs), ">=",
+                            T("almost-all"), "almost-all"),
+                   fraction(f"{name}: conditions whose spread along the negative eigendirection grows", grows, len(rs),
+                            ">=", T("almost-all"), "almost-all")]
+        med = lambda k, rs=rs: fmt(np.median([num(r[k]) for r in rs]))
+        parts.append(f"{name} ({len(rs)} conditions): positive component in {med('gap_clusters')} clusters (median; "
+                     f"gap {med('gap_decades')} decades); spread along the negative eigendirection "
+                     f"{med('negative_spread_0')} → {med('negative_spread_end')}, growth rate {med('negative_rate')} "
+                     "(median)")
+    return Result("; ".join(parts), checks, ["mixed.csv"])
+
+
+def cl_theorem51(d: Path) -> Result:
+    rs = _mixed(d, "fig8")
+    inside = sum(int(r["inside"]) > 0 for r in rs)
+    return Result(f"V = diag(1, 1, −1/2), {len(rs)} conditions: tokens whose (x1, x2) is at a vertex "
+                  f"{fmt(np.mean([int(r['at_vertices']) for r in rs]))}, on ∂K or at 0 "
+                  f"{fmt(np.mean([int(r['on_boundary_or_origin']) for r in rs]))} (mean per condition)",
+                  [none_of("conditions with a token whose (x1, x2) lies strictly inside K, away from 0", inside,
+                           len(rs), "the paper: Theorem 5.1")], ["mixed.csv"])
+
+
+def cl_high_dim(d: Path) -> Result:
+    rs = rows(d / "high_dim.csv")
+    a, b = rs[0], rs[-1]
+    checks = [compare(f"clusters of the positive-eigenspace component at t = {fmt(b['t'])}", int(b["gap_clusters"]),
+                      "<=", 3, "the paper: Conjecture 4.2, at most three"),
+              compare("their gap (decades)", num(b["gap_decades"]), ">=", T("clear-clusters"), "clear-clusters"),
+              compare("spread along the negative eigenspace, end / start", num(b["negative_spread"]) /
+                      num(a["negative_spread"]), ">", 1.0, "the paper: Fig. 7(b), diverge")]
+    return Result(f"n {b['n']}, d {b['d']} ({b['positive_dims']} positive eigenvalues): spread along the positive "
+                  f"eigenspace {fmt(a['positive_spread'])} → {fmt(b['positive_spread'])}, along the negative one "
+                  f"{fmt(a['negative_spread'])} → {fmt(b['negative_spread'])} by t = {fmt(b['t'])}; "
+                  f"{b['gap_clusters']} clusters of the positive component ({fmt(b['gap_decades'])} decades)", checks,
+                  ["high_dim.csv"])
+
+
+def cl_collapse(d: Path) -> Result:
+    rs = [r for r in rows(d / "collapse.csv") if truth(r["solver_ok"])]
+    up = sum(not (num(r["max_norm_end"]) < num(r["max_norm_mid"]) < num(r["max_norm_0"])) for r in rs)
+    exps = [num(r["exponent"]) for r in rs]
+    checks = [none_of("conditions whose largest token norm does not shrink at every saved time", up, len(rs),
+                      "the paper: Theorem C.5, collapse to 0"),
+              compare("largest decay exponent over the second half (r ∝ t^p)", max(exps), "<", 0.0,
+                      "the paper: → 0")]
+    return Result(f"{len(rs)} conditions of {rs[0]['n']} tokens, d {rs[0]['d']}: largest norm "
+                  f"{fmt(np.median([num(r['max_norm_0']) for r in rs]))} → "
+                  f"{fmt(np.median([num(r['max_norm_end']) for r in rs]))} at t = {fmt(rs[0]['t1'])} (median), "
+                  f"decaying like t^{fmt(np.median(exps))} (median exponent)", checks, ["collapse.csv"])
+
+
+def cl_hull(d: Path) -> Result:
+    rs = [r for r in rows(d / "hull.csv") if truth(r["solver_ok"])]
+    out = sum(num(r["max_outside_relative"]) > T("machine") for r in rs)
+    grew = sum(int(r["volume_increases"]) > 0 for r in rs)
+    checks = [none_of(f"conditions with a token outside the previous hull by more than {fmt(T('machine'))} [machine]",
+                      out, len(rs), "the paper: Proposition C.2"),
+              none_of("conditions whose hull volume grew between saved times", grew, len(rs),
+                      "the paper: Proposition C.2")]
+    return Result(f"{len(rs)} conditions (d = 2 and 3): largest relative excursion "
+                  f"{fmt(max(num(r['max_outside_relative']) for r in rs))}; volume "
+                  f"{fmt(np.median([num(r['volume_0']) for r in rs]))} → "
+                  f"{fmt(np.median([num(r['volume_end']) for r in rs]))} (median)", checks, ["hull.csv"])
+
+
+def cl_rate(d: Path) -> Result:
+    rs = [r for r in rows(d / "rate.csv") if int(r["points"]) >= 4]
+    ns = sorted({int(r["n"]) for r in rs})
+    worse = sum(num(r["r2"]) <= num(r["r2_single_exponential"]) for r in rs)
+    slopes = {n: np.asarray([num(r["slope"]) for r in rs if int(r["n"]) == n]) for n in ns}
+    med = {n: float(np.median(s)) for n, s in slopes.items()}
+    iqr = float(np.median([np.subtract(*np.percentile(s, [75, 25])) for s in slopes.values()]))
+    spread = max(med.values()) - min(med.values())
+    total = len(rows(d / "rate.csv"))
+    checks = [none_of("fitted conditions where log(−log dist) is no better a line than log dist", worse, len(rs),
+                      "the paper: Theorem 2.1, doubly exponential"),
+              compare(f"range of the median slopes over n (vs the median interquartile range {fmt(iqr)} within an n)",
+                      spread, "<=", iqr, "the paper: Fig. 11, n has no effect"),
+              fraction("conditions with a fit (≥ 4 points inside the window)", len(rs), total, ">=", T("almost-all"),
+                       "almost-all")]
+    return Result("median slope of log(−log dist(P(t), Boolean)) per n: "
+                  + ", ".join(f"n = {n}: {fmt(m)}" for n, m in med.items())
+                  + f"; median R² {fmt(np.median([num(r['r2']) for r in rs]))} (single exponential "
+                    f"{fmt(np.median([num(r['r2_single_exponential']) for r in rs]))})", checks, ["rate.csv"])
+
+
+def cl_qk(d: Path) -> Result:
+    rs = [r for r in rows(d / "qk_cloud.csv") if truth(r["solver_ok"])]
+    s = rows(d / "qk_summary.csv")[0]
+    conv = [r for r in rs if num(r["boolean_distance_end"]) < T("zero")]
+    low = sum(int(r["rank_end"]) <= 2 for r in conv)
+    counter = len(conv) - low
+    checks = [fraction(f"draws at a Boolean P(t1) (distance < {fmt(T('zero'))} [zero]) of rank ≤ 2", low, len(rs),
+                       ">=", T("almost-all"), "almost-all")]
+    return Result(f"{len(rs)} draws at t = {fmt(s['t1'])}: rank ≤ 2 and converged {low}; converged with rank > 2 "
+                  f"(counterexamples) {counter}; not converged {len(rs) - len(conv)} (largest rank {s['rank_max']})",
+                  checks, ["qk_cloud.csv", "qk_summary.csv"])
+
+
+def cl_paper_setting(d: Path) -> Result:
+    s = rows(d / "paper_setting.csv")[0]
+    checks = [fraction(f"draws with every token at a vertex at t = {fmt(s['t1'])} (tolerance 1e-3)",
+                       int(s["all_at_vertices"]), int(s["conditions_ok"]), ">=", T("almost-all"), "almost-all")]
+    note = (f"At t = {fmt(s['t1'])} the tolerance-free cut finds {fmt(s['gap_clusters_mean'])} clusters per draw "
+            f"against {fmt(s['clusters_mean'])} at distance 1e-3 (of {s['n']} tokens): "
+            + ("the clusters have formed but are not yet tighter than 1e-3"
+               if num(s["gap_clusters_mean"]) < num(s["clusters_mean"]) else "the clusters are as tight as 1e-3"))
+    return Result(f"{s['draws']} draws of {s['n']} tokens: tokens at vertices {fmt(s['at_vertices_fraction'])}, "
+                  f"every token at a vertex in {s['all_at_vertices']}/{s['conditions_ok']}, {fmt(s['vertices_mean'])} "
+                  f"polytope vertices; the unnormalised kernel from the same tokens blows up before t = {fmt(s['t1'])} "
+                  f"in {fmt(s['unnormalised_blown_before_t1'])}", checks, ["paper_setting.csv"], note)
+
+
+# ------------------------------------------------------------------------------------------ multistability
+def _assumed(r: dict[str, str], cfg: dict) -> bool:
+    """Assumption 1 of the multistability results (λ1 > 0) and, for the map, the step bound α < 2/(|λ_d| − λ_1)."""
+    return num(r["lambda_1"]) > 0 and (r["time"] != "discrete" or float(cfg.get("alpha", 1.0)) < num(r["alpha_bound"]))
+
+
+def st_consensus(d: Path) -> Result:
+    cfg = config(d).get("config", {})
+    rs = rows(d / "counts.csv")
+    ok = [r for r in rs if _assumed(r, cfg)]
+    bad = [r for r in ok if int(r["stable_consensus"]) != 1 or int(r["stable_consensus_v1"]) != 1]
+    others = [r for r in rs if not _assumed(r, cfg)]
+    checks = [none_of("(model, n, time) cases under the assumptions without exactly one stable consensus, at ±v1",
+                      len(bad), len(ok), "the paper: the principal consensus is always stable, the others never")]
+    hist = _hist(int(r["stable_consensus"]) for r in others)
+    return Result(f"{len(ok)} cases with λ1 > 0 and α below the step bound: stable consensus points per case "
+                  + ", ".join(f"{k}: {v}" for k, v in sorted(_hist(int(r['stable_consensus']) for r in ok).items()))
+                  + f"; {len(others)} cases outside the assumptions: "
+                  + (", ".join(f"{k}: {v}" for k, v in sorted(hist.items())) or "none"), checks, ["counts.csv"])
+
+
+def st_multistable(d: Path) -> Result:
+    s = rows(d / "counts_summary.csv")
+    ex = [r for r in s if r["mode"] == "exhaustive"] or s
+    top = max(int(r["n"]) for r in ex)
+    checks, parts = [], []
+    for r in (r for r in ex if int(r["n"]) == top):
+        m = int(r["models"])
+        checks += [fraction(f"{r['time']} n = {r['n']}: multistable models", round(num(r["multistable"]) * m), m,
+                            ">=", T("often"), "often"),
+                   fraction(f"{r['time']} n = {r['n']}: models with a stable bipartite consensus beside the stable "
+                            "consensus", round(num(r["with_stable_bipartite"]) * m), m, ">=", T("often"), "often")]
+        parts.append(f"{r['time']} n = {r['n']}: mean {fmt(r['mean_stable'])} stable equilibria "
+                     f"(max {r['max_stable']})")
+    return Result("; ".join(parts), checks, ["counts_summary.csv"])
+
+
+def st_agree(d: Path) -> Result:
+    rs = [r for r in rows(d / "counts.csv") if int(r["agree"]) >= 0]
+    a, b = sum(int(r["agree"]) for r in rs), sum(int(r["candidates"]) for r in rs)
+    return Result(f"{a}/{b} equilibria", [none_of("equilibria where the closed form and the Jacobian disagree",
+                                                  b - a, b, "the paper: the single-head conditions decide")],
+                  ["counts.csv"])
+
+
+def st_perturb(d: Path) -> Result:
+    rs = rows(d / "perturbation.csv")
+    label = rs[0]["label"]
+    small, large = rs[0], rs[-1]
+    basin = [r for r in rows(d / "basins.csv") if r["time"] == "discrete"]
+    total = sum(int(r["count"]) for r in basin)
+    hit = sum(int(r["count"]) for r in basin if r["end"] == label)
+    all_back = [r for r in rs if int(r["returned"]) == int(r["total"])]
+    half = next((r for r in rs if num(r["returned_fraction"]) < 0.5), None)
+    checks = [fraction(f"perturbations of size {fmt(small['eps'])} ({fmt(small['angle_deg'])}°) that return",
+                       int(small["returned"]), int(small["total"]), ">", T("most"), "most; the paper: reabsorbed"),
+              fraction(f"perturbations of size {fmt(large['eps'])} ({fmt(large['angle_deg'])}°) that return",
+                       int(large["returned"]), int(large["total"]), "<", T("most"), "most; the paper: escape"),
+              fraction(f"random starts of the same model ending at {label}", hit, total, "<=", T("very-small-basin"),
+                       "very-small-basin")]
+    radius = (f"every perturbation returns up to ε = {fmt(all_back[-1]['eps'])} ({fmt(all_back[-1]['angle_deg'])}° per "
+              "token)" if all_back else "no size where every perturbation returns")
+    esc = (f"fewer than half return from ε = {fmt(half['eps'])} ({fmt(half['angle_deg'])}°)" if half else
+           "at least half return at every size")
+    return Result(f"{label}: {radius}; {esc}; {rs[0]['total']} perturbations per size; share of random starts ending "
+                  f"there {hit}/{total}", checks, ["perturbation.csv", "basins.csv"])
+
+
+def st_trajectories(d: Path) -> Result:
+    last: dict[str, dict[str, str]] = {}
+    for r in rows(d / "trajectories.csv"):
+        last[r["model"]] = r
+    checks = []
+    for m, r in last.items():
+        checks += [Check(f"{m}: ends at {r['end']} [the paper: consensus on v1]", r["end"] in ("consensus +v1",
+                                                                                               "consensus -v1")),
+                   compare(f"{m}: mean |<x_i, v1>| at the end", num(r["rho_mean"]), ">=", T("perfect"), "perfect")]
+    return Result("; ".join(f"{m}: {r['end']}, mean |<x_i, v1>| {fmt(r['rho_mean'], 4)}" for m, r in last.items()),
+                  checks, ["trajectories.csv"])
+
+
+def st_eigenvectors(d: Path) -> Result:
+    rs = rows(d / "counts.csv")
+    v1 = sum(int(r["stable_consensus_v1"]) + int(r["stable_bipartite_v1"]) for r in rs)
+    other = sum(int(r["stable_consensus_other"]) + int(r["stable_bipartite_other"]) for r in rs)
+    mb = rows(d / "model_basins.csv") if (d / "model_basins.csv").exists() else []
+    starts = sum(int(r["starts"]) for r in {r["model"]: r for r in mb}.values())
+    reached = sum(int(r["count"]) for r in mb if int(r["eigenvector"]) > 1)
+    checks = [fraction("stable consensus and bipartite equilibria aligned with v1", v1, v1 + other, ">", T("most"),
+                       "most; the paper: often the principal one"),
+              exists("stable equilibria aligned with another eigenvector", other, v1 + other,
+                     "the paper: not exclusively the principal one"),
+              exists("random starts (other models) ending at another eigenvector", reached, starts,
+                     "the paper: not exclusively the principal one")]
+    return Result(f"stable equilibria at v1: {v1}, at v2 or v3: {other} (every model, n and time of the counts); "
+                  f"random starts of {len({r['model'] for r in mb})} other models ending at v2 or v3: "
+                  f"{reached}/{starts}",
+                  checks, ["counts.csv", "model_basins.csv"])
+
+
+def st_classes(d: Path) -> Result:
+    mb = rows(d / "model_basins.csv")
+    ex = rows(d / "basins.csv")
+    starts = sum(int(r["starts"]) for r in {r["model"]: r for r in mb}.values()) + sum(int(r["count"]) for r in ex)
+    clus = (sum(int(r["count"]) for r in mb if r["kind"] == "clustering")
+            + sum(int(r["count"]) for r in ex if r["end"].startswith("clustering")))
+    poly = (sum(int(r["count"]) for r in mb if r["kind"] == "polygonal")
+            + sum(int(r["count"]) for r in ex if r["end"] == "polygonal"))
+    nc = (sum(int(r["count"]) for r in mb if r["kind"] == "not converged")
+          + sum(int(r["count"]) for r in ex if r["end"] == "not converged"))
+    checks = [exists("random starts ending at a clustering equilibrium (class 3)", clus, starts,
+                     "the paper: stable equilibria from the first three classes"),
+              none_of("random starts ending at a polygonal equilibrium (class 4)", poly, starts,
+                      "the paper: polygonal equilibria are unstable")]
+    return Result(f"{starts} random starts (the example model, map and flow, and {len({r['model'] for r in mb})} other "
+                  f"models): clustering {clus}, polygonal {poly}, not converged {nc}", checks,
+                  ["model_basins.csv", "basins.csv"])
+
+
+def st_multi_head(d: Path) -> Result:
+    rs = rows(d / "multi_head_counts.csv")
+    bip = sum(int(r["stable_bipartite"]) for r in rs)
+    fixed = sum(int(r["candidates"]) - int(r["stable_consensus"]) - int(r["stable_bipartite"]) for r in rs)
+    notfixed = sum(int(r["not_fixed"]) for r in rs)
+    cons = sum(int(r["stable_consensus_v1"]) == 1 and int(r["stable_consensus"]) == 1 for r in rs)
+    checks = [none_of("stable bipartite consensus points", bip, sum(int(r["candidates"]) for r in rs),
+                      "the paper: none observed in multi-head models"),
+              fraction("(model, n, time) cases with exactly one stable consensus, at v1", cons, len(rs), ">=",
+                       T("almost-all"), "almost-all; the paper: Theorem 1")]
+    return Result(f"{len({r['model'] for r in rs})} models of {rs[0]['heads']} heads: of the bipartite candidates at "
+                  f"eigenvectors of F, {notfixed} are not fixed points of the map (the heads' attention splits them) "
+                  f"and {fixed} unstable fixed points remain", checks, ["multi_head_counts.csv"])
+
+
+def st_sampled(d: Path) -> Result:
+    s = [r for r in rows(d / "counts_summary.csv") if r["mode"] == "sampled"]
+    checks = [fraction(f"{r['time']} n = {r['n']}: multistable models ({r['patterns']} sampled sign patterns)",
+                       round(num(r["multistable"]) * int(r["models"])), int(r["models"]), ">=", T("often"), "often")
+              for r in s]
+    return Result("; ".join(f"{r['time']} n = {r['n']}: mean {fmt(r['mean_stable'])} stable (max {r['max_stable']}), "
+                            f"share of sampled candidates stable {fmt(r['mean_fraction_stable'])}" for r in s),
+                  checks or [Check("a sampled row (n above --exhaustive-max)", False)], ["counts_summary.csv"])
+
+
+def st_oja(d: Path) -> Result:
+    cfg = config(d).get("config", {})
+    rs = rows(d / "oja_counts.csv")
+    ok = [r for r in rs if _assumed(r, cfg)]
+    bad = sum(int(r["stable"]) != 1 or int(r["stable_consensus_v1"]) != 1 for r in ok)
+    agree = [r for r in rs if int(r["agree"]) >= 0]
+    checks = [none_of("(model, n, time) cases under the assumptions whose stable equilibria are not exactly the "
+                      "principal consensus", bad, len(ok), "the paper: Theorem 2"),
+              none_of("equilibria where the closed form and the Jacobian disagree",
+                      sum(int(r["candidates"]) - int(r["agree"]) for r in agree),
+                      sum(int(r["candidates"]) for r in agree), "the paper: Lemmas 3–6")]
+    return Result(f"uniform attention, {len({r['model'] for r in rs})} models per n: stable equilibria per case "
+                  + ", ".join(f"{k}: {v}" for k, v in sorted(_hist(int(r['stable']) for r in rs).items())),
+                  checks, ["oja_counts.csv", "config.json"])
+
+
+# ------------------------------------------------------------------------------------------ the claims
+PM = "power method"
+CO = "consensus"
+CL = "clusters"
+ST = "multistability"
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim("PM1", PM, "§3.2, Fig. 2(b), Figs. 6–7", "Passing through a layer, tokens tilt towards the principal "
+          "eigenvector v1 of F = Σ O_h V_h: Δρ1 > 0, P1 > 1/2, Δρ1 > Δρ̄ and P1 > P̄ (P̄ the mean of the per-direction "
+          "probabilities P_k over all eigendirections) for almost all layers", "pm_minilm", pm_tilt, "metrics.png"),
+    Claim("PM2", PM, "§3.2, Fig. 6", "The spectral gap of the layer matrices is small in the vast majority of layers",
+          "pm_minilm", pm_gap, "eigenvalues.png"),
+    Claim("PM3", PM, "§5, Figs. 10–11", "With the FFN and the original affine LayerNorm, ρ1, Δρ1 and P1 are all "
+          "degraded", "pm_minilm", pm_ffn),
+    Claim("PM4", PM, "§2.3, §3.3, Figs. 2, 9", "A rank-1 change of the last layer's output matrix steers the tokens "
+          "to a chosen direction u: perfect alignment is always achieved", "pm_minilm", pm_steer,
+          "steered_metrics.png"),
+    Claim("PM5", PM, "§3.1, Figs. 5–6", "Shared weights (ALBERT-like): the tokens reach consensus on v1, or in the "
+          "2-D subspace of a complex pair, and prolonging the model improves the alignment", "pm_shared", pm_shared),
+    Claim("PM6", PM, "§3.2, Fig. 2(b) top", "The correlation ρ1 of layer-varying models stays low and does not grow "
+          "with the layer index", "pm_minilm", pm_low),
+    Claim("PM7", PM, "§3.2, Supp. Fig. 8", "The correlation with the principal eigenvector of the cumulative product "
+          "Φ(k) = F(k)⋯F(1) shows no trend over k when compared with ρ̄", "pm_minilm", pm_phi),
+    Claim("PM8", PM, "§4", "Layers with a larger spectral gap tilt the tokens more", "pm_minilm", pm_gap_tilt),
+    Claim("PM9", PM, "§5", "With the embedding layer, the FFN and the affine LayerNorm, consensus among the tokens is "
+          "preserved", "consensus", pm_preserved),
+    Claim("PM10", PM, "§5", "With the FFN, steering works once the direction is precompensated through the last FFN "
+          "(u' with FFN(u') ∝ u)", "pm_minilm", pm_precompensate),
+    Claim("PM11", PM, "§2.1.3 (Case 3), ALBERT-base/large", "When λ1 ≈ λ2 and v1, v2 are nearly collinear, the tokens "
+          "sit in span(v1, v2) and converge to v1 only slowly", "pm_cases", pm_case3),
+    Claim("PM12", PM, "Theorem 1, Supp. D.4.1, §2.1.1", "Symmetric F, full attention, shared weights: the consensus at "
+          "±v1 is locally asymptotically stable, every other consensus unstable; numerically the tokens converge to "
+          "it from nearly any start, also with causal attention and a non-symmetric F", "pm_cases", pm_theorem1),
+    Claim("CO1", CO, "Theorem 4.1, §6.1.1", "Tokens in an open hemisphere reach consensus under time-varying "
+          "weights; min_i <x_i, w> never decreases", "consensus", co_hemisphere, "synthetic.png"),
+    Claim("CO2", CO, "Theorem 5.1, §6.1.2", "Causal attention, V = I, two heads: the first token never moves, the "
+          "others converge to it", "consensus", co_causal),
+    Claim("CO3", CO, "Theorem 5.2, §6.1.3", "Causal attention, symmetric V with a simple top eigenvalue, tokens "
+          "starting in a hemisphere of v1: one consensus at +v1 or at −v1", "consensus", co_symmetric),
+    Claim("CO4", CO, "§6.2, Fig. 7", "Without the FFN, trained (periodic) weights: the first-token measure decays to 0 "
+          "pass after pass", "consensus", _passes(("no_ffn_periodic", "no FFN, trained")), "passes.png"),
+    Claim("CO5", CO, "§6.2, Fig. 8", "With the FFN the measure still decays to 0", "consensus",
+          _passes(("ffn_periodic", "FFN, trained"))),
+    Claim("CO6", CO, "§6.2, Figs. 9–10", "Random weights redrawn before every pass (aperiodic), with the FFN: "
+          "consensus still occurs", "consensus", _passes(("ffn_redrawn", "FFN, random aperiodic"))),
+    Claim("CO7", CO, "§6.2, Figs. 9–10", "Random aperiodic weights without the FFN: consensus still occurs",
+          "consensus", _passes(("no_ffn_redrawn", "no FFN, random aperiodic"))),
+    Claim("CO8", CO, "§6.2", "Random periodic weights (drawn once, reused every pass), with and without the FFN: "
+          "consensus still occurs", "consensus", _passes(("ffn_random_periodic", "FFN, random periodic"),
+                                                         ("no_ffn_random_periodic", "no FFN, random periodic"))),
+    Claim("CO9", CO, "§6.2, Figs. 9–10 (GPT-2)", "The paper's GPT-2 with random weights, periodic and aperiodic, with "
+          "and without the FFN: consensus", "co_gpt2",
+          _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
+                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic"))),
+    Claim("CO10", CO, "§6.2, Figs. 9–10 (GPT-Neo)", "The paper's GPT-Neo with random weights, periodic and aperiodic, "
+          "with and without the FFN: consensus", "co_gptneo",
+          _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
+                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic"))),
+    Claim("CO11", CO, "§6.2", "Rates: with random weights the FFN slows the convergence; trained weights converge "
+          "faster than random ones", "consensus", co_rates),
+    Claim("CO12", CO, "Theorem 5.1, §6.1.2, Fig. 4", "Theorem 5.1 at GPT-2's size: causal attention, V = I, two heads, "
+          "time-varying weights, n and d like GPT-2's; the first token stays and the others converge to it",
+          "consensus", co_gpt2_like),
+    Claim("CL1", CL, "Theorem 3.1, Figs. 1, 5", "V = I: for almost all initial sequences the rescaled tokens converge "
+          "to the vertices of a convex polytope", "clusters", cl_polytope, "polytope.png"),
+    Claim("CL2", CL, "Theorem 4.1, Fig. 6", "Good triple (top eigenvalue real, positive, simple): the tokens converge "
+          "to at most three parallel hyperplanes", "clusters", cl_hyperplanes, "hyperplanes.png"),
+    Claim("CL3", CL, "Theorem 2.1, Fig. 3", "d = 1: the self-attention matrix converges to a Boolean matrix of rank "
+          "1 or 2", "clusters", cl_boolean, "boolean.png"),
+    Claim("CL4", CL, "§4, p. 7", "About 14% of real Ginibre matrices at d = 128 give a good triple", "clusters",
+          cl_fourteen, "counts.png"),
+    Claim("CL5", CL, "§4, p. 7", "The good-triple fraction vanishes as d → ∞, very slowly", "clusters",
+          cl_decreasing),
+    Claim("CL6", CL, "Figs. 7(a), 8", "Positive and negative eigenvalues together: the tokens cluster along the "
+          "positive eigendirections while they diverge along the negative one", "clusters", cl_mixed, "mixed.png"),
+    Claim("CL7", CL, "Fig. 4", "V > 0, Q > 0 random, K = I, d = 2: clusters show as a self-attention matrix of rank "
+          "≤ 2 (the Q/K point clouds)", "qk_cloud", cl_qk, "qk_cloud.png"),
+    Claim("CL8", CL, "the paper's code (polytope picture)", "Its own setting (softmax, V = I, 20 tokens uniform in "
+          "[−5, 5]², horizon 5): tokens at the vertices of a polytope", "unnormalised", cl_paper_setting,
+          "blowup.png"),
+    Claim("CL9", CL, "Theorem C.5, §1.1", "V = −I (Q = K = I): all tokens collapse to the origin", "clusters",
+          cl_collapse),
+    Claim("CL10", CL, "Theorem 5.1, Fig. 8", "V = diag(1, 1, −1/2): the components in the top eigenspace converge to "
+          "the boundary of a polytope K or to 0, H = (∂K ∪ {0}) × G", "clusters", cl_theorem51),
+    Claim("CL11", CL, "Conjecture 4.2, Fig. 7(b)", "n = 256, d = 128, random Q, K, symmetric V: along the positive "
+          "eigenvalues the tokens cluster (at most three values), along the negative ones they diverge", "clusters",
+          cl_high_dim),
+    Claim("CL12", CL, "Proposition C.2", "V = I: the convex hull of the rescaled tokens shrinks over time", "clusters",
+          cl_hull),
+    Claim("CL13", CL, "Theorem 2.1, Fig. 11", "d = 1: the convergence of P(t) is doubly exponential, and n has no "
+          "effect on it", "clusters", cl_rate),
+    Claim("ST1", ST, "Theorem 3 (Supp. D of the power-method paper); Lemmas of the multistability paper",
+          "Under its assumptions (λ1(V) > 0; for the map, α below the step bound) the consensus at the principal "
+          "eigenvector is always stable and every other consensus unstable", "stability", st_consensus),
+    Claim("ST2", ST, "Abstract, Fig. 3(a)–(b)", "Multistability is common: stable bipartite consensus coexists with "
+          "stable consensus", "stability", st_multistable, "counts.png"),
+    Claim("ST3", ST, "Theorem 3 (single head)", "The closed-form single-head conditions decide stability (checked "
+          "against the Jacobian)", "stability", st_agree),
+    Claim("ST4", ST, "Fig. 13(b) of the power-method paper", "A stable bipartite equilibrium has a very small basin: "
+          "small perturbations return, slightly larger ones escape", "stability", st_perturb,
+          "bipartite_perturbation.png"),
+    Claim("ST5", ST, "Fig. 1; Fig. 13(a) of the power-method paper", "d = 3, n = 10: one head and several heads "
+          "converge to consensus aligned with v1", "stability", st_trajectories, "sphere_trajectories.png"),
+    Claim("ST6", ST, "Abstract, §5", "Stable consensus and bipartite equilibria align with eigenvectors of V, often "
+          "but not exclusively the principal one", "stability", st_eigenvectors, "basins.png"),
+    Claim("ST7", ST, "Abstract, Lemma 8, Theorem 3", "Stable equilibria of the first three classes (consensus, "
+          "bipartite, clustering) coexist; polygonal equilibria are unstable", "stability", st_classes),
+    Claim("ST8", ST, "§2.1.1, Supp. D.4.1 of the power-method paper", "Multi-head models: no stable bipartite "
+          "consensus is observed", "stability", st_multi_head),
+    Claim("ST9", ST, "Fig. 3(b)", "Beyond exhaustive enumeration (random sign patterns, larger n) stable bipartite "
+          "equilibria are still found: multistability persists", "stability", st_sampled),
+    Claim("ST10", ST, "Theorem 2 (multi-agent Oja system)", "Uniform attention: the principal consensus is the only "
+          "stable equilibrium (every other consensus, bipartite and polygonal equilibrium is unstable)", "stability",
+          st_oja),
+)
