@@ -133,26 +133,42 @@ def rotation_directions(X: ArrayLike) -> np.ndarray:
 
 def hessian_spectrum(X: ArrayLike, beta, *, rotations: bool = False) -> np.ndarray:
     """Eigenvalues (ascending, float64) of the Riemannian Hessian of ``E`` on the tangent space of the product
-    of spheres at ``X: [..., n, d]``: ``n(d−1)`` of them, or, without ``rotations`` (the default), the
-    ``n(d−1) − r`` on the complement of the ``r`` independent common-rotation directions (the directions
-    along which ``E`` is constant)."""
+    of spheres at ``X: [..., n, d]``: ``n(d−1)`` of them, or, without ``rotations`` (the default), those on the
+    complement of the common-rotation directions (along which ``E`` is constant): ``n(d−1) − r`` with ``r``
+    the dimension they span (``d(d−1)/2`` for tokens spanning ``R^d``; fewer for tokens in a smaller set, e.g.
+    ``d − 1`` for one point cluster). In a batch, configurations with fewer eigenvalues than the most are
+    padded with NaN at the end."""
     X = np.asarray(X, np.float64)
-    n, d = X.shape[-2:]
+    lead, (n, d) = X.shape[:-2], X.shape[-2:]
+    flat = X.reshape((-1, n, d))
+    m, k = flat.shape[0], n * (d - 1)
     with jax.enable_x64(True):  # float64 eigenvalues whatever the caller's JAX precision
-        H = np.asarray(riemannian_hessian(jnp.asarray(X), beta), np.float64)
-    U = tangent_basis(X)  # [..., n, d, d-1]
-    B = np.zeros(X.shape[:-2] + (n * d, n * (d - 1)))
-    for i in range(n):
-        B[..., i * d:(i + 1) * d, i * (d - 1):(i + 1) * (d - 1)] = U[..., i, :, :]
-    if not rotations:  # the orthogonal complement (in tangent coordinates) of the rotation directions
-        R = np.einsum("...kn,...nm->...km", rotation_directions(X), B)  # [..., r, n(d-1)]
-        q, s, vt = np.linalg.svd(R, full_matrices=True)
-        rank = np.sum(s > 1e-10 * np.maximum(s[..., :1], 1e-300), axis=-1)
-        r = int(np.max(rank)) if rank.size else 0
-        # a common rank over the batch (configurations of one size: d(d-1)/2 unless the tokens are degenerate)
-        B = np.einsum("...nk,...mk->...nm", B, vt[..., r:, :])
-    Ht = np.einsum("...nk,...nm,...ml->...kl", B, H, B)
-    return np.linalg.eigvalsh(0.5 * (Ht + np.swapaxes(Ht, -1, -2)))
+        H = np.asarray(riemannian_hessian(jnp.asarray(flat), beta), np.float64).reshape(m, n, d, n * d)
+    U = tangent_basis(flat)  # [m, n, d, d-1]
+    # Uᵀ H U block by block (the basis is block diagonal): matrix products of size d, never [n·d, n(d-1)]
+    A = (np.swapaxes(U, -1, -2) @ H).reshape(m, k, n, d)  # rows in tangent coordinates
+    Ht = np.swapaxes(np.swapaxes(A, 1, 2) @ U, 1, 2).reshape(m, k, k)  # [m, j, row, q] -> [m, row, (j, q)]
+    Ht = 0.5 * (Ht + np.swapaxes(Ht, -1, -2))
+    if rotations:
+        return np.linalg.eigvalsh(Ht).reshape(lead + (k,))
+    rot = rotation_directions(flat).reshape(m, -1, n, d)  # [m, r, n, d]
+    R = (np.swapaxes(rot, 1, 2) @ U)  # [m, n, r, d-1]: the rotation directions in tangent coordinates
+    R = np.swapaxes(R, 1, 2).reshape(m, -1, k)
+    _, s, vt = np.linalg.svd(R, full_matrices=False)
+    rank = np.sum(s > 1e-10 * np.maximum(s[:, :1], 1e-300), axis=-1)
+    out = np.full((m, k - int(rank.min())), np.nan)
+    # on the complement of the rotation directions V (orthonormal rows): P Ht P + c VᵀV with P = I − VᵀV has the
+    # eigenvalues sought and c on the rotations, r times; c above every eigenvalue of Ht puts those last
+    c = 2.0 * np.max(np.abs(Ht), axis=(-1, -2), keepdims=True) * k + 1.0
+    for r in np.unique(rank):  # per rank of the rotation directions
+        sel = rank == r
+        V, Hs = vt[sel, :r], Ht[sel]
+        Vt = np.swapaxes(V, -1, -2)
+        HV = Hs @ Vt  # [m', k, r]
+        PHP = Hs - Vt @ np.swapaxes(HV, -1, -2) - HV @ V + Vt @ (V @ HV) @ V
+        lam = np.linalg.eigvalsh(PHP + c[sel] * (Vt @ V))
+        out[sel, : k - r] = lam[:, : k - r]
+    return out.reshape(lead + out.shape[-1:])
 
 
 class CriticalKind(NamedTuple):
@@ -181,13 +197,13 @@ def classify(X: ArrayLike, beta, *, tol: float = 1e-10) -> CriticalKind:
     if not (isinstance(tol, (int, float)) and 0 <= tol < 1):
         raise ConfigError(f"tol must be a number in [0, 1), got {tol!r}")
     lam = hessian_spectrum(X, beta)
-    scale = np.maximum(np.max(np.abs(lam), axis=-1), np.finfo(np.float64).tiny)
-    pos = np.sum(lam > tol * scale[..., None], axis=-1)
+    scale = np.maximum(np.nanmax(np.abs(lam), axis=-1), np.finfo(np.float64).tiny)
+    pos = np.sum(lam > tol * scale[..., None], axis=-1)  # NaN padding compares False
     neg = np.sum(lam < -tol * scale[..., None], axis=-1)
     with jax.enable_x64(True):
         grad = np.asarray(riemannian_gradient(jnp.asarray(np.asarray(X, np.float64)), beta), np.float64)
     gnorm = np.sqrt(np.sum(grad * grad, axis=(-1, -2))) / scale
-    return CriticalKind(lam[..., 0], lam[..., -1], pos, neg, (pos > 0) & (neg > 0), gnorm)
+    return CriticalKind(np.nanmin(lam, axis=-1), np.nanmax(lam, axis=-1), pos, neg, (pos > 0) & (neg > 0), gnorm)
 
 
 __all__ = ["CriticalKind", "classify", "energy", "euclidean_gradient", "hessian_spectrum", "riemannian_gradient",

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import tempfile
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -49,18 +50,28 @@ def encoder_available() -> bool:
         return False
 
 
-def _trajectories(trajectory) -> np.ndarray:
-    a = np.asarray(trajectory)
-    if a.ndim == 3:
-        a = a[None]
-    if a.ndim != 4 or 0 in a.shape:
-        raise ConfigError(f"a trajectory is [T, n, d] or [K, T, n, d] (K side by side), got shape {a.shape}")
-    if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
-        raise ConfigError(f"a trajectory holds real numbers, got dtype {a.dtype}")
-    a = a.astype(np.float64)
-    if not np.all(np.isfinite(a)):
-        raise ConfigError("the trajectory has non-finite values (NaN or inf): a failed run cannot be drawn")
-    return a
+def _trajectories(trajectory) -> list[np.ndarray]:
+    """Panels ``[T, n, d]`` (float64) from ``[T, n, d]``, ``[K, T, n, d]`` or a list of ``[T, n_k, d_k]``."""
+    if isinstance(trajectory, (list, tuple)):
+        panels = [np.asarray(a) for a in trajectory]
+    else:
+        a = np.asarray(trajectory)
+        panels = [a] if a.ndim == 3 else list(a) if a.ndim == 4 else [a]
+    if not panels:
+        raise ConfigError("no trajectory to draw")
+    out = []
+    for a in panels:
+        if a.ndim != 3 or 0 in a.shape:
+            raise ConfigError(f"a trajectory is [T, n, d], [K, T, n, d] (K side by side) or a list of [T, n, d], "
+                              f"got a panel of shape {a.shape}")
+        if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
+            raise ConfigError(f"a trajectory holds real numbers, got dtype {a.dtype}")
+        if not np.all(np.isfinite(a)):
+            raise ConfigError("the trajectory has non-finite values (NaN or inf): a failed run cannot be drawn")
+        out.append(a.astype(np.float64))
+    if len({a.shape[0] for a in out}) > 1:
+        raise ConfigError(f"the panels must have one number of saved states, got {[a.shape[0] for a in out]}")
+    return out
 
 
 def principal_directions(traj: np.ndarray, k: int = 3) -> np.ndarray:
@@ -109,7 +120,7 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}" if math.isfinite(v) else str(v)
 
 
-def _render(trajs: np.ndarray, ts: np.ndarray, obs: Mapping[str, np.ndarray], titles: Sequence[str], time_label: str,
+def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarray], titles: Sequence[str], time_label: str,
             panel: tuple[int, int], dpi: int, color, progress: bool, indices: np.ndarray) -> Iterator[np.ndarray]:
     try:  # the object-oriented API: no pyplot, no global backend, nothing left open
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -119,7 +130,7 @@ def _render(trajs: np.ndarray, ts: np.ndarray, obs: Mapping[str, np.ndarray], ti
         raise ConfigError("movies need matplotlib (pip install 'jaxattn[plot]')") from None
     from tqdm import tqdm
 
-    K = trajs.shape[0]
+    K = len(trajs)
     W, H = panel
     fig = Figure(figsize=(K * W / dpi, H / dpi), dpi=dpi)
     canvas = FigureCanvasAgg(fig)
@@ -181,7 +192,7 @@ def _render(trajs: np.ndarray, ts: np.ndarray, obs: Mapping[str, np.ndarray], ti
 
 def _inputs(trajectory, ts, observables, titles, panel, fps, max_frames):
     trajs = _trajectories(trajectory)
-    K, T = trajs.shape[:2]
+    K, T = len(trajs), trajs[0].shape[0]
     ts = np.arange(T, dtype=np.float64) if ts is None else np.asarray(ts, np.float64).reshape(-1)
     if ts.shape != (T,):
         raise ConfigError(f"ts must hold one time per saved state ({T}), got {ts.shape[0]}")
@@ -218,7 +229,8 @@ def frames(trajectory, *, ts=None, observables: Mapping | None = None, titles: S
 def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titles: Sequence[str] | None = None,
           time_label: str = "t", fps: float = 12, panel: tuple[int, int] = PANEL, dpi: int = 80, color=None,
           max_frames: int = 400, progress: bool = False) -> Path:
-    """Render ``trajectory`` (``[T, n, d]``, or ``[K, T, n, d]``: K panels side by side) into ``path``, an animated
+    """Render ``trajectory`` (``[T, n, d]``; ``[K, T, n, d]`` or a list of K ``[T, n_k, d_k]``: K panels side by
+    side) into ``path``, an animated
     GIF or (with an encoder, see :func:`encoder_available`) an MP4, by its suffix; written atomically.
 
     Args:
@@ -274,7 +286,10 @@ def _mp4(rendered: Iterator[np.ndarray], fps: float) -> bytes:
 
     first = next(rendered)
     H, W = first.shape[:2]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        # ffmpeg runs as a child process; Python warns about any fork under JAX's threads, but the child
+        # execs ffmpeg at once (subprocess), which is safe
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
         out = os.path.join(tmp, "movie.mp4")
         writer = imageio_ffmpeg.write_frames(out, (W, H), fps=fps, codec="libx264", pix_fmt_in="rgb24",
                                              pix_fmt_out="yuv420p", macro_block_size=2, ffmpeg_log_level="error")
@@ -289,11 +304,11 @@ def _mp4(rendered: Iterator[np.ndarray], fps: float) -> bytes:
 # ---------------------------------------------------------------- trajectories on disk
 def save_trajectory(path, trajectory, ts, *, observables: Mapping | None = None, titles: Sequence[str] = (),
                     time_label: str = "t", note: str = "") -> Path:
-    """A trajectory for :func:`movie` and ``jaxattn movie`` as a safetensors file: ``trajectory [K, T, n, d]``,
-    ``ts [T]``, ``observables.<name> [K, T]``; titles, the time label and a note in its metadata."""
+    """A trajectory for :func:`movie` and ``jaxattn movie`` as a safetensors file: one ``trajectory.<k> [T, n, d]``
+    per panel, ``ts [T]``, ``observables.<name> [K, T]``; titles, the time label and a note in its metadata."""
     trajs = _trajectories(trajectory)
-    K, T = trajs.shape[:2]
-    arrays = {"trajectory": trajs, "ts": np.asarray(ts, np.float64).reshape(T)}
+    K, T = len(trajs), trajs[0].shape[0]
+    arrays = {f"trajectory.{k}": a for k, a in enumerate(trajs)} | {"ts": np.asarray(ts, np.float64).reshape(T)}
     for name, v in (observables or {}).items():
         arrays[f"observables.{name}"] = np.broadcast_to(np.asarray(v, np.float64), (K, T)).copy()
     meta = {"format": "jaxattn-trajectory", "titles": json.dumps(list(titles)), "time_label": time_label,
@@ -302,7 +317,8 @@ def save_trajectory(path, trajectory, ts, *, observables: Mapping | None = None,
 
 
 def load_trajectory(path) -> dict:
-    """What :func:`save_trajectory` wrote: ``{trajectory, ts, observables, titles, time_label, note}``."""
+    """What :func:`save_trajectory` wrote: ``{trajectory (a list of [T, n, d]), ts, observables, titles, time_label,
+    note}``."""
     from safetensors import safe_open
     from safetensors.numpy import load_file
 
@@ -313,9 +329,10 @@ def load_trajectory(path) -> dict:
             meta = f.metadata() or {}
     except Exception as e:  # a truncated or foreign file: one line
         raise ConfigError(f"{path} is not a readable trajectory file: {e}") from None
-    if meta.get("format") != "jaxattn-trajectory" or "trajectory" not in arrays or "ts" not in arrays:
+    K = sum(k.startswith("trajectory.") for k in arrays)
+    if meta.get("format") != "jaxattn-trajectory" or not K or "ts" not in arrays:
         raise ConfigError(f"{path} is not a jaxattn trajectory file")
-    return {"trajectory": arrays["trajectory"], "ts": arrays["ts"],
+    return {"trajectory": [arrays[f"trajectory.{k}"] for k in range(K)], "ts": arrays["ts"],
             "observables": {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("observables.")},
             "titles": json.loads(meta.get("titles", "[]")), "time_label": meta.get("time_label", "t"),
             "note": meta.get("note", "")}
