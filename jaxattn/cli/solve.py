@@ -12,6 +12,7 @@ import re
 
 from jaxattn.cli._shared import add_options, write_summary
 from jaxattn.cli._study import formatter
+from jaxattn.cli.movie import MOVIE, write_movie
 from jaxattn.cli.sweep import add_process_options, execute
 from jaxattn.errors import ConfigError
 from jaxattn.io._configfile import load_config
@@ -62,6 +63,7 @@ def register(sub) -> None:
     g.add_argument("--out", help="output run directory [runs/solve]")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     g.add_argument("--config", help="JSON or TOML file of option = value (command-line options win)")
+    g.add_argument("--movie", action="store_true", help=MOVIE.help)
     add_process_options(p)
     p.set_defaults(func=run)
 
@@ -140,4 +142,6 @@ def run(args, cfg) -> int:
             lines.append(f"{name:<12} t=0 mean {np.mean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
                          f"median {q[1]:.3g} max {q[2]:.3g}")
     write_summary(out, lines, nonfinite, "config.json, summary.txt, manifest.json, data.zarr")
+    if args.movie:
+        write_movie(out, progress=not args.quiet)
     return 0
