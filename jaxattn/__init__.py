@@ -60,8 +60,8 @@ from jaxattn.model.attention import KERNELS, allowed, attend, probabilities
 from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, repeat_kv, validate
 from jaxattn.model.rope import Rope
 from jaxattn.model.sampling import init_tokens, random_model, symmetric_with_spectrum
-from jaxattn.studies.clusters import ClustersConfig
 from jaxattn.studies import plots
+from jaxattn.studies.clusters import ClustersConfig
 from jaxattn.studies.consensus import ConsensusConfig
 from jaxattn.studies.metastability import MetastabilityConfig
 from jaxattn.studies.power_method import StudyConfig, alignment, run_study

@@ -127,7 +127,7 @@ def rotation_directions(X: ArrayLike) -> np.ndarray:
             v = np.zeros_like(X)
             v[..., a] = -X[..., b]  # (A x)_a = -x_b
             v[..., b] = X[..., a]   # (A x)_b = x_a
-            out.append(v.reshape(X.shape[:-2] + (-1,)))
+            out.append(v.reshape((*X.shape[:-2], -1)))
     return np.stack(out, axis=-2)
 
 
@@ -150,7 +150,7 @@ def hessian_spectrum(X: ArrayLike, beta, *, rotations: bool = False) -> np.ndarr
     Ht = np.swapaxes(np.swapaxes(A, 1, 2) @ U, 1, 2).reshape(m, k, k)  # [m, j, row, q] -> [m, row, (j, q)]
     Ht = 0.5 * (Ht + np.swapaxes(Ht, -1, -2))
     if rotations:
-        return np.linalg.eigvalsh(Ht).reshape(lead + (k,))
+        return np.linalg.eigvalsh(Ht).reshape((*lead, k))
     rot = rotation_directions(flat).reshape(m, -1, n, d)  # [m, r, n, d]
     R = (np.swapaxes(rot, 1, 2) @ U)  # [m, n, r, d-1]: the rotation directions in tangent coordinates
     R = np.swapaxes(R, 1, 2).reshape(m, -1, k)

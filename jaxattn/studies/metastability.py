@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import itertools
 import math
 import time
 from pathlib import Path
@@ -170,7 +171,7 @@ def time_grid(cfg: MetastabilityConfig) -> np.ndarray:
 def d1_steps(cfg: MetastabilityConfig) -> tuple[np.ndarray, int]:
     """D1's saved steps (0, then the logarithmic grid rounded to whole blocks, repeated values dropped) and the
     block: the steps one compiled call runs (a power of two, so that at most about 1000 calls reach the end)."""
-    total = max(int(round(cfg.t1 / cfg.alpha)), 1)
+    total = max(round(cfg.t1 / cfg.alpha), 1)
     block = 1 << max(0, math.ceil(math.log2(total / 1000))) if total > 1000 else 1
     grid = np.geomspace(max(cfg.t_min / cfg.alpha, 1.0), total, cfg.saves)
     steps = np.unique(np.maximum(np.round(grid / block), 1).astype(np.int64) * block)
@@ -222,7 +223,7 @@ def condition_summary(ts: np.ndarray, y: np.ndarray, counts: np.ndarray, n: int,
     all_p = plateaus(ts, y, tol=flat_tol * 2.0 / n**2, min_ratio=min_ratio)
     meta = [(p.start, p.stop, p.t_start, p.t_end, int(counts[p.stop]), p.level, p.censored)
             for p in all_p if 2 <= counts[p.stop] < n]
-    steps = [(int(counts[a.stop]), int(counts[b.stop])) for a, b in zip(all_p[:-1], all_p[1:], strict=True)
+    steps = [(int(counts[a.stop]), int(counts[b.stop])) for a, b in itertools.pairwise(all_p)
              if 2 <= counts[a.stop] < n]
     single = np.flatnonzero(counts == 1)
     t_single = float(ts[single[0]]) if single.size else math.inf
@@ -284,7 +285,10 @@ def _run(out: Path, cfg: MetastabilityConfig, say) -> dict:
             for beta in map(float, cfg.betas):
                 say(f"n = {n}, d = {d}, beta = {beta:g}: {cfg.num} initial conditions to t = {ts[-1]:g} "
                     f"({cfg.dynamics})")
-                conds, states, finals, ys, ks, failed = [], [], [], [], [], 0
+                conds: list[dict] = []
+                states: list[np.ndarray] = []
+                finals: list[np.ndarray] = []
+                ys, ks, failed = [], [], 0
                 size = _block_size(T, n, d)
                 for start in range(0, cfg.num, size):
                     traj, ok = trajectories(X0[start:start + size], beta, ts, cfg)
@@ -307,7 +311,7 @@ def _run(out: Path, cfg: MetastabilityConfig, say) -> dict:
                     if cfg.movie and beta == float(cfg.movie_beta) and n == cfg.n[0] and start == 0 and ok[0]:
                         shown[d] = (traj[0], y[0], k[0])
                 # a random sample of the plateaus (seeded), so the Hessians cost a bounded time per point
-                rng = np.random.default_rng([cfg.seed, n, d, int(round(beta * 1e6))])
+                rng = np.random.default_rng([cfg.seed, n, d, round(beta * 1e6)])
                 picked = np.sort(rng.choice(len(states), min(cfg.classify, len(states)), replace=False))
                 say(f"  {len(states)} metastable plateaus, {len(picked)} Hessians")
                 kinds = dict(zip(picked.tolist(), _classify_states([states[i] for i in picked], beta, cfg.hessian_tol),

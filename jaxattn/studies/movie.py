@@ -84,7 +84,7 @@ def principal_directions(traj: np.ndarray, k: int = 3) -> np.ndarray:
     if keep.shape[1] < k:
         rest = np.eye(traj.shape[-1]) - keep @ keep.T
         flat = traj.reshape(-1, traj.shape[-1]) @ rest
-        w2, v2 = np.linalg.eigh(flat.T @ flat)
+        _, v2 = np.linalg.eigh(flat.T @ flat)
         extra = rest @ v2[:, ::-1]
         for col in extra.T:  # Gram–Schmidt against what is kept (rounding)
             col = col - keep @ (keep.T @ col)
@@ -120,8 +120,9 @@ def _fmt(v: float) -> str:
     return f"{v:.4g}" if math.isfinite(v) else str(v)
 
 
-def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarray], titles: Sequence[str], time_label: str,
-            panel: tuple[int, int], dpi: int, color, progress: bool, indices: np.ndarray) -> Iterator[np.ndarray]:
+def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarray], titles: Sequence[str],
+            time_label: str, panel: tuple[int, int], dpi: int, color, progress: bool,
+            indices: np.ndarray) -> Iterator[np.ndarray]:
     try:  # the object-oriented API: no pyplot, no global backend, nothing left open
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -270,13 +271,25 @@ def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titl
 def _gif(rendered: Iterator[np.ndarray], fps: float) -> bytes:
     from PIL import Image
 
-    images = [Image.fromarray(f) for f in rendered]
-    # one palette for the whole movie (from the first and last frames): colours do not flicker between frames
-    both = Image.fromarray(np.concatenate([np.asarray(images[0]), np.asarray(images[-1])], axis=0))
-    palette = both.quantize(colors=255, method=Image.Quantize.MEDIANCUT)
-    quant = [im.quantize(palette=palette, dither=Image.Dither.NONE) for im in images]
+    frames = list(rendered)
+    # one palette for the whole movie: the 256 commonest colours of the first and last frames, exactly (the
+    # white background stays white, the tokens keep their colours, nothing flickers between frames); every
+    # pixel takes the nearest of them (Pillow's own mapping goes through a coarse colour cache)
+    packed = lambda f: (f[..., 0].astype(np.int64) << 16) | (f[..., 1].astype(np.int64) << 8) | f[..., 2]
+    colours, counts = np.unique(np.concatenate([packed(frames[0]), packed(frames[-1])]), return_counts=True)
+    top = colours[np.argsort(-counts, kind="stable")[:256]]
+    rgb = np.stack([top >> 16, (top >> 8) & 255, top & 255], axis=1)
+    flat_palette = np.concatenate([rgb, np.repeat(rgb[:1], 256 - len(rgb), axis=0)]).astype(np.uint8).tobytes()
+    quant = []
+    for f in frames:
+        seen, inverse = np.unique(packed(f).reshape(-1), return_inverse=True)
+        seen_rgb = np.stack([seen >> 16, (seen >> 8) & 255, seen & 255], axis=1)
+        nearest = np.argmin(((seen_rgb[:, None, :] - rgb[None]) ** 2).sum(-1), axis=1)
+        im = Image.fromarray(nearest[inverse.reshape(-1)].reshape(f.shape[:2]).astype(np.uint8), mode="P")
+        im.putpalette(flat_palette)
+        quant.append(im)
     buf = io.BytesIO()
-    quant[0].save(buf, format="GIF", save_all=True, append_images=quant[1:], duration=max(int(round(1000 / fps)), 20),
+    quant[0].save(buf, format="GIF", save_all=True, append_images=quant[1:], duration=max(round(1000 / fps), 20),
                   loop=0, optimize=False, disposal=1)
     return buf.getvalue()
 
