@@ -44,6 +44,8 @@ TINY = {
     "stability": ["--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3", "--steps", "10",
                   "--t1", "5", "--perturb-num", "2", "--search", "2", "--time", "discrete", "--no-figures",
                   "--no-progress"],
+    "metastability": ["--dims", "2", "--n", "4", "--betas", "2", "--num", "2", "--t1", "10", "--saves", "10",
+                      "--boot", "5", "--movie-beta", "2", "--no-figures", "--no-movie", "--no-progress"],
 }
 #: Random models (their own dimensions are options) made small.
 TINY_RANDOM = ["--d", "8", "--heads", "2", "--depth", "2"]

@@ -298,14 +298,19 @@ def test_claims_can_fail():
     point = {"n": 4, "d": 2, "beta": 2.0, "conditions": 10, "solver_failures": 0, "max_energy_decrease": 1e-3,
              "steps": 10, "steps_with_merge": 3, "steps_one_merge": 3, "classified": 10, "strict_saddles": 2,
              "controls": 5, "control_maxima": 5, "single_at_t1": 0.5}
-    fits = [{"n": 4, "d": 2, "quantity": "metastable_time", "value": 0.1, "ci_low": -0.2, "ci_high": 0.4,
-             "betas_used": "1 2 4", "rss_exponential": 1.0, "rss_power": 0.5},
-            {"n": 4, "d": 2, "quantity": "first_clusters", "value": 0.0, "ci_low": -0.1, "ci_high": 0.1}]
+    fits = [{"n": 4, "d": 2, "quantity": "dwell_2_clusters", "model": "exponential", "value": 0.1, "ci_low": -0.2,
+             "ci_high": 0.4, "betas_used": "1 2 4", "rss_exponential": 1.0, "rss_power": 0.5},
+            {"n": 4, "d": 2, "quantity": "first_clusters", "model": "power", "value": 0.0, "ci_low": -0.1,
+             "ci_high": 0.1}]
     verdicts = [c["verdict"] for c in ms.claims({"points": [point], "fits": fits})]
     assert verdicts[:5] == ["fail"] * 5 and verdicts[5].startswith("not checked")
     good = dict(point, max_energy_decrease=0.0, steps_with_merge=10, strict_saddles=10)
-    fits = [dict(fits[0], ci_low=0.05, rss_power=2.0), dict(fits[1], ci_low=0.2)]
+    fits = [dict(fits[0], ci_low=0.05), dict(fits[1], ci_low=0.2)]
     assert [c["verdict"] for c in ms.claims({"points": [good], "fits": fits})][:5] == ["pass"] * 5
+    # with four betas an exponential must also fit better than a power law
+    four = dict(fits[0], betas_used="1 2 4 8")
+    assert ms.claims({"points": [good], "fits": [four, fits[1]]})[1]["verdict"] == "fail"
+    assert ms.claims({"points": [good], "fits": [dict(four, rss_power=2.0), fits[1]]})[1]["verdict"] == "pass"
 
 
 @pytest.mark.parametrize("bad,match", [
