@@ -34,6 +34,7 @@ def metastable(d: int, beta: float, n: int = 32, t1: float = 1000.0, seed: int =
 
 
 def main(out: Path) -> None:
+    jax.config.update("jax_enable_x64", True)  # the plateaus are resolved in float64
     out.mkdir(parents=True, exist_ok=True)
     # 1. metastable clusters on the circle and on the sphere, beta = 8 and 16
     panels, obs_all, titles = [], {}, []

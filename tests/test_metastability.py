@@ -144,6 +144,19 @@ def test_classify_tells_saddles_from_maxima():
         en.energy(two, 0.0)
 
 
+def test_classify_normalises_a_solver_state_first():
+    """Two nearly antipodal clusters at β = 12 attract each other with a curvature 1e-10 of the largest: tokens
+    whose norms are off by 4e-8 (a solver's tolerance) would turn it negative were they not normalised."""
+    rng = np.random.default_rng(6)
+    angles = np.r_[np.full(20, 0.0), np.full(12, np.radians(172.4))] + rng.normal(0, 1e-9, 32)
+    X = np.stack([np.cos(angles), np.sin(angles)], 1)
+    exact = en.classify(X, 12.0)
+    assert exact.strict_saddle and 1e-11 < exact.lambda_max / -exact.lambda_min < 1e-9
+    off = X * (1 + 4e-8 * rng.uniform(-1, 1, (32, 1)))
+    kind = en.classify(off, 12.0)
+    assert kind.strict_saddle and kind.lambda_max == pytest.approx(exact.lambda_max, rel=1e-3)
+
+
 def test_energy_never_decreases_along_the_flow():
     X0 = ja.init_tokens(jax.random.key(0), 4, 6, 3, dtype=np.float64)
     ts = np.geomspace(0.01, 30.0, 40)

@@ -131,14 +131,26 @@ def rotation_directions(X: ArrayLike) -> np.ndarray:
     return np.stack(out, axis=-2)
 
 
+def _normalised(X) -> np.ndarray:
+    X = np.asarray(X, np.float64)
+    if X.ndim < 2 or X.shape[-1] < 2:
+        raise ConfigError(f"tokens on a sphere: X must be [..., n, d] with d >= 2, got shape {X.shape}")
+    norm = np.linalg.norm(X, axis=-1, keepdims=True)
+    if not np.all(np.isfinite(X)) or np.any(norm == 0):
+        raise ConfigError("X must be finite tokens of nonzero norm")
+    return X / norm
+
+
 def hessian_spectrum(X: ArrayLike, beta, *, rotations: bool = False) -> np.ndarray:
     """Eigenvalues (ascending, float64) of the Riemannian Hessian of ``E`` on the tangent space of the product
     of spheres at ``X: [..., n, d]``: ``n(d−1)`` of them, or, without ``rotations`` (the default), those on the
     complement of the common-rotation directions (along which ``E`` is constant): ``n(d−1) − r`` with ``r``
     the dimension they span (``d(d−1)/2`` for tokens spanning ``R^d``; fewer for tokens in a smaller set, e.g.
     ``d − 1`` for one point cluster). In a batch, configurations with fewer eigenvalues than the most are
-    padded with NaN at the end."""
-    X = np.asarray(X, np.float64)
+    padded with NaN at the end. The tokens are normalised first: a solver's states leave the sphere by its
+    tolerance, and at a cluster the curvature sought (``e^{−β(1 − cos δ)}`` of the terms) is far smaller
+    than what a norm of ``1 + 1e-8`` adds to them."""
+    X = _normalised(X)
     lead, (n, d) = X.shape[:-2], X.shape[-2:]
     flat = X.reshape((-1, n, d))
     m, k = flat.shape[0], n * (d - 1)
@@ -182,11 +194,12 @@ class CriticalKind(NamedTuple):
     gradient: np.ndarray  # [...] norm of the Riemannian gradient, relative to max |λ| (0 at a critical point)
 
 
-def classify(X: ArrayLike, beta, *, tol: float = 1e-10) -> CriticalKind:
-    """The kind of (near-)critical point of ``E`` at configurations ``X: [..., n, d]``: the signs of the
-    Riemannian Hessian's eigenvalues with the common rotations removed, an eigenvalue counting as positive
-    (negative) when above ``tol`` (below ``−tol``) times the largest eigenvalue in modulus. A strict saddle
-    has both; a local maximum only negative ones.
+def classify(X: ArrayLike, beta, *, tol: float = 1e-12) -> CriticalKind:
+    """The kind of (near-)critical point of ``E`` at configurations ``X: [..., n, d]`` (normalised first): the
+    signs of the Riemannian Hessian's eigenvalues with the common rotations removed, an eigenvalue counting as
+    positive (negative) when above ``tol`` (below ``−tol``) times the largest eigenvalue in modulus (the
+    round-off of the eigenvalues is about 1e-15 of it). A strict saddle has both; a local maximum only
+    negative ones.
 
     Examples:
         >>> import numpy as np
@@ -196,6 +209,7 @@ def classify(X: ArrayLike, beta, *, tol: float = 1e-10) -> CriticalKind:
     """
     if not (isinstance(tol, (int, float)) and 0 <= tol < 1):
         raise ConfigError(f"tol must be a number in [0, 1), got {tol!r}")
+    X = _normalised(X)
     lam = hessian_spectrum(X, beta)
     scale = np.maximum(np.nanmax(np.abs(lam), axis=-1), np.finfo(np.float64).tiny)
     pos = np.sum(lam > tol * scale[..., None], axis=-1)  # NaN padding compares False

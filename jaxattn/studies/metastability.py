@@ -111,7 +111,7 @@ class MetastabilityConfig:
     flat_tol: float = option(0.1, "a plateau: 2*beta*E constant to within this fraction of 2/n^2 (the least a "
                              "merge of two tokens adds)", check=positive)
     min_ratio: float = option(2.0, "a plateau lasts at least this factor in time", check=_ratio)
-    hessian_tol: float = option(1e-10, "a Hessian eigenvalue counts as nonzero beyond this fraction of the "
+    hessian_tol: float = option(1e-12, "a Hessian eigenvalue counts as nonzero beyond this fraction of the "
                                 "largest in modulus", check=_fraction)
     classify: int = option(100, "metastable plateaus whose Hessian is classified per (n, d, beta): a random sample "
                            "when there are more", check=positive)

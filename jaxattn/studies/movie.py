@@ -36,6 +36,8 @@ FORMATS = ("gif", "mp4")
 #: The one line said where an MP4 is asked for and no encoder is installed.
 NO_ENCODER = ("MP4 needs an encoder: pip install imageio-ffmpeg (the jaxattn[movie] extra, which ships its own "
               "ffmpeg); GIF needs none")
+#: The palette index of a GIF pixel left as the previous frame drew it.
+TRANSPARENT = 255
 #: Default size of one panel, pixels (width, height); even, as MP4 (yuv420p) needs.
 PANEL = (320, 340)
 
@@ -272,25 +274,32 @@ def _gif(rendered: Iterator[np.ndarray], fps: float) -> bytes:
     from PIL import Image
 
     frames = list(rendered)
-    # one palette for the whole movie: the 256 commonest colours of the first and last frames, exactly (the
+    # one palette for the whole movie: the 255 commonest colours of the first and last frames, exactly (the
     # white background stays white, the tokens keep their colours, nothing flickers between frames); every
-    # pixel takes the nearest of them (Pillow's own mapping goes through a coarse colour cache)
+    # pixel takes the nearest of them (Pillow's own mapping goes through a coarse colour cache). Index 255
+    # is transparent: a pixel that did not change since the previous frame is written as such, so each frame
+    # stores only what moved (several times smaller files)
     packed = lambda f: (f[..., 0].astype(np.int64) << 16) | (f[..., 1].astype(np.int64) << 8) | f[..., 2]
     colours, counts = np.unique(np.concatenate([packed(frames[0]), packed(frames[-1])]), return_counts=True)
-    top = colours[np.argsort(-counts, kind="stable")[:256]]
+    top = colours[np.argsort(-counts, kind="stable")[:255]]
     rgb = np.stack([top >> 16, (top >> 8) & 255, top & 255], axis=1)
     flat_palette = np.concatenate([rgb, np.repeat(rgb[:1], 256 - len(rgb), axis=0)]).astype(np.uint8).tobytes()
-    quant = []
+    quant, previous = [], None
     for f in frames:
         seen, inverse = np.unique(packed(f).reshape(-1), return_inverse=True)
         seen_rgb = np.stack([seen >> 16, (seen >> 8) & 255, seen & 255], axis=1)
-        nearest = np.argmin(((seen_rgb[:, None, :] - rgb[None]) ** 2).sum(-1), axis=1)
-        im = Image.fromarray(nearest[inverse.reshape(-1)].reshape(f.shape[:2]).astype(np.uint8), mode="P")
+        index = np.argmin(((seen_rgb[:, None, :] - rgb[None]) ** 2).sum(-1), axis=1)[inverse.reshape(-1)]
+        index = index.reshape(f.shape[:2]).astype(np.uint8)
+        shown = index.copy()
+        if previous is not None:
+            index[index == previous] = TRANSPARENT
+        previous = shown
+        im = Image.fromarray(index, mode="P")
         im.putpalette(flat_palette)
         quant.append(im)
     buf = io.BytesIO()
     quant[0].save(buf, format="GIF", save_all=True, append_images=quant[1:], duration=max(round(1000 / fps), 20),
-                  loop=0, optimize=False, disposal=1)
+                  loop=0, optimize=False, disposal=1, transparency=TRANSPARENT)
     return buf.getvalue()
 
 
