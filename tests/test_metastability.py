@@ -273,10 +273,10 @@ TINY = dict(dims=[2, 3], n=[5], betas=[2.0, 6.0], num=6, t1=60.0, saves=40, boot
 
 def test_the_study_at_tiny_sizes(tmp_path):
     with x64_off():  # a user's session: the study runs in float64 in a scope and leaves the setting as it was
-        tables = ms.run(tmp_path / "m", ms.Config(**TINY, figures=False))
+        tables = ms.run(tmp_path / "m", ms.Config(**TINY))
     files = {p.name for p in (tmp_path / "m").iterdir()}
     assert {"points.csv", "plateaus.csv", "energy.csv", "fits.csv", "claims.csv", "report.md", "config.json",
-            "movie.gif", "trajectory.safetensors"} <= files
+            "movie.gif", "trajectory.safetensors", "staircase.png", "dwell.png", "saddles_clusters.png"} <= files
     assert len(tables["points"]) == 4 and len(tables["energy"]) == 4 * 41
     for p in tables["points"]:
         assert p["conditions"] == 6 and p["solver_failures"] == 0

@@ -216,3 +216,5 @@ def test_movie_refuses_what_it_cannot_draw(tmp_path, capsys):
     assert main(["movie", str(tmp_path / "empty"), "--no-progress"]) == 2
     assert "holds no saved trajectory" in capsys.readouterr().err
     assert main(["movie", str(tmp_path / "nowhere")]) == 2
+    assert main(["movie", str(tmp_path / "empty"), "--fps", "0"]) == 2
+    assert "--fps must be in (0, 100]" in capsys.readouterr().err

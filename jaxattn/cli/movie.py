@@ -96,6 +96,8 @@ def run(args, cfg) -> int:
         raise ConfigError(f"--conditions must be >= 1, got {args.conditions}")
     if not (isinstance(args.max_frames, int) and args.max_frames >= 2):
         raise ConfigError(f"--max-frames must be >= 2, got {args.max_frames}")
+    if not (math.isfinite(args.fps) and 0 < args.fps <= 100):
+        raise ConfigError(f"--fps must be in (0, 100], got {args.fps:g}")
     if args.out is not None:
         targets = [rundir.file_out(args.out, args.overwrite)]
         if targets[0].suffix.lower() == ".mp4" and not encoder_available():

@@ -661,26 +661,32 @@ def _figures(out: Path, cfg: MetastabilityConfig, tables: dict) -> list[str]:
     axes[0, 0].legend(fontsize=7)
     names.append(_save(plt, fig, out, "staircase.png"))
 
-    # dwell times against beta, with the fitted exponential
+    # dwell times against beta: the plateaus of k clusters (Kaplan-Meier medians of at least FIT_MIN plateaus),
+    # with the fitted exponential rate, and the time from the first metastable plateau to one cluster
     fig, axes = plt.subplots(1, len(cfg.dims), figsize=(4.2 * len(cfg.dims), 3.8), squeeze=False)
     for j, d in enumerate(cfg.dims):
         ax = axes[0, j]
-        pts = [p for p in tables["points"] if p["n"] == n0 and p["d"] == d]
-        for key, label, m in (("metastable_time_median", "metastable time", "o"), ("dwell_median", "plateau dwell",
-                                                                                    "s")):
-            sel = [(p["beta"], p[key]) for p in pts if math.isfinite(p[key])]
-            if sel:
-                ax.plot(*zip(*sel, strict=True), m, label=label)
-        fit = next((f for f in tables["fits"] if f["n"] == n0 and f["d"] == d and f["quantity"] == "metastable_time"
-                    and math.isfinite(f["value"])), None)
-        if fit:
-            xs = np.asarray([float(x) for x in fit["betas_used"].split()])
-            meds = [p["metastable_time_median"] for p in pts if p["beta"] in xs]
-            a = float(np.mean(np.log(meds) - fit["value"] * xs))
-            ax.plot(xs, np.exp(a + fit["value"] * xs), "k--", lw=0.8,
-                    label=f"e^({fit['value']:.2g} β)")
-        ax.set(yscale="log", xlabel="β", ylabel="Kaplan–Meier median", title=f"d = {d}, n = {n0}")
-        ax.legend(fontsize=7)
+        mine = [r for r in tables["plateaus"] if r["n"] == n0 and r["d"] == d]
+        fits = {f["quantity"]: f for f in tables["fits"] if f["n"] == n0 and f["d"] == d}
+        ks = sorted({r["clusters"] for r in mine})
+        for i, k in enumerate(ks):
+            pts = []
+            for b in betas:
+                sel = [r for r in mine if r["beta"] == b and r["clusters"] == k]
+                if len(sel) >= FIT_MIN:
+                    m = kaplan_meier_median([r["dwell"] for r in sel], [r["censored"] for r in sel])
+                    if math.isfinite(m):
+                        pts.append((b, m))
+            if pts:
+                f = fits.get(f"dwell_{k}_clusters")
+                label = f"{k} clusters" + (f": e^({f['value']:.2g} β)" if f and math.isfinite(f["value"]) else "")
+                ax.plot(*zip(*pts, strict=True), "o-", color=colours(i / max(len(ks) - 1, 1)), label=label)
+        sel = [(p["beta"], p["metastable_time_median"]) for p in tables["points"]
+               if p["n"] == n0 and p["d"] == d and math.isfinite(p["metastable_time_median"])]
+        if sel:
+            ax.plot(*zip(*sel, strict=True), "ks--", label="to one cluster")
+        ax.set(yscale="log", xlabel="β", ylabel="dwell time (Kaplan–Meier median)", title=f"d = {d}, n = {n0}")
+        ax.legend(fontsize=6)
     names.append(_save(plt, fig, out, "dwell.png"))
 
     # strict saddles, and the clusters of the first plateau against beta
@@ -698,8 +704,14 @@ def _figures(out: Path, cfg: MetastabilityConfig, tables: dict) -> list[str]:
         axes[1].plot(betas, [linear_mode(b) for b in betas], "k:", label="k* (circle, linear)")
     axes[0].set(xscale="log", xlabel="β", ylabel="fraction of plateaus that are strict saddles", ylim=(-0.02, 1.02))
     axes[1].set(xscale="log", yscale="log", xlabel="β", ylabel="clusters at the first metastable plateau (mean)")
-    axes[0].legend(fontsize=7)
-    axes[1].legend(fontsize=7)
+    for ax in axes:  # the betas of the grid as plain numbers on the log axes
+        ax.set_xticks(betas, [f"{b:g}" for b in betas])
+        ax.minorticks_off()
+        ax.legend(fontsize=7)
+    lo, hi = axes[1].get_ylim()
+    whole = [k for k in range(1, 257) if lo <= k <= hi]
+    if whole:
+        axes[1].set_yticks(whole, [str(k) for k in whole])
     names.append(_save(plt, fig, out, "saddles_clusters.png"))
     return names
 
