@@ -670,17 +670,17 @@ def _figures(out: Path, cfg: MetastabilityConfig, tables: dict) -> list[str]:
         fits = {f["quantity"]: f for f in tables["fits"] if f["n"] == n0 and f["d"] == d}
         ks = sorted({r["clusters"] for r in mine})
         for i, k in enumerate(ks):
-            pts = []
+            medians: list[tuple[float, float]] = []
             for b in betas:
                 sel = [r for r in mine if r["beta"] == b and r["clusters"] == k]
                 if len(sel) >= FIT_MIN:
                     m = kaplan_meier_median([r["dwell"] for r in sel], [r["censored"] for r in sel])
                     if math.isfinite(m):
-                        pts.append((b, m))
-            if pts:
+                        medians.append((b, m))
+            if medians:
                 f = fits.get(f"dwell_{k}_clusters")
                 label = f"{k} clusters" + (f": e^({f['value']:.2g} β)" if f and math.isfinite(f["value"]) else "")
-                ax.plot(*zip(*pts, strict=True), "o-", color=colours(i / max(len(ks) - 1, 1)), label=label)
+                ax.plot(*zip(*medians, strict=True), "o-", color=colours(i / max(len(ks) - 1, 1)), label=label)
         sel = [(p["beta"], p["metastable_time_median"]) for p in tables["points"]
                if p["n"] == n0 and p["d"] == d and math.isfinite(p["metastable_time_median"])]
         if sel:
