@@ -8,7 +8,8 @@ Main entry points: :func:`load` / :func:`convert` (Hugging Face checkpoints), :f
 (batched discrete dynamics D1–D6), :func:`solve` (continuous-time flows C1–C3 with diffrax),
 :func:`sweep` (chunked, resumable) — what they save in a :class:`Save`, how their batch runs in a
 :class:`Batch` —, :func:`spectrum`,
-:func:`alignment`, :func:`steer`, :func:`hidden_states` (faithful forward pass).
+:func:`alignment`, :func:`steer`, :func:`hidden_states` (faithful forward pass), and movies of trajectories
+(:func:`plots.movie`).
 """
 
 from importlib import metadata as _metadata
@@ -60,8 +61,10 @@ from jaxattn.model.forms import Form
 from jaxattn.model.params import Embeddings, Layers, Model, from_heads, parse_mask, repeat_kv, validate
 from jaxattn.model.rope import Rope
 from jaxattn.model.sampling import init_tokens, random_model, symmetric_with_spectrum
+from jaxattn.studies import plots
 from jaxattn.studies.clusters import ClustersConfig
 from jaxattn.studies.consensus import ConsensusConfig
+from jaxattn.studies.metastability import MetastabilityConfig
 from jaxattn.studies.power_method import StudyConfig, alignment, run_study
 from jaxattn.studies.stability import StabilityConfig
 from jaxattn.sweeps.chunked import sweep
@@ -100,6 +103,7 @@ __all__ = [
     "GradientSteer",
     "JaxattnError",
     "Layers",
+    "MetastabilityConfig",
     "Model",
     "NonFiniteWarning",
     "Rope",
@@ -142,6 +146,7 @@ __all__ = [
     "observables",
     "open_sweep",
     "parse_mask",
+    "plots",
     "precompensate",
     "probabilities",
     "prompts",

@@ -20,7 +20,8 @@ from jaxattn.studies import power_method as pm
 OWN = {"analyze": {"model", "out", "overwrite", "config", "d", "heads", "depth", "shared", "mask"},
        "consensus": {"model", "out", "overwrite", "config", "progress"},
        "clusters": {"out", "overwrite", "config", "progress"},
-       "stability": {"out", "overwrite", "config", "progress"}}
+       "stability": {"out", "overwrite", "config", "progress"},
+       "metastability": {"out", "overwrite", "config", "progress"}}
 
 
 def _parser(command: str) -> argparse.ArgumentParser:

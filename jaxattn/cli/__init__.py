@@ -28,7 +28,7 @@ EXIT_BAD_INPUT = 2
 #: Subcommands that live in their own module of this package: each exposes ``register(sub)``, which
 #: adds its parser to the ``argparse`` sub-parsers and sets ``func=run`` (``run(args, cfg) -> int``).
 COMMAND_MODULES = ("simulate", "analyze", "convert", "inspect", "spectrum", "solve", "sweep", "consensus",
-                   "clusters", "stability")
+                   "clusters", "stability", "metastability", "movie")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -19,6 +19,7 @@ from jaxattn.cli._shared import (
     write_summary,
 )
 from jaxattn.cli._study import formatter
+from jaxattn.cli.movie import movie_option, write_movie
 from jaxattn.config import Spec
 from jaxattn.dynamics.discrete import check_dynamics
 from jaxattn.dynamics.options import Batch
@@ -58,12 +59,13 @@ def register(sub):
                                    "model over many random initial conditions and keep consensus observables per step.")
     options = add_options(p, GROUPS)
     options |= output_options(p, out="runs/simulate", progress="show a progress bar")
+    options |= movie_option(p.add_argument_group("movie"))
     p.set_defaults(func=run, defaults=options)
 
 
 #: The defaults of every option, by name (the command line's and a config file's).
 SIM_DEFAULTS = {k: s.default for k, s in [(sp.dest, sp) for g in GROUPS.values() for sp in g]} | {
-    "out": "runs/simulate", "overwrite": False, "progress": True}
+    "out": "runs/simulate", "overwrite": False, "progress": True, "movie": False}
 
 
 def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
@@ -119,7 +121,8 @@ def run(args, cfg) -> int:
                        dtype=dtype, batch=Batch(precision=cfg["matmul_precision"]), progress=cfg["progress"],
                        keep_final=cfg["keep_final"], stats=stats, overwrite=cfg["overwrite"],
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
-                                                                                   "overwrite", "model_summary")})
+                                                                                   "overwrite", "model_summary",
+                                                                                   "movie")})
     save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
     resumed = stats.get("resumed", 0) > 0
     resolved["chunk"] = stats.get("chunk", cfg["chunk"])  # the chunk size used (auto when not given)
@@ -143,6 +146,8 @@ def run(args, cfg) -> int:
         *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps),
     ]
     write_summary(out, lines, bad, "config.json, observables.safetensors, summary.txt")
+    if cfg["movie"]:
+        write_movie(out, progress=cfg["progress"])
     rundir.finish(run)
     finish(out)
     return 0

@@ -12,6 +12,7 @@ import re
 
 from jaxattn.cli._shared import add_options, model_dims, write_summary
 from jaxattn.cli._study import formatter
+from jaxattn.cli.movie import MOVIE, write_movie
 from jaxattn.cli.sweep import add_process_options, add_store_output, execute
 from jaxattn.errors import ConfigError
 from jaxattn.io._configfile import load_config
@@ -63,6 +64,7 @@ def register(sub) -> None:
     g = add_store_output(p, "runs/solve")
     g.add_argument("--config", help="JSON or TOML file of option = value, or a finished run's config.json "
                                     "(command-line options win)")
+    g.add_argument("--movie", action="store_true", help=MOVIE.help)
     add_process_options(p)
     p.set_defaults(func=run)
 
@@ -167,4 +169,6 @@ def run(args, cfg) -> int:
             lines.append(f"{name:<12} t=0 mean {np.mean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
                          f"median {q[1]:.3g} max {q[2]:.3g}")
     write_summary(out, lines, nonfinite, "config.json, summary.txt, manifest.json, data.zarr")
+    if args.movie:
+        write_movie(out, progress=args.progress)
     return 0

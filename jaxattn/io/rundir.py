@@ -237,6 +237,17 @@ def claim(path) -> None:
     _write_marker(path.parent, {**marker, "files": sorted({*marker["files"], path.name})})
 
 
+def record(path) -> None:
+    """Record ``path``'s name in its directory's marker before jaxattn writes it there, finished run or not (a
+    movie rendered from a finished run afterwards: an ``--overwrite`` of the run then removes it too). A no-op
+    in a directory without a marker."""
+    path = Path(path)
+    marker = read_marker(path.parent)
+    if marker is None or path.name == MARKER or path.name in marker["files"]:
+        return
+    _write_marker(path.parent, {**marker, "files": sorted({*marker["files"], path.name})})
+
+
 def finish(run: RunDir) -> None:
     """Mark the run finished: from now on it is replaced only with ``--overwrite``."""
     marker = read_marker(run.path)
@@ -275,4 +286,4 @@ def abandon(run: RunDir) -> None:
 
 
 __all__ = ["MARKER", "RunDir", "abandon", "claim", "clear", "dir_out", "file_out", "finish", "foreign", "is_ours",
-           "out_path", "read_marker", "start", "undone_if_refused"]
+           "out_path", "read_marker", "record", "start", "undone_if_refused"]

@@ -1,0 +1,364 @@
+"""Movies of token trajectories: animated GIF (Pillow, no external program) and MP4 (where an encoder is
+installed: the ``imageio-ffmpeg`` package, which ships its own ``ffmpeg``; the ``jaxattn[movie]`` extra).
+
+:func:`movie` renders a trajectory ``[T, n, d]`` or several side by side ``[K, T, n, d]``, one frame per
+saved time: tokens on the circle (``d = 2``) or on a wire-frame sphere (``d = 3``); for ``d > 3`` the
+tokens are projected on the top three principal directions of the final state (the eigenvectors of
+``Σ_i x_i x_iᵀ`` at the last saved time, completed from the whole trajectory when the final state spans
+fewer than three), as each panel's title says. Tokens that are not on the unit sphere (the flat flows)
+are drawn in axes fitted to the data. The time and the observables given are written in each panel's
+corner. :func:`frames` returns the frames as arrays instead of a file.
+
+A trajectory on disk (``trajectory.safetensors`` of a run directory, :func:`save_trajectory`) holds the
+states ``[K, T, n, d]``, the saved times and the observables ``[K, T]`` per name; ``jaxattn movie RUN_DIR``
+renders it (see :mod:`jaxattn.cli.movie`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from jaxattn.errors import ConfigError
+from jaxattn.io.results import atomic_write_bytes, save_arrays
+
+#: Formats :func:`movie` writes, by file suffix.
+FORMATS = ("gif", "mp4")
+#: The one line said where an MP4 is asked for and no encoder is installed.
+NO_ENCODER = ("MP4 needs an encoder: pip install imageio-ffmpeg (the jaxattn[movie] extra, which ships its own "
+              "ffmpeg); GIF needs none")
+#: The palette index of a GIF pixel left as the previous frame drew it.
+TRANSPARENT = 255
+#: Default size of one panel, pixels (width, height); even, as MP4 (yuv420p) needs.
+PANEL = (320, 340)
+
+
+def encoder_available() -> bool:
+    """Whether MP4 can be written (the ``imageio-ffmpeg`` package and its ``ffmpeg`` are installed)."""
+    try:
+        import imageio_ffmpeg
+
+        return Path(imageio_ffmpeg.get_ffmpeg_exe()).is_file()
+    except (ImportError, RuntimeError, OSError):
+        return False
+
+
+def _trajectories(trajectory) -> list[np.ndarray]:
+    """Panels ``[T, n, d]`` (float64) from ``[T, n, d]``, ``[K, T, n, d]`` or a list of ``[T, n_k, d_k]``."""
+    if isinstance(trajectory, (list, tuple)):
+        panels = [np.asarray(a) for a in trajectory]
+    else:
+        a = np.asarray(trajectory)
+        panels = [a] if a.ndim == 3 else list(a) if a.ndim == 4 else [a]
+    if not panels:
+        raise ConfigError("no trajectory to draw")
+    out = []
+    for a in panels:
+        if a.ndim != 3 or 0 in a.shape:
+            raise ConfigError(f"a trajectory is [T, n, d], [K, T, n, d] (K side by side) or a list of [T, n, d], "
+                              f"got a panel of shape {a.shape}")
+        if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
+            raise ConfigError(f"a trajectory holds real numbers, got dtype {a.dtype}")
+        if not np.all(np.isfinite(a)):
+            raise ConfigError("the trajectory has non-finite values (NaN or inf): a failed run cannot be drawn")
+        out.append(a.astype(np.float64))
+    if len({a.shape[0] for a in out}) > 1:
+        raise ConfigError(f"the panels must have one number of saved states, got {[a.shape[0] for a in out]}")
+    return out
+
+
+def principal_directions(traj: np.ndarray, k: int = 3) -> np.ndarray:
+    """``[d, k]`` orthonormal directions: the top eigenvectors of ``Σ_i x_i x_iᵀ`` at the last saved time of
+    ``traj: [T, n, d]``, completed (when the final state spans fewer than ``k``) by those of the whole
+    trajectory's second moment in the orthogonal complement."""
+    final = traj[-1]
+    w, v = np.linalg.eigh(final.T @ final)
+    keep = v[:, ::-1][:, : int(np.sum(w > 1e-9 * max(w.max(), 1e-300)))][:, :k]
+    if keep.shape[1] < k:
+        rest = np.eye(traj.shape[-1]) - keep @ keep.T
+        flat = traj.reshape(-1, traj.shape[-1]) @ rest
+        _, v2 = np.linalg.eigh(flat.T @ flat)
+        extra = rest @ v2[:, ::-1]
+        for col in extra.T:  # Gram–Schmidt against what is kept (rounding)
+            col = col - keep @ (keep.T @ col)
+            if np.linalg.norm(col) > 1e-6:
+                keep = np.concatenate([keep, (col / np.linalg.norm(col))[:, None]], axis=1)
+            if keep.shape[1] == k:
+                break
+    return keep
+
+
+def _layout(traj: np.ndarray) -> tuple[np.ndarray, str, bool]:
+    """The coordinates drawn ``[T, n, c]`` (c = 1, 2 or 3), a note for the title, whether on the unit sphere."""
+    d = traj.shape[-1]
+    on_sphere = d >= 2 and bool(np.max(np.abs(np.linalg.norm(traj, axis=-1) - 1.0)) < 1e-3)
+    if d <= 3:
+        return traj, "", on_sphere
+    P = principal_directions(traj, 3)
+    return traj @ P, f"d = {d}: top 3 principal directions of the final state", on_sphere
+
+
+def _colours(coords: np.ndarray, color) -> np.ndarray | str:
+    if color is not None:
+        return color
+    import matplotlib
+
+    first = coords[0]
+    angle = np.arctan2(first[:, 1], first[:, 0]) if first.shape[1] >= 2 else first[:, 0]
+    rank = np.argsort(np.argsort(angle))  # tokens coloured by where they start: a cluster gathers one hue range
+    return matplotlib.colormaps["hsv"](rank / max(len(rank), 1) * 0.9)
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}" if math.isfinite(v) else str(v)
+
+
+def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarray], titles: Sequence[str],
+            time_label: str, panel: tuple[int, int], dpi: int, color, progress: bool,
+            indices: np.ndarray) -> Iterator[np.ndarray]:
+    try:  # the object-oriented API: no pyplot, no global backend, nothing left open
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Circle
+    except ImportError:  # pragma: no cover - matplotlib is the [plot] extra
+        raise ConfigError("movies need matplotlib (pip install 'jaxattn[plot]')") from None
+    from tqdm import tqdm
+
+    K = len(trajs)
+    W, H = panel
+    fig = Figure(figsize=(K * W / dpi, H / dpi), dpi=dpi)
+    canvas = FigureCanvasAgg(fig)
+    artists = []
+    for k in range(K):
+        coords, note, on_sphere = _layout(trajs[k])
+        c = coords.shape[-1]
+        title = titles[k] if k < len(titles) else ""
+        title = "\n".join(s for s in (title, note) if s)
+        if c == 3:
+            ax = fig.add_subplot(1, K, k + 1, projection="3d")
+            if on_sphere:
+                u, v = np.meshgrid(np.linspace(0, 2 * np.pi, 25), np.linspace(0, np.pi, 13))
+                ax.plot_wireframe(np.cos(u) * np.sin(v), np.sin(u) * np.sin(v), np.cos(v), color="0.75", lw=0.4)
+                lim = np.array([-1.0, 1.0])
+            else:
+                m = float(np.max(np.abs(coords))) or 1.0
+                lim = np.array([-m, m])
+            ax.set(xlim=lim, ylim=lim, zlim=lim)
+            ax.set_box_aspect((1, 1, 1), zoom=1.25)
+            ax.view_init(elev=20, azim=35)
+            ax.set_axis_off()
+            sc = ax.scatter(*coords[0].T, s=14, c=_colours(coords, color), depthshade=False)
+            label = ax.text2D(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
+        else:
+            ax = fig.add_subplot(1, K, k + 1)
+            xy = coords if c == 2 else np.stack([coords[..., 0], np.broadcast_to(np.arange(coords.shape[1]),
+                                                                                 coords.shape[:2])], axis=-1)
+            if on_sphere and c == 2:
+                ax.add_patch(Circle((0, 0), 1.0, fill=False, color="0.7", lw=0.8))
+                ax.set(xlim=(-1.15, 1.15), ylim=(-1.15, 1.15))
+            else:
+                lo, hi = xy.reshape(-1, 2).min(0), xy.reshape(-1, 2).max(0)
+                pad = 0.08 * np.maximum(hi - lo, 1e-9)
+                ax.set(xlim=(lo[0] - pad[0], hi[0] + pad[0]), ylim=(lo[1] - pad[1], hi[1] + pad[1]))
+            ax.set_aspect("equal" if c == 2 else "auto")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            for s in ax.spines.values():
+                s.set_visible(c == 1)
+            sc = ax.scatter(xy[0, :, 0], xy[0, :, 1], s=14, c=_colours(coords, color))
+            coords = xy
+            label = ax.text(0.02, 0.02, "", transform=ax.transAxes, fontsize=8, family="monospace")
+        ax.set_title(title, fontsize=9)
+        artists.append((sc, label, coords, c == 3))
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.86, wspace=0.05)
+    for f in tqdm(indices, desc="movie", unit="frame", disable=not progress, file=sys.stderr, leave=False):
+        for k, (sc, label, coords, three) in enumerate(artists):
+            if three:
+                sc._offsets3d = tuple(coords[f].T)  # matplotlib's documented way to move 3-D scatter points
+            else:
+                sc.set_offsets(coords[f])
+            lines = [f"{time_label} = {_fmt(float(ts[f]))}"]
+            lines += [f"{name} = {_fmt(float(v[k, f]))}" for name, v in obs.items()]
+            label.set_text("\n".join(lines))
+        canvas.draw()
+        yield np.asarray(canvas.buffer_rgba())[..., :3].copy()
+
+
+def _inputs(trajectory, ts, observables, titles, panel, fps, max_frames):
+    trajs = _trajectories(trajectory)
+    K, T = len(trajs), trajs[0].shape[0]
+    ts = np.arange(T, dtype=np.float64) if ts is None else np.asarray(ts, np.float64).reshape(-1)
+    if ts.shape != (T,):
+        raise ConfigError(f"ts must hold one time per saved state ({T}), got {ts.shape[0]}")
+    obs = {}
+    for name, v in (observables or {}).items():
+        a = np.asarray(v, np.float64)
+        a = np.broadcast_to(a, (K, T)) if a.shape in ((T,), (1, T)) else a
+        if a.shape != (K, T):
+            raise ConfigError(f"observable {name!r} must be [T] or [K, T] = [{K}, {T}], got {a.shape}")
+        obs[str(name)] = a
+    titles = [str(t) for t in (titles or [])]
+    if len(titles) > K:
+        raise ConfigError(f"{len(titles)} titles for {K} trajectories")
+    W, H = (int(v) for v in panel)
+    if W < 64 or H < 64 or W % 2 or H % 2:
+        raise ConfigError(f"panel must be (width, height) in even pixels >= 64, got {tuple(panel)}")
+    if not (isinstance(fps, (int, float)) and 0 < fps <= 100):
+        raise ConfigError(f"fps must be a number in (0, 100], got {fps!r}")
+    if not (isinstance(max_frames, int) and max_frames >= 2):
+        raise ConfigError(f"max_frames must be an integer >= 2, got {max_frames!r}")
+    # at most max_frames frames, evenly spread over the saved states, the first and the last among them
+    idx = np.unique(np.round(np.linspace(0, T - 1, min(T, max_frames))).astype(int))
+    return trajs, ts, obs, titles, (W, H), idx
+
+
+def frames(trajectory, *, ts=None, observables: Mapping | None = None, titles: Sequence[str] | None = None,
+           time_label: str = "t", panel: tuple[int, int] = PANEL, dpi: int = 80, color=None,
+           max_frames: int = 400, progress: bool = False) -> np.ndarray:
+    """The frames of :func:`movie` as ``[F, H, W, 3]`` uint8 RGB (``W`` = panels × the panel width)."""
+    trajs, ts, obs, titles, panel, idx = _inputs(trajectory, ts, observables, titles, panel, 10, max_frames)
+    return np.stack(list(_render(trajs, ts, obs, titles, time_label, panel, dpi, color, progress, idx)))
+
+
+def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titles: Sequence[str] | None = None,
+          time_label: str = "t", fps: float = 12, panel: tuple[int, int] = PANEL, dpi: int = 80, color=None,
+          max_frames: int = 400, progress: bool = False) -> Path:
+    """Render ``trajectory`` (``[T, n, d]``; ``[K, T, n, d]`` or a list of K ``[T, n_k, d_k]``: K panels side by
+    side) into ``path``, an animated
+    GIF or (with an encoder, see :func:`encoder_available`) an MP4, by its suffix; written atomically.
+
+    Args:
+        ts: the saved times ``[T]`` (default: the frame index, ``time_label`` then naming it).
+        observables: ``{name: [T] or [K, T]}`` written in each panel's corner with the time.
+        titles: one per panel.
+        time_label: what the time is called in the corner (``'t'``, ``'step'``).
+        fps: frames per second. panel: (width, height) of one panel in pixels (even).
+        color: one colour for every token (a Matplotlib colour); default: tokens coloured by where they start.
+        max_frames: most frames; a longer trajectory is sampled evenly (first and last saved states kept).
+        progress: a progress bar on stderr while the frames render.
+
+    Returns:
+        ``path``. One frame per saved state (up to ``max_frames``), each ``K × width`` by ``height`` pixels.
+
+    Examples:
+        >>> import numpy as np, tempfile, os, jaxattn as ja
+        >>> theta = np.linspace(0, 1, 5)[:, None] * np.linspace(0.0, 3.0, 7)[None, :]    # 5 saved states, 7 tokens
+        >>> X = np.stack([np.cos(theta), np.sin(theta)], axis=-1)                        # [T, n, 2] on the circle
+        >>> path = ja.plots.movie(X, os.path.join(tempfile.mkdtemp(), "m.gif"), ts=np.linspace(0, 2, 5))
+        >>> from PIL import Image
+        >>> im = Image.open(path); (im.n_frames, im.size)
+        (5, (320, 340))
+    """
+    path = Path(path)
+    fmt = path.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise ConfigError(f"a movie is a .gif or an .mp4 file, got {path.name!r}")
+    if fmt == "mp4" and not encoder_available():
+        raise ConfigError(NO_ENCODER)
+    trajs, ts, obs, titles, panel, idx = _inputs(trajectory, ts, observables, titles, panel, fps, max_frames)
+    rendered = _render(trajs, ts, obs, titles, time_label, panel, dpi, color, progress, idx)
+    data = _gif(rendered, fps) if fmt == "gif" else _mp4(rendered, fps)
+    return atomic_write_bytes(path, data)
+
+
+def _gif(rendered: Iterator[np.ndarray], fps: float) -> bytes:
+    from PIL import Image
+
+    frames = list(rendered)
+    # one palette for the whole movie: the 255 commonest colours of the first and last frames, exactly (the
+    # white background stays white, the tokens keep their colours, nothing flickers between frames); every
+    # pixel takes the nearest of them (Pillow's own mapping goes through a coarse colour cache). Index 255
+    # is transparent: a pixel that did not change since the previous frame is written as such, so each frame
+    # stores only what moved (several times smaller files)
+    packed = lambda f: (f[..., 0].astype(np.int64) << 16) | (f[..., 1].astype(np.int64) << 8) | f[..., 2]
+    colours, counts = np.unique(np.concatenate([packed(frames[0]), packed(frames[-1])]), return_counts=True)
+    top = colours[np.argsort(-counts, kind="stable")[:255]]
+    rgb = np.stack([top >> 16, (top >> 8) & 255, top & 255], axis=1)
+    flat_palette = np.concatenate([rgb, np.repeat(rgb[:1], 256 - len(rgb), axis=0)]).astype(np.uint8).tobytes()
+    quant, previous = [], None
+    for f in frames:
+        seen, inverse = np.unique(packed(f).reshape(-1), return_inverse=True)
+        seen_rgb = np.stack([seen >> 16, (seen >> 8) & 255, seen & 255], axis=1)
+        index = np.argmin(((seen_rgb[:, None, :] - rgb[None]) ** 2).sum(-1), axis=1)[inverse.reshape(-1)]
+        index = index.reshape(f.shape[:2]).astype(np.uint8)
+        shown = index.copy()
+        if previous is not None:
+            index[index == previous] = TRANSPARENT
+        previous = shown
+        im = Image.fromarray(index, mode="P")
+        im.putpalette(flat_palette)
+        quant.append(im)
+    buf = io.BytesIO()
+    quant[0].save(buf, format="GIF", save_all=True, append_images=quant[1:], duration=max(round(1000 / fps), 20),
+                  loop=0, optimize=False, disposal=1, transparency=TRANSPARENT)
+    return buf.getvalue()
+
+
+def _mp4(rendered: Iterator[np.ndarray], fps: float) -> bytes:
+    import imageio_ffmpeg
+
+    first = next(rendered)
+    H, W = first.shape[:2]
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        # ffmpeg runs as a child process; Python warns about any fork under JAX's threads, but the child
+        # execs ffmpeg at once (subprocess), which is safe
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
+        out = os.path.join(tmp, "movie.mp4")
+        writer = imageio_ffmpeg.write_frames(out, (W, H), fps=fps, codec="libx264", pix_fmt_in="rgb24",
+                                             pix_fmt_out="yuv420p", macro_block_size=2, ffmpeg_log_level="error")
+        writer.send(None)
+        writer.send(np.ascontiguousarray(first).tobytes())
+        for f in rendered:
+            writer.send(np.ascontiguousarray(f).tobytes())
+        writer.close()
+        return Path(out).read_bytes()
+
+
+# ---------------------------------------------------------------- trajectories on disk
+def save_trajectory(path, trajectory, ts, *, observables: Mapping | None = None, titles: Sequence[str] = (),
+                    time_label: str = "t", note: str = "") -> Path:
+    """A trajectory for :func:`movie` and ``jaxattn movie`` as a safetensors file: one ``trajectory.<k> [T, n, d]``
+    per panel, ``ts [T]``, ``observables.<name> [K, T]``; titles, the time label and a note in its metadata."""
+    trajs = _trajectories(trajectory)
+    K, T = len(trajs), trajs[0].shape[0]
+    arrays = {f"trajectory.{k}": a for k, a in enumerate(trajs)} | {"ts": np.asarray(ts, np.float64).reshape(T)}
+    for name, v in (observables or {}).items():
+        arrays[f"observables.{name}"] = np.broadcast_to(np.asarray(v, np.float64), (K, T)).copy()
+    meta = {"format": "jaxattn-trajectory", "titles": json.dumps(list(titles)), "time_label": time_label,
+            "note": note}
+    return save_arrays(path, arrays, meta)
+
+
+def load_trajectory(path) -> dict:
+    """What :func:`save_trajectory` wrote: ``{trajectory (a list of [T, n, d]), ts, observables, titles, time_label,
+    note}``."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    try:
+        arrays = load_file(str(path))
+        with safe_open(str(path), framework="numpy") as f:
+            meta = f.metadata() or {}
+    except Exception as e:  # a truncated or foreign file: one line
+        raise ConfigError(f"{path} is not a readable trajectory file: {e}") from None
+    K = sum(k.startswith("trajectory.") for k in arrays)
+    if meta.get("format") != "jaxattn-trajectory" or not K or "ts" not in arrays:
+        raise ConfigError(f"{path} is not a jaxattn trajectory file")
+    return {"trajectory": [arrays[f"trajectory.{k}"] for k in range(K)], "ts": arrays["ts"],
+            "observables": {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("observables.")},
+            "titles": json.loads(meta.get("titles", "[]")), "time_label": meta.get("time_label", "t"),
+            "note": meta.get("note", "")}
+
+
+__all__ = ["FORMATS", "NO_ENCODER", "encoder_available", "frames", "load_trajectory", "movie", "principal_directions",
+           "save_trajectory"]
