@@ -81,11 +81,14 @@ def _value_matrix(model) -> np.ndarray:
 
 
 def make_torch(X0, V, steps, beta, compiled: bool):
+    import jax
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
+    # on a GPU machine (make gpu-check) torch runs on the GPU too, when its build has CUDA
+    dev = "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
     eye = np.allclose(V, np.eye(V.shape[0]))
-    Vt = torch.from_numpy(np.ascontiguousarray(V.T))
+    Vt = torch.from_numpy(np.ascontiguousarray(V.T)).to(dev)
 
     def step(X):
         P = torch.softmax(beta * torch.bmm(X, X.transpose(1, 2)), dim=-1)
@@ -94,14 +97,14 @@ def make_torch(X0, V, steps, beta, compiled: bool):
         return Y / Y.norm(dim=-1, keepdim=True)
 
     f = torch.compile(step) if compiled else step
-    X0t = torch.from_numpy(np.array(X0))  # a writable copy (torch refuses read-only buffers)
+    X0t = torch.from_numpy(np.array(X0)).to(dev)  # a writable copy (torch refuses read-only buffers)
 
     def run(k=steps):
         with torch.no_grad():
             X = X0t
             for _ in range(k):
                 X = f(X)
-        return X.numpy()
+        return X.cpu().numpy()  # the copy to the host waits for the device
 
     return run
 

@@ -9,7 +9,8 @@ GPU machines are lent rarely and briefly, so one call must answer every open que
    float32 and float64, with n and d up to the kernel's limits, on the real backend;
 3. ``precision``: float32 ``"highest"``, TF32 and bf16 products against float64 — max and median error
    of the final states and of each default observable — for W1 and a MiniLM-shaped model;
-4. ``bench_run``, ``bench_flows``, ``bench_kernel``, ``bench_consensus``, ``bench_gradients``: the benchmark suite
+4. ``bench_run``, ``bench_flows``, ``bench_kernel``, ``bench_consensus``, ``bench_gradients``, ``bench_papers``
+   (the papers' own models against their torch loops and the minimal JAX loop): the benchmark suite
    (``benchmarks/*.py``) at GPU sizes, against torch eager, ``torch.compile``, SDPA and Hugging Face
    where torch has CUDA, each checked to agree before it is timed, with achieved FLOP/s and the
    fraction of the device's peak;
@@ -420,6 +421,27 @@ def stage_bench_consensus(ctx: Ctx) -> dict:
     return cons.bench(prompts=100, tokens=200, passes=10)
 
 
+def stage_bench_papers(ctx: Ctx) -> dict:
+    """benchmarks/papers.py: the sphere and clustering models at their sizes (float32 and float64), torch on
+    the GPU where its build has CUDA; reduced: one tiny case."""
+    papers = _bench_module("papers")
+    if not ctx.reduced:  # the float64 cases; the full form runs each stage in its own process
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+    impls = tuple(i for i in papers.IMPLS if _has("torch") or not i.startswith("torch"))
+    cases = ["sphere2"] if ctx.reduced else list(papers.CASES)
+    rows = []
+    for name in cases:
+        for dtype in ("float32",) if ctx.reduced else ("float32", "float64"):
+            if time.monotonic() > ctx.deadline - 30:
+                return {"rows": rows, "stopped": "time budget"}
+            rows.append(papers.bench_case(name, dtype, repeats=1 if ctx.reduced else 3, quick=ctx.reduced,
+                                          impls=impls))
+            ctx.record({"rows": rows})
+    return {"rows": rows}
+
+
 def _pytest_cmd(ctx: Ctx, junit: Path) -> list[str]:
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
     if ctx.reduced:  # one fast test: the machinery, not the suite (which CI runs itself)
@@ -505,6 +527,8 @@ STAGES: dict[str, Stage] = {
     "bench_consensus": Stage(stage_bench_consensus, 30, REDUCED_BUDGET, "benchmarks/consensus_passes.py"),
     "bench_gradients": Stage(stage_bench_gradients, 30, REDUCED_BUDGET,
                              "benchmarks/gradients.py: a gradient through 24 to 2,400 steps against the forward pass"),
+    "bench_papers": Stage(stage_bench_papers, 40, REDUCED_BUDGET,
+                          "benchmarks/papers.py: the papers' models against their torch loops and the JAX floor"),
     "suite": Stage(stage_suite, 120, REDUCED_BUDGET, "the test suite on this backend"),
 }
 
@@ -839,6 +863,15 @@ def markdown(summary: dict) -> str:
     c = res("bench_consensus")
     if c:
         lines += ["## benchmarks/consensus_passes.py", "", "```json", json.dumps(c, indent=1), "```", ""]
+    pp = res("bench_papers")
+    if pp and pp.get("rows"):
+        impls = sorted({i for r in pp["rows"] for i in r["results"]})
+        lines += ["## benchmarks/papers.py", "",
+                  "seconds (best of the interleaved repeats); `form`: how jaxattn evaluates the layer", ""]
+        lines += _md_table(["case", "dtype", "form", *impls, "observables cost"],
+                        [[f"d={r['d']} n={r['n']} B={r['B']} steps={r['steps']}", r["dtype"], r["form"],
+                          *[r["results"].get(i, {}).get("seconds", r["results"].get(i, {}).get("error", "")[:60])
+                            for i in impls], r.get("observables_cost", "")] for r in pp["rows"]])
     s = res("suite")
     if s:
         lines += ["## Test suite", "", f"`{s.get('command')}`: {s.get('passed', '?')} passed, {s.get('failures', '?')} "

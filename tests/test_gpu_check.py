@@ -65,6 +65,10 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     (row,) = r["bench_kernel"]["rows"]
     assert r["bench_kernel"]["interpret"] and row["max_abs_diff"] < 1e-4 and "speedup" in row
     assert r["bench_consensus"]["max_abs_diff_first_token_measure"] < 1e-3
+    (papers,) = r["bench_papers"]["rows"]  # the sphere model at d = 2, every implementation agreeing, timed
+    assert papers["d"] == 2 and papers["form"].startswith("scores: per-head projections (q, k read as reshapes)")
+    assert {"jax-floor", "jaxattn", "jaxattn-last", "jaxattn-general"} <= set(papers["results"])
+    assert all("seconds" in row for row in papers["results"].values()), papers
     g = r["bench_gradients"]
     assert [row["steps"] for row in g["rows"]] == [2, 8] and g["one_block"]["grad_over_forward_cpu"] > 0
     assert all(row["grads_agree_rel"] < 1e-4 and row["grad_bytes"] > 0 for row in g["rows"]), g

@@ -237,7 +237,10 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
             y = y + ffn(norm(y, ln2_w, ln2_b))
         elif not dyn.drop_ln2:
             y = norm(y, ln2_w, ln2_b)
-    return (y, A[None] if A.ndim == 2 else A) if return_probs else y
+    if not return_probs:
+        return y
+    assert A is not None  # the key-chunked branch above is taken only without return_probs
+    return y, A[None] if A.ndim == 2 else A
 
 
 def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto") -> Form:

@@ -78,10 +78,12 @@ def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
     n = X.shape[0]
     if n == 1:  # a single token is at consensus
         return jnp.zeros((), X.dtype)
-    # Σ_{i≠j} <u_i, u_j> = ||Σ_i u_i||² − Σ_i ||u_i||²: O(n d) instead of the O(n² d) Gram matrix
+    # Σ_{i≠j} <u_i, u_j> = ||Σ_i u_i||² − Σ_i ||u_i||² = ||Σ_i u_i||² − n: O(n d) instead of the O(n² d) Gram
+    # matrix, one reduction over the tokens (a second one for Σ ||u_i||², 1 each to round-off, cost a pass and a
+    # call per condition and step), and a sum of products rather than m @ m (a dot product of two d-vectors is
+    # a call, not d flops)
     m = U.sum(axis=0)
-    # sums of products, not m @ m: a dot product of two d-vectors per condition costs a call, not d flops
-    return 1.0 - (jnp.sum(m * m) - jnp.sum(U * U)) / (n * (n - 1))
+    return 1.0 - (jnp.sum(m * m) - n) / (n * (n - 1))
 
 
 def consensus_observables(t, X: Float[Array, "n d"], ctx=None) -> dict[str, Float[Array, ""]]:
