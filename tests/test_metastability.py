@@ -330,7 +330,7 @@ def test_claims_can_fail():
     (dict(movie_beta=3.0), "movie_beta = 3 is not among betas"),
     (dict(t_min=100.0), "t_min = 100 must be below t1"),
     (dict(alpha=0.5), "alpha is the step of D1"),
-    (dict(betas=[6.0, 6.0]), "betas repeats a value"),
+    (dict(betas=[6.0, 6.0]), "betas: 6.0 is given twice"),
     (dict(dims=[1]), r"dims\[0\]: must be >= 2"),
     (dict(hessian_tol=1.0), "hessian_tol: must be in"),
 ])
@@ -350,4 +350,5 @@ def test_the_command(tmp_path, capsys):
     assert main(args) == 2  # a finished run is not replaced without --overwrite
     assert main([*args[:-2], "--out", str(tmp_path / "r2"), "--movie-beta", "5", "--movie"]) == 2
     assert not (tmp_path / "r2").exists()
-    assert "movie_beta = 5 is not among betas 3" in capsys.readouterr().err
+    want = "jaxattn: error: --movie-beta 5 is not among betas 3: give one of them"
+    assert capsys.readouterr().err.splitlines()[-1] == want

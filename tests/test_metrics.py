@@ -85,6 +85,12 @@ def test_consensus_measures():
     assert float(metrics.mean_distance(jnp.asarray(X))) == pytest.approx(D.sum() / 30, abs=1e-14)
     same = np.tile(X[:1], (6, 1)) * np.arange(1, 7)[:, None]  # parallel tokens: cosine consensus is exactly 0
     assert abs(float(metrics.cos_consensus(jnp.asarray(same)))) < 1e-15
+    # a configuration that blew up is not at consensus: NaN stays NaN (the max of the squared distances was
+    # turned into 0, exact consensus, by the guard of the square root's derivative)
+    blown = X.copy()
+    blown[2, 1] = np.nan
+    assert np.isnan(float(metrics.diameter(jnp.asarray(blown))))
+    assert float(metrics.diameter(jnp.asarray(np.tile(X[:1], (6, 1))))) == 0.0
     assert abs(float(metrics.first_token_consensus(jnp.asarray(same)))) < 1e-15
 
 

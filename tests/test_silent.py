@@ -301,6 +301,11 @@ def test_sweep_counts_non_finite_conditions(tmp_path, capsys):
     assert np.isfinite(summary["diameter_mean"][0]) and np.isnan(summary["diameter_mean"][1])
     table = sw.table()
     assert table["finite"].tolist() == [True] * 10 + [False] * 10
+    # the blown-up conditions' stored diameters are NaN, not 0 (which would read as exact consensus)
+    assert np.isnan(sw.arrays(1)["observables.diameter"][:, -1]).all()
+    # one column order, every call (the observables in name order)
+    cols = list(table.columns)
+    assert cols.index("cos_consensus") < cols.index("diameter") and list(sw.table().columns) == cols
     again = ja.sweep_grid(json.loads(cfg.read_text()), tmp_path / "s", progress=False)  # resumed chunks count too
     assert again.summary["resumed"] == 20 and again.summary["nonfinite"] == 10
     assert again.summary["nonfinite_per_point"] == [0, 10]

@@ -286,9 +286,10 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
 
     class Args:
         process_id = num_processes = coordinator = None
+        progress, overwrite = False, False
 
     with pytest.raises(ConfigError, match="disk is full"):
-        execute(cfg, out, Args, True)
+        execute(cfg, out, Args)
     monkeypatch.setattr(store.SweepStore, "write_chunk", real)
     sw = grid.sweep_grid(cfg, out, progress=False)
     assert sw.summary["resumed"] == 64 and sw.summary["computed"] == 150 - 64

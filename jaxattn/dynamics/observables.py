@@ -68,8 +68,9 @@ def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
                              (Yp.reshape(-1, r, d), sp.reshape(-1, r)))
         mx = blocks.max()
     # sqrt has an infinite derivative at 0 (all tokens at one point): differentiate only a positive max
+    # (a NaN max, a configuration that blew up, stays NaN: 0 would read as exact consensus)
     pos = mx > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
+    return jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), jnp.where(jnp.isnan(mx), mx, 0.0))
 
 
 def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:

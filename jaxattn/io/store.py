@@ -405,7 +405,7 @@ class Sweep:
             cols = {"point": i, "condition": np.arange(p["num_init"])}
             cols["finished"] = done
             cols["finite"] = ~nonfinite_conditions(arrs, p["num_init"])  # unfinished rows are NaN: not finite
-            for name, a in arrs.items():
+            for name, a in sorted(arrs.items()):  # one column order whatever order the store lists its arrays in
                 if name.startswith("observables.") and a.ndim == 2:  # [N, T] scalar observable
                     cols[name.split(".", 1)[1]] = a[:, -1]
                 elif name == "result":
