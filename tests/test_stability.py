@@ -275,7 +275,7 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     (["--d", "1"], "--d: must be >= 2 (tokens on a sphere)"),
     (["--alpha", "nan"], "--alpha: must be finite"),
     (["--time", "sometimes"], "argument --time: invalid choice"),
-    (["--multi-head-models", "2", "--heads", "2"], "heads = 2 must divide d = 3 for the multi-head counts"),
+    (["--multi-head-models", "2", "--heads", "2"], "--heads 2 must divide --d 3 for the multi-head counts"),
     (["--basin-models", "-1"], "--basin-models: must be >= 0"),
 ])
 def test_stability_cli_bad_input(tmp_path, capsys, args, match):

@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from jaxattn.errors import ConfigError
+from jaxattn.io.checkpoints import FAMILIES
 from jaxattn.model.params import Model
+from jaxattn.studies import consensus
 
 _NEO = dict(vocab_size=50257, max_position_embeddings=2048, window_size=256)
 #: The architectures of the papers (Table 1 of the power-method paper): transformers config class and fields.
@@ -56,10 +59,8 @@ def random_architecture(name: str, seed: int = 0) -> Model:
     """
     if name not in ARCHITECTURES:
         raise ConfigError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
-    import torch
+    import torch  # optional dependencies: only this function needs them
     import transformers
-
-    from jaxattn.io.checkpoints import FAMILIES
 
     cls, fields = ARCHITECTURES[name]
     config = getattr(transformers, cls)(**fields)
@@ -73,10 +74,6 @@ def random_architecture(name: str, seed: int = 0) -> Model:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m jaxattn.studies.architectures NAME --out DIR [consensus options]``."""
-    from pathlib import Path
-
-    from jaxattn.studies import consensus
-
     p = argparse.ArgumentParser(prog="python -m jaxattn.studies.architectures",
                                 description="the consensus study's passes on a paper architecture with random "
                                             "weights (transformers' initialisation)")

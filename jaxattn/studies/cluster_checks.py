@@ -30,6 +30,23 @@ from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Save
 from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
+from jaxattn.studies import plots
+
+
+def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", observe=None, trajectory: bool = False,
+                   rtol: float = 1e-8, atol: float = 1e-10):
+    """The study's solve: the rescaled flow ``z = e^{−tV} x`` (:data:`jaxattn.C3_RESCALED` with the
+    given attention kernel) from ``X0: [B, n, d]`` to ``ts[-1]``, saved at ``ts``, float64, Tsit5.
+
+    Every run of the study goes through here with the same static settings, so runs of the same
+    shapes (up to 64 conditions are one block on a CPU) share one compiled program.
+    """
+    ts = np.asarray(ts, np.float64)
+    flow = Flow(space="flat", rescaled=True, attention=attention)
+    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta,
+                 save=Save(ts=ts, observe=observe or _nothing, trajectory=trajectory), rtol=rtol, atol=atol,
+                 dtype=jnp.float64, max_steps=20_000)
+
 
 #: Fig. 7(a)'s spectrum (the paper's V is "a random matrix" with it; here a random rotation of the diagonal).
 FIG7A_SPECTRUM = (1.96, 0.25, -0.22)
@@ -74,7 +91,6 @@ def mixed_signs(key, V: np.ndarray, num: int, n: int, t1: float, tol: float) -> 
     eigenvalues positive, some negative): per condition the clusters of the positive-eigenspace component, where
     its tokens sit (vertex, boundary or origin, inside), and the spread along the negative eigenspace at
     ``t = 0, t1/2, t1`` with its growth rate over the second half."""
-    from jaxattn.studies.clusters import solve_rescaled
 
     lam, U = np.linalg.eigh(V)
     pos, neg = U[:, lam > 0], U[:, lam < 0]
@@ -104,7 +120,6 @@ def high_dimensional(key, n: int = 256, d: int = 128, t1: float = 5.0, saves: in
     """Fig. 7(b): one condition of ``n`` Gaussian tokens, random Gaussian ``Q``, ``K`` (entries ``N(0, 1/d)``) and a
     symmetric ``V = (G + Gᵀ)/2``; at every saved time the spread of the tokens along the positive and the negative
     eigenspaces of ``V`` and the clusters of the positive component."""
-    from jaxattn.studies.clusters import solve_rescaled
 
     kq, kk, kv, kx = jax.random.split(key, 4)
     g = lambda k: np.asarray(jax.random.normal(k, (d, d), jnp.float64)) / np.sqrt(d)
@@ -155,7 +170,6 @@ def hull_shrinks(key, num: int, n: int, d: int, t1: float, saves: int = 31) -> l
     whether the hull's volume ever grew."""
     from scipy.spatial import ConvexHull
 
-    from jaxattn.studies.clusters import solve_rescaled
 
     ts = np.linspace(0.0, t1, saves)
     X0 = init_tokens(key, num, n, d, kind="gaussian", dtype=jnp.float64)
@@ -178,7 +192,6 @@ def hull_shrinks(key, num: int, n: int, d: int, t1: float, saves: int = 31) -> l
 
 def hyperplane_counts(key, V: np.ndarray, num: int, n: int, t1: float, tol: float) -> list[dict]:
     """Theorem 4.1 over ``num`` conditions of the good triple ``V``: hyperplanes at ``tol`` and tolerance-free."""
-    from jaxattn.studies.clusters import solve_rescaled
 
     X0 = init_tokens(key, num, n, V.shape[0], kind="gaussian", dtype=jnp.float64)
     sol = solve_rescaled(paper_model(V), X0, np.asarray([t1]))
@@ -196,7 +209,6 @@ def doubly_exponential(key, ns, num: int, t1: float = 8.0, saves: int = 161, win
     ``log(−log dist(P(t), Boolean))`` against ``t`` on the saved times where the distance is inside ``window``
     (above float64's underflow, below the transient), its R², and the R² of a single exponential
     (``log dist`` linear in ``t``) on the same points."""
-    from jaxattn.studies.clusters import solve_rescaled
 
     ts = np.linspace(0.0, t1, saves)
     rows = []
@@ -226,8 +238,6 @@ def _r2(x: np.ndarray, y: np.ndarray) -> float:
 def mixed_figure(path, key, V: np.ndarray, n: int, t1: float) -> None:
     """Fig. 8 as the study draws it: one condition's trajectories in the positive eigenspace (left) and its
     coordinates along the negative eigendirection against time (right, symmetric log scale)."""
-    from jaxattn.studies import plots
-    from jaxattn.studies.clusters import solve_rescaled
 
     plt = plots.pyplot()
     if plt is None:

@@ -37,13 +37,11 @@ from jaxattn.analysis._hyperplanes import coordinate, hyperplanes, top_eigen
 from jaxattn.analysis._linkage import cluster_observables
 from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics.continuous import solve
-from jaxattn.dynamics.fields import Flow
-from jaxattn.dynamics.options import Save
 from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
+from jaxattn.studies.cluster_checks import run_checks, solve_rescaled
 from jaxattn.studies.skeleton import check_options, csv_text, no_model, own_config, quiet, write_report
 
 
@@ -87,25 +85,6 @@ class ClustersConfig:
         """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
         check_options(self)
         return self
-
-
-def _nothing(t, X, ctx) -> dict:
-    return {}
-
-
-def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", observe=None, trajectory: bool = False,
-                   rtol: float = 1e-8, atol: float = 1e-10):
-    """The study's solve: the rescaled flow ``z = e^{−tV} x`` (:data:`jaxattn.C3_RESCALED` with the
-    given attention kernel) from ``X0: [B, n, d]`` to ``ts[-1]``, saved at ``ts``, float64, Tsit5.
-
-    Every run of the study goes through here with the same static settings, so runs of the same
-    shapes (up to 64 conditions are one block on a CPU) share one compiled program.
-    """
-    ts = np.asarray(ts, np.float64)
-    flow = Flow(space="flat", rescaled=True, attention=attention)
-    return solve(model, X0, float(ts[-1]), flow=flow, beta=beta,
-                 save=Save(ts=ts, observe=observe or _nothing, trajectory=trajectory), rtol=rtol, atol=atol,
-                 dtype=jnp.float64, max_steps=20_000)
 
 
 def _rotated(key, M: np.ndarray) -> np.ndarray:
@@ -229,8 +208,6 @@ def _run(out: Path, cfg: ClustersConfig, say) -> dict:
                                            **{k: v for k, v in est.classes.items() if k != "good"}})
 
     if cfg.check_num:
-        from jaxattn.studies.cluster_checks import run_checks
-
         out.mkdir(parents=True, exist_ok=True)
         tables.update(run_checks(jax.random.fold_in(key, 7000), cfg,
                                  spectra_matrices(jax.random.fold_in(key, 10))["good"], say, out))
