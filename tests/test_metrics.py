@@ -91,6 +91,11 @@ def test_consensus_measures():
     blown[2, 1] = np.nan
     assert np.isnan(float(metrics.diameter(jnp.asarray(blown))))
     assert float(metrics.diameter(jnp.asarray(np.tile(X[:1], (6, 1))))) == 0.0
+    # mean-field numbers of tokens: n (n - 1) is beyond a 32-bit integer from n = 46,341 on
+    many = rng.normal(size=(50_000, 2))
+    u = many / np.linalg.norm(many, axis=1, keepdims=True)
+    want = 1 - (np.sum(u.sum(0) ** 2) - 50_000) / (50_000 * 49_999)
+    assert float(metrics.cos_consensus(jnp.asarray(many))) == pytest.approx(want, abs=1e-12)
     assert abs(float(metrics.first_token_consensus(jnp.asarray(same)))) < 1e-15
 
 

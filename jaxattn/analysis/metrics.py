@@ -23,7 +23,7 @@ _unit = l2  # tokens as unit vectors
 def mean_distance(X: jax.Array) -> jax.Array:
     """``mean_{i≠j} ||x_i - x_j||`` (0 for a single token)."""
     n = X.shape[0]
-    return pairwise_distances(X).sum() / max(n * (n - 1), 1)
+    return pairwise_distances(X).sum() / max(float(n) * (n - 1), 1.0)  # float: n (n - 1) overflows int32
 
 
 def first_token_consensus(X: jax.Array) -> jax.Array:

@@ -84,7 +84,8 @@ def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
     # call per condition and step), and a sum of products rather than m @ m (a dot product of two d-vectors is
     # a call, not d flops)
     m = U.sum(axis=0)
-    return 1.0 - (jnp.sum(m * m) - n) / (n * (n - 1))
+    pairs = float(n) * (n - 1)  # a Python float: n (n - 1) overflows a 32-bit integer from n = 46,341 on
+    return 1.0 - (jnp.sum(m * m) - n) / pairs
 
 
 def consensus_observables(t, X: Float[Array, "n d"], ctx=None) -> dict[str, Float[Array, ""]]:
