@@ -288,6 +288,11 @@ def main(argv=None) -> dict:
 
     if "float64" in a.dtypes:
         jax.config.update("jax_enable_x64", True)
+    unknown = [c for c in a.cases.split(",") if c not in CASES] + [i for i in a.impls.split(",") if i not in IMPLS] + \
+        [t for t in a.dtypes.split(",") if t not in AGREE]
+    if unknown:
+        p.error(f"unknown case, implementation or dtype: {', '.join(unknown)} (cases: {', '.join(CASES)}; "
+                f"implementations: {', '.join(IMPLS)}; dtypes: {', '.join(AGREE)})")
     out = {"environment": environment(), "cases": []}
     for name in a.cases.split(","):
         for dtype in a.dtypes.split(","):

@@ -59,7 +59,7 @@ from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.model import nn
-from jaxattn.model.attention import KERNELS, apply_weights, attend, weights
+from jaxattn.model.attention import KERNELS, apply_weights, attend, weights, with_heads
 from jaxattn.model.forms import GENERAL, Form, check_form
 from jaxattn.model.forms import choose as choose_form
 from jaxattn.model.params import Layers, Model, validate
@@ -182,8 +182,7 @@ def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, bet
                       form: Form | None = None) -> jax.Array:
     """The attention weights ``[H, n, n]`` the block applies at state ``X`` (``form``: how the products are
     arranged, see :mod:`jaxattn.model.forms`; the weights are formed whatever its ``key_chunk``)."""
-    A = _weights_at(X, lw, model, dyn, beta, form)
-    return A[None] if A.ndim == 2 else A
+    return with_heads(_weights_at(X, lw, model, dyn, beta, form))
 
 
 def _weights_at(X, lw, model, dyn, beta, form):
@@ -240,7 +239,7 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
     if not return_probs:
         return y
     assert A is not None  # the key-chunked branch above is taken only without return_probs
-    return y, A[None] if A.ndim == 2 else A
+    return y, with_heads(A)
 
 
 def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto") -> Form:
@@ -369,9 +368,9 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
 
     def look(X, k):  # the record at step k, and the attention weights the step from X will use
         A = _weights_at(X, lw_at(k), model, dyn, beta, form)  # dead code unless observed or shared below
-        heads = lambda: A[None] if A.ndim == 2 else A  # what observables see: [H, n, n]
         # the key-chunked form never hands formed weights to the step: it exists so that they are never formed
-        return (observe(k, X, Context(aux, heads)), X if trajectory else None), (None if form.key_chunk else A)
+        rec = (observe(k, X, Context(aux, lambda: with_heads(A))), X if trajectory else None)
+        return rec, (None if form.key_chunk else A)
 
     def plain(X, k):
         return advance(X, k), None

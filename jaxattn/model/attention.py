@@ -124,7 +124,12 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, k
         >>> np.asarray(ja.probabilities(X, lw, kernel="uniform")[0, 2], np.float64).round(4).tolist()   # row 2
         [0.3333, 0.3333, 0.3333, 0.0, 0.0]
     """
-    A = weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
+    return with_heads(weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form))
+
+
+def with_heads(A: jax.Array) -> jax.Array:
+    """Weights as :func:`weights` gives them, ``[H, n, n]`` in every case (a single head's ``[n, n]`` gets its
+    axis back): what every caller outside the step sees."""
     return A[None] if A.ndim == 2 else A
 
 
@@ -265,4 +270,4 @@ def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: 
         return _attend_chunked(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
     A = weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
     out = apply_weights(X, A, lw, biases=biases, form=form)
-    return (out, A[None] if A.ndim == 2 else A) if return_probs else out
+    return (out, with_heads(A)) if return_probs else out
