@@ -189,19 +189,29 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
     return time.perf_counter() - start
 
 
+def record_timing(runs: Path, run: Run, wall: float, reduced: bool) -> None:
+    """Add ``run``'s wall time to ``runs/timings.json``: read, changed and replaced under a lock, so that several
+    reproduce processes sharing the directory (``--only`` in parallel) keep each other's entries."""
+    from filelock import FileLock
+
+    path = runs / "timings.json"
+    with FileLock(str(path) + ".lock"):
+        timings = json.loads(path.read_text()) if path.exists() else {}
+        timings[run.name] = {"wall_s": round(wall, 1), "reduced": reduced,
+                             "command": run.command(reduced, str(runs / run.name))}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(timings, indent=1) + "\n")
+        tmp.replace(path)
+
+
 def run_all(runs: Path, reduced: bool, only: list[str]) -> None:
     runs.mkdir(parents=True, exist_ok=True)
-    timings_path = runs / "timings.json"
     for run in RUNS:
         if only and run.name not in only:
             continue
         print(f"reproduce: {run.name} ...", file=sys.stderr, flush=True)
         wall = run_one(run, runs, reduced)
-        # read again just before writing: another reproduce process may share the directory
-        timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
-        timings[run.name] = {"wall_s": round(wall, 1), "reduced": reduced,
-                             "command": run.command(reduced, str(runs / run.name))}
-        timings_path.write_text(json.dumps(timings, indent=1) + "\n")
+        record_timing(runs, run, wall, reduced)
         print(f"reproduce: {run.name} done in {wall:.0f} s", file=sys.stderr, flush=True)
 
 
@@ -327,7 +337,8 @@ def _present(d: Path) -> bool:
 
 def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
     """Every claim's cells (with the run files they were read from) and the run metadata."""
-    timings = json.loads((runs / "timings.json").read_text()) if (runs / "timings.json").exists() else {}
+    recorded = json.loads((runs / "timings.json").read_text()) if (runs / "timings.json").exists() else {}
+    timings = {r.name: recorded[r.name] for r in RUNS if r.name in recorded}  # the registry's order, however run
     cells = []
     missing = sorted({c.run for c in CLAIMS if not _present(runs / c.run)})
     for c in CLAIMS:

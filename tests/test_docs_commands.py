@@ -10,7 +10,6 @@ sizes.
 """
 
 import json
-import os
 import re
 import shlex
 import shutil
@@ -24,6 +23,8 @@ import jaxattn as ja
 from jaxattn.cli import build_parser
 
 from . import hf_models
+from .once import once, shared_folder
+from .subprocess_env import one_device_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -170,44 +171,40 @@ def _same_run(argv: list[str]) -> str:
                       default=str)
 
 
-@pytest.fixture(scope="module")
-def results(resources, tmp_path_factory):
-    """``{command: [exit status, last line of stderr, argv run]}``, every documented command run once: once for
-    the whole test session, not once per xdist worker that takes one of these tests (minutes each time); the
-    first worker runs them and the others read its results (the pattern of pytest-xdist's documentation)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):  # not under xdist (or with -p no:xdist)
-        return _run_all(resources, tmp_path_factory)
-    from filelock import FileLock
-
-    shared = tmp_path_factory.getbasetemp().parent / "doc-commands.json"
-    with FileLock(str(shared) + ".lock"):
-        if not shared.is_file():
-            atomic = shared.with_suffix(".tmp")
-            atomic.write_text(json.dumps(_run_all(resources, tmp_path_factory)))
-            atomic.replace(shared)
-        return json.loads(shared.read_text())
-
-
-def _run_all(resources, tmp_path_factory) -> dict:
-    todo, key_of = {}, {}
+def _keys() -> dict[str, tuple[str, list[str]]]:
+    """``{command: (key, argv run)}``: commands that make the same run share one key (and one run)."""
+    todo: dict[str, list[str]] = {}
+    key_of = {}
     for _, command in COMMANDS:
         if TWO_PROCESSES in command:
             continue
         argv = _tiny(_argv(command))
-        key_of[command] = key_of.get(command) or next(
-            (k for k, a in todo.items() if "--help" not in argv and _same_run(a) == _same_run(argv)), f"c{len(todo)}")
-        todo.setdefault(key_of[command], argv)
-    work = tmp_path_factory.mktemp("commands")
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = str(ROOT)
-    done = {}
-    for key, argv in todo.items():
-        here = work / key
+        key = next((k for k, a in todo.items() if "--help" not in argv and _same_run(a) == _same_run(argv)),
+                   f"c{len(todo)}")
+        todo.setdefault(key, argv)
+        key_of[command] = key
+    return {command: (key, todo[key]) for command, key in key_of.items()}
+
+
+KEYS = _keys()
+
+
+def _result(command: str, resources: Path, tmp_path_factory) -> list:
+    """``[exit status, last line of stderr, argv run]`` of ``command``, run once in the whole session whichever
+    xdist worker asks first (tests/once.py): the workers run different commands side by side."""
+    key, argv = KEYS[command]
+    shared = shared_folder(tmp_path_factory, "doc-commands")
+
+    def run() -> list:
+        here = shared / key
+        if here.exists():  # what an interrupted attempt left
+            shutil.rmtree(here)
         here.mkdir()
         for item in resources.iterdir():
             (here / item.name).symlink_to(item)
-        done[key] = _run(argv, env, here)
-    return {command: [*done[key], todo[key]] for command, key in key_of.items()}
+        return [*_run(argv, one_device_env(), here), argv]
+
+    return once(shared, key, run)
 
 
 def test_the_docs_have_commands():
@@ -218,10 +215,10 @@ def test_the_docs_have_commands():
 
 
 @pytest.mark.parametrize("where,command", COMMANDS, ids=[w for w, _ in COMMANDS])
-def test_doc_command_runs(where, command, results):
+def test_doc_command_runs(where, command, resources, tmp_path_factory):
     if TWO_PROCESSES in command:
         args = build_parser().parse_args(_argv(command))
         assert args.num_processes == 2 and args.coordinator == "localhost:12355"
         return
-    rc, last_line, argv = results[command]
+    rc, last_line, argv = _result(command, resources, tmp_path_factory)
     assert rc == 0, f"{where}: `{command}` (run as {argv}) exited with {rc}: {last_line}"

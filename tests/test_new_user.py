@@ -2,7 +2,6 @@
 traceback; Ctrl-C exits 130; replayed configurations run; reports agree with what was printed."""
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -18,6 +17,7 @@ from jaxattn.cli import main
 from jaxattn.errors import ConfigError
 
 from . import hf_models
+from .subprocess_env import one_device_env
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = "num_init = 4\n[init]\nn = 3\n[model]\nd = 4\nheads = 1\ndepth = 1\n"
@@ -98,8 +98,7 @@ def test_exhaustive_stability_too_large_is_refused_with_its_size(tmp_path, capsy
 def test_ctrl_c_exits_130_not_a_segfault(tmp_path):
     """SIGINT while the clusters study is solving: the interrupted line, exit 130 (was 139, a segfault while
     the interpreter was finalised under XLA's running threads), nothing left behind."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = one_device_env()
     out = tmp_path / "c"
     p = subprocess.Popen([sys.executable, "-m", "jaxattn.cli", "clusters", "--out", str(out), "--no-figures",
                           "--progress"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
@@ -143,8 +142,7 @@ def test_ctrl_c_during_a_garbage_collection_is_not_lost(handler, want):
     """Python drops a KeyboardInterrupt raised in a gc callback ("Exception ignored"), and JAX runs one at every
     collection: the Ctrl-C of test_ctrl_c_exits_130_not_a_segfault was lost under load and the study ran on.
     Python's own handler loses it (the first case shows the failure is real); the command line's re-sends it."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = str(ROOT)
+    env = one_device_env()
     p = subprocess.run([sys.executable, "-c", _GC_INTERRUPT, handler], capture_output=True, text=True, env=env,
                        timeout=60)
     assert p.stdout.strip() == want, p.stdout + p.stderr

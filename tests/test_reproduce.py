@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from .once import once, shared_folder
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -30,11 +32,31 @@ claims = sys.modules["reproduce_claims"]
 FAILING = ("differs", "not observed")
 
 
+def _run_dir(tmp_path_factory, name: str) -> Path:
+    """``runs/<name>`` of the reduced reproduction, made once for the whole session (tests/once.py): the flip tests of
+    a claim need only its own run, so the workers make different runs side by side."""
+    runs = shared_folder(tmp_path_factory, "reproduce-reduced")
+    run = rep.RUN_BY_NAME[name]
+
+    def make() -> str:
+        rep.record_timing(runs, run, rep.run_one(run, runs, reduced=True), reduced=True)
+        return str(runs / name)
+
+    return Path(once(runs, f"run-{name}", make))
+
+
 @pytest.fixture(scope="module")
 def reduced(tmp_path_factory):
-    runs = tmp_path_factory.mktemp("reproduce")
+    """Every reduced run, then the page written from them by ``reproduce.py --page-only``, once per session."""
+    for run in rep.RUNS:
+        _run_dir(tmp_path_factory, run.name)
+    runs = shared_folder(tmp_path_factory, "reproduce-reduced")
     page = runs / "page" / "reproductions.md"
-    assert rep.main(["--reduced", "--runs", str(runs), "--page", str(page)]) == 0
+
+    def write() -> int:
+        return rep.main(["--reduced", "--runs", str(runs), "--page", str(page), "--page-only"])
+
+    assert once(runs, "page", write) == 0
     return runs, page
 
 
@@ -537,15 +559,15 @@ def test_every_claim_has_a_flip_case():
 
 
 @pytest.mark.parametrize("claim", [c.id for c in rep.CLAIMS])
-def test_the_verdict_flips_across_the_threshold(reduced, tmp_path, claim):
+def test_the_verdict_flips_across_the_threshold(tmp_path_factory, tmp_path, claim):
     """The claim's input numbers set on each side of its thresholds: reproduced on one side, differs (or not
     observed) on the other, and the explanation changes with the numbers (it is computed, not written)."""
-    runs, _ = reduced
     c = next(c for c in rep.CLAIMS if c.id == claim)
+    run = _run_dir(tmp_path_factory, c.run)
     results = {}
     for ok in (True, False):
         d = tmp_path / str(ok)
-        shutil.copytree(runs / c.run, d)
+        shutil.copytree(run, d)
         FLIPS[claim](d, ok)
         results[ok] = c.measure(d)
     assert results[True].verdict == "reproduced", (claim, results[True].why)

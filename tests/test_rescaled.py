@@ -17,6 +17,8 @@ import jaxattn as ja
 from jaxattn.analysis import clusters as cl
 from jaxattn.dynamics.fields import MAX_SQUARINGS, expm
 
+from .subprocess_env import one_device_env
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -79,8 +81,7 @@ _ISSUE_22 = textwrap.dedent("""
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
 def test_d64_solve_returns():
     """Issue 22's reproduction in a subprocess with a timeout: a regression fails instead of hanging."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    env = one_device_env()
     try:
         proc = subprocess.run([sys.executable, "-c", _ISSUE_22], capture_output=True, text=True, timeout=180,
                               env=env, cwd=ROOT)

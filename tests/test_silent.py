@@ -3,7 +3,6 @@ else, precisions that drew other numbers, corrupt stores read as data, non-finit
 finished."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,8 @@ import pytest
 
 import jaxattn as ja
 from jaxattn.errors import ConfigError
+
+from .subprocess_env import one_device_env
 
 ROOT = Path(__file__).resolve().parents[1]
 FIELDS = ("q", "k", "v", "o", "bq", "bk", "bv", "bo")
@@ -75,8 +76,7 @@ _X64_OFF = textwrap.dedent("""
 
 
 def test_same_numbers_with_x64_off(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_ENABLE_X64")}
-    env["PYTHONPATH"] = str(ROOT)
+    env = one_device_env(drop=("JAX_ENABLE_X64",))
     out = subprocess.run([sys.executable, "-c", _X64_OFF, str(tmp_path / "a.npz")], env=env, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr

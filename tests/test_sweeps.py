@@ -19,6 +19,8 @@ from jaxattn.errors import ConfigError
 from jaxattn.io.store import open_sweep
 from jaxattn.sweeps import grid
 
+from .subprocess_env import one_device_env
+
 ROOT = Path(__file__).resolve().parents[1]
 BASE = {"num_init": 150, "chunk": 64, "seed": [0, 3],
         "model": {"d": 8, "heads": 2, "depth": 3, "shared": False, "mask": ["full", "causal"]},
@@ -94,9 +96,8 @@ _SCRIPT = textwrap.dedent("""
 """)
 
 
-def _env(**extra):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
-    env.pop("XLA_FLAGS", None)
+def _env(devices: int = 1, **extra):
+    env = one_device_env(xla_flags=f"--xla_force_host_platform_device_count={devices}" if devices > 1 else "")
     env.update(extra)
     return env
 
@@ -105,7 +106,7 @@ def _env(**extra):
 def test_eight_devices_and_two_processes_give_the_same_numbers(tmp_path):
     cfg = _cfg()  # every run in a fresh process with the same settings (this one has x64 on)
     subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(tmp_path / "one")], env=_env(), check=True)
-    env8 = _env(XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env8 = _env(devices=8)
     subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(cfg), str(tmp_path / "eight")], env=env8, check=True)
     _assert_same(_arrays(tmp_path / "one"), _arrays(tmp_path / "eight"))
     assert "cpu" in json.loads((tmp_path / "eight" / "summary-0.json").read_text())["devices"][7]

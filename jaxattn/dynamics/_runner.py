@@ -230,8 +230,7 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
     X0 = jnp.asarray(X0)
     # reduced where X0 lives (its device): three flags come back, not a copy of the batch
     with jax.ensure_compile_time_eval():  # a concrete X0 reduced now, also while a caller's jit traces
-        flags = (jnp.all(jnp.isfinite(X0)), jnp.any(jnp.all(X0 == 0, axis=-1)), jnp.any(X0 != 0))
-    finite, zero_token, nonzero = jax.device_get(flags)
+        finite, zero_token, nonzero = jax.device_get(_state_flags(X0))
     if not finite:
         raise ConfigError("X0 has non-finite values (NaN or inf)")
     if normalised and zero_token:
@@ -239,6 +238,12 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
     if not normalised and not nonzero:
         raise ConfigError("X0 is all zeros: every model stays there")
     return X0
+
+
+@jax.jit
+def _state_flags(X0: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    # finite, some token exactly zero, some value non-zero: one program per shape, not six dispatched ops
+    return jnp.all(jnp.isfinite(X0)), jnp.any(jnp.all(X0 == 0, axis=-1)), jnp.any(X0 != 0)
 
 
 def check_weights(model: Any) -> Any:

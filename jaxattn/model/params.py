@@ -219,13 +219,25 @@ def _non_finite(named: dict) -> list[str]:
     """The names of the floating arrays of ``named`` that hold a NaN or an inf. NumPy arrays are read where they
     are; JAX arrays are reduced on their device and only one flag each comes back (no copy of the weights to
     the host on every call). Traced arrays are skipped: they are checked inside the program."""
-    flags = {}
-    with jax.ensure_compile_time_eval():  # concrete weights reduced now, also while a caller's jit traces
-        for name, a in named.items():
-            if a is None or isinstance(a, jax.core.Tracer) or not jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
-                continue
-            flags[name] = np.all(np.isfinite(a)) if isinstance(a, np.ndarray) else jnp.all(jnp.isfinite(a))
-    return [name for name, ok in jax.device_get(flags).items() if not ok]
+    flags, on_device = {}, {}
+    for name, a in named.items():
+        if a is None or isinstance(a, jax.core.Tracer) or not jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
+            continue
+        if isinstance(a, np.ndarray):
+            flags[name] = np.all(np.isfinite(a))
+        else:
+            on_device[name] = a
+    if on_device:
+        with jax.ensure_compile_time_eval():  # concrete weights reduced now, also while a caller's jit traces
+            flags.update(_all_finite(on_device))
+    return [name for name in named if name in flags and not jax.device_get(flags[name])]
+
+
+@jax.jit
+def _all_finite(named: dict) -> dict:
+    # one program for every weight of a model (compiled once per model shape), not an isfinite and a reduction
+    # dispatched, and compiled, for each weight of each new shape
+    return {name: jnp.all(jnp.isfinite(a)) for name, a in named.items()}
 
 
 #: The members of :class:`Layers` and :class:`Embeddings`, in declaration order (the converted-file
