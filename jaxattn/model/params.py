@@ -230,7 +230,8 @@ def _non_finite(named: dict) -> list[str]:
     if on_device:
         with jax.ensure_compile_time_eval():  # concrete weights reduced now, also while a caller's jit traces
             flags.update(_all_finite(on_device))
-    return [name for name in named if name in flags and not jax.device_get(flags[name])]
+    flags = jax.device_get(flags)  # one transfer of every flag, not one per weight
+    return [name for name in named if name in flags and not flags[name]]
 
 
 @jax.jit
