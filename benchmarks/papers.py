@@ -115,14 +115,17 @@ def make_floor(X0, V, steps, beta, bcast: bool):
 
     eye = np.allclose(V, np.eye(V.shape[0]))
     Vj = jnp.asarray(V, X0.dtype)
+    HI = jax.lax.Precision.HIGHEST
 
     @functools.partial(jax.jit, static_argnums=1)
     def loop(X, k):
         def f(X, _):
-            G = (X[:, :, None, :] * X[:, None, :, :]).sum(-1) if bcast else jnp.einsum("bid,bjd->bij", X, X)
+            # full float32 products, as jaxattn and torch compute them (a GPU's default is TF32 for einsum)
+            G = ((X[:, :, None, :] * X[:, None, :, :]).sum(-1) if bcast
+                 else jnp.einsum("bid,bjd->bij", X, X, precision=HI))
             P = jax.nn.softmax(beta * G, axis=-1)
-            U = (P[..., None] * X[:, None, :, :]).sum(2) if bcast else jnp.einsum("bij,bjd->bid", P, X)
-            Y = X + ALPHA * (U if eye else U @ Vj.T)
+            U = (P[..., None] * X[:, None, :, :]).sum(2) if bcast else jnp.einsum("bij,bjd->bid", P, X, precision=HI)
+            Y = X + ALPHA * (U if eye else jnp.matmul(U, Vj.T, precision=HI))
             return Y / jnp.linalg.norm(Y, axis=-1, keepdims=True), None
 
         return jax.lax.scan(f, X, None, length=k)[0]

@@ -109,7 +109,13 @@ def _bench_module(name: str):
 
 
 def _err(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e)[:400]}"
+    """One line for an error; where it says nothing (a bare ``assert`` in a compiler's lowering, as the first GPU
+    run's kernels stage met), the innermost frame that raised it."""
+    where = ""
+    if not str(e) and e.__traceback__ is not None:
+        frame = traceback.extract_tb(e.__traceback__)[-1]
+        where = f" (raised at {frame.filename}:{frame.lineno}: {frame.line})"
+    return f"{type(e).__name__}: {str(e)[:400]}{where}"
 
 
 def datasheet_peaks(kind: str) -> dict | None:
@@ -145,6 +151,31 @@ def _versions() -> dict:
     return out
 
 
+def _missing_requirements() -> dict:
+    """jaxattn's own requirements (pyproject.toml) that this interpreter lacks: on a GPU image run with
+    ``GPU_CHECK_PY`` nothing is installed, and the first GPU run lost 15 tests of its suite to a missing ``zarr``
+    before anyone knew. ``{"missing": [...], "other_versions": {name: (installed, wanted)}}``."""
+    import tomllib
+    from importlib import metadata
+
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:
+        return {"error": "packaging is not installed"}
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    missing, other = [], {}
+    for dep in deps:
+        req = Requirement(dep)
+        try:
+            have = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            missing.append(req.name)
+            continue
+        if req.specifier and not req.specifier.contains(have, prereleases=True):
+            other[req.name] = [have, str(req.specifier)]
+    return {"missing": missing, "other_versions": other}
+
+
 def _nvidia_smi() -> list[dict] | str:
     if shutil.which("nvidia-smi") is None:
         return "nvidia-smi not found"
@@ -161,8 +192,8 @@ def _nvidia_smi() -> list[dict] | str:
 
 
 def stage_environment(ctx: Ctx) -> dict:
-    res: dict = {"versions": _versions(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-                 "nvidia_smi": _nvidia_smi()}
+    res: dict = {"versions": _versions(), "requirements": _missing_requirements(), "platform": platform.platform(),
+                 "cpu_count": os.cpu_count(), "nvidia_smi": _nvidia_smi()}
     try:
         commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                                 timeout=10).stdout.strip()
@@ -443,7 +474,9 @@ def stage_bench_papers(ctx: Ctx) -> dict:
 
 
 def _pytest_cmd(ctx: Ctx, junit: Path) -> list[str]:
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={junit}"]
+    # scripts/gpu_check_reports.py: each outcome written as it is known, so a suite stopped at its budget keeps them
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", "-p", "scripts.gpu_check_reports",
+           f"--junitxml={junit}"]
     if ctx.reduced:  # one fast test: the machinery, not the suite (which CI runs itself)
         return [*cmd, "tests/test_kernels.py::test_selection"]
     if _has("xdist"):
@@ -473,13 +506,40 @@ def _junit_counts(path: Path) -> dict:
     return counts
 
 
+def _report_counts(path: Path) -> dict:
+    """The counts and failures of a suite stopped before JUnit's file was written, from the plugin's lines."""
+    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+    failed, skips = [], {}
+    for line in path.read_text().splitlines():
+        with suppress(ValueError):
+            r = json.loads(line)
+            if r["outcome"] == "passed":
+                counts["tests"] += 1
+                counts["passed"] += 1
+            elif r["outcome"] == "skipped":
+                counts["tests"] += 1
+                counts["skipped"] += 1
+                skips[r["message"][:200]] = skips.get(r["message"][:200], 0) + 1
+            else:  # a failed call is a failure; a failed set-up or tear-down an error (as JUnit counts them)
+                kind = "failure" if r["when"] == "call" else "error"
+                counts["tests"] += r["when"] != "teardown"
+                counts["failures" if kind == "failure" else "errors"] += 1
+                failed.append({"test": r["test"], "kind": kind, "message": r["message"][-1500:]})
+    counts["failed_tests"] = failed[:100]
+    counts["skip_reasons"] = skips
+    return counts
+
+
 def stage_suite(ctx: Ctx) -> dict:
     junit = ctx.out / "suite-junit.xml"
     junit.unlink(missing_ok=True)
+    reports = ctx.out / "suite-reports.jsonl"
+    reports.unlink(missing_ok=True)
     cmd = _pytest_cmd(ctx, junit)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
            "XLA_PYTHON_CLIENT_PREALLOCATE": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           IN_SUITE: "1"}  # the tests that run this script get its reduced form or a refusal, never the full form
+           IN_SUITE: "1",  # the tests that run this script get its reduced form or a refusal, never the full form
+           REPORTS_ENV: str(reports)}
     env.pop("XLA_FLAGS", None)  # tests/conftest.py sets its own
     res: dict = {"command": " ".join(cmd[1:])}
     ctx.record(res)
@@ -501,7 +561,9 @@ def stage_suite(ctx: Ctx) -> dict:
     log_lines = (ctx.out / "suite.log").read_text(errors="replace").splitlines()
     if junit.is_file():
         res.update(_junit_counts(junit))
-    else:  # killed before pytest could write it: the counts of its last summary line, if any
+    elif reports.is_file():  # stopped before pytest wrote JUnit's file: what the plugin wrote as it went
+        res.update(_report_counts(reports), counted_from="suite-reports.jsonl (stopped before the JUnit file)")
+    else:  # killed before any test ended: the counts of its last summary line, if any
         res["error"] = "no JUnit file: see suite.log"
         for line in reversed(log_lines):
             found = re.findall(r"(\d+) (passed|failed|skipped|errors?)", line)
@@ -639,6 +701,8 @@ def _backend(env: Mapping[str, str]) -> str:
 #: Set in the suite stage's environment: a test run by it that starts this script gets the reduced form or a refusal,
 #: never the full form again (which would spend the GPU on itself, and start its own suite stage, recursively).
 IN_SUITE = "JAXATTN_GPU_CHECK_IN_SUITE"
+#: where the suite stage's pytest plugin (scripts/gpu_check_reports.py, its ``PATH_ENV``) writes each outcome
+REPORTS_ENV = "JAXATTN_GPU_CHECK_REPORTS"
 
 
 @dataclasses.dataclass
@@ -793,6 +857,13 @@ def markdown(summary: dict) -> str:
               f"* datasheet peaks (TFLOP/s): {json.dumps(env.get('datasheet_tflops'))}",
               f"* measured matmul ({env.get('matmul_size')}²) TFLOP/s: {json.dumps(env.get('matmul_tflops_measured'))}",
               ""]
+    req = env.get("requirements") or {}
+    if req.get("missing"):
+        lines += [f"**Missing requirements:** {', '.join(req['missing'])}: the tests and stages that need them fail "
+                  "for that reason alone (carry them as wheels: docs/gpu.md).", ""]
+    if req.get("other_versions"):
+        lines += ["* other versions than pyproject.toml asks: " + ", ".join(
+            f"{k} {have} (wants {want})" for k, (have, want) in req["other_versions"].items()), ""]
     lines += ["## Stages", "", *_md_table(
         ["stage", "status", "seconds", "budget", "error"],
         [[n, r["status"], r["seconds"], r["budget_s"], r["result"].get("error", "")[:160].replace("|", "/")]

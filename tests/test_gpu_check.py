@@ -50,6 +50,7 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     r = {n: rec["result"] for n, rec in s["stages"].items()}
     env = r["environment"]
     assert env["backend"] == "cpu" and {"jax", "jaxlib", "numpy"} <= set(env["versions"])
+    assert env["requirements"] == {"missing": [], "other_versions": {}}  # the .venv CI makes has them all
     assert set(env["matmul_tflops_measured"]) == {"float32", "tf32", "bf16"}
     k = r["kernels"]
     assert k["interpret"] and k["cases"] == 2 and k["agree"] == 2 and {row["dtype"] for row in k["rows"]} == {
@@ -174,3 +175,59 @@ def test_the_full_form_is_refused_inside_the_suite_stage(tmp_path, monkeypatch, 
     assert p.returncode == 2 and last.startswith("gpu_check.py: error: the full form cannot start") and \
         "JAX_PLATFORMS=cpu" in last, p.stderr
     assert not (tmp_path / "y").exists()
+
+
+def test_a_suite_stopped_at_its_budget_keeps_its_failures(tmp_path, monkeypatch):
+    """The first GPU run's suite stage was stopped at its budget before pytest wrote its JUnit file: it left a row of
+    ``F`` and not one name. The stage's plugin (scripts/gpu_check_reports.py) writes each outcome as it is known."""
+    from scripts import gpu_check as gc
+
+    tests = tmp_path / "t"
+    tests.mkdir()
+    (tests / "test_some.py").write_text(
+        "import time, pytest\n"
+        "def test_passes(): pass\n"
+        "def test_fails(): assert 1 + 1 == 3, 'arithmetic'\n"
+        "@pytest.mark.skip(reason='not here')\n"
+        "def test_skipped(): pass\n"
+        "def test_hangs(): time.sleep(600)\n")
+    base = gc._pytest_cmd
+
+    def only_these(ctx, junit):
+        cmd = base(ctx, junit)
+        if "-n" in cmd:  # one process: its order is the file's
+            i = cmd.index("-n")
+            cmd = cmd[:i] + cmd[i + 2:]
+        return [*cmd[:-1], "-p", "no:xdist", str(tests)]
+
+    monkeypatch.setattr(gc, "_pytest_cmd", only_these)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    out = tmp_path / "gc"
+    out.mkdir()
+    res = gc.stage_suite(gc.Ctx(False, time.monotonic() + 20, out / "suite.json", out))
+    assert res["timed_out"]
+    assert [r["test"].rsplit("::", 1)[-1] for r in res["failed_tests"]] == ["test_fails"]
+    assert "arithmetic" in res["failed_tests"][0]["message"]
+    # and without a JUnit file (pytest killed before writing it), from the plugin's lines alone
+    counts = gc._report_counts(out / "suite-reports.jsonl")
+    assert (counts["passed"], counts["failures"], counts["skipped"]) == (1, 1, 1)
+    assert counts["skip_reasons"] == {"not here": 1} and counts["failed_tests"][0]["kind"] == "failure"
+
+
+def test_the_environment_stage_names_missing_requirements(monkeypatch):
+    """The first GPU run ran on an image without zarr (a requirement of jaxattn's): 15 failures had that one cause."""
+    from importlib import metadata
+
+    from scripts import gpu_check as gc
+
+    real = metadata.version
+
+    def version(name):
+        if name == "zarr":
+            raise metadata.PackageNotFoundError(name)
+        return "0.0.1" if name == "numpy" else real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    got = gc._missing_requirements()
+    assert got["missing"] == ["zarr"] and got["other_versions"]["numpy"][0] == "0.0.1"
+    assert gc.REPORTS_ENV == __import__("scripts.gpu_check_reports").gpu_check_reports.PATH_ENV

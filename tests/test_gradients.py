@@ -163,3 +163,23 @@ def test_critical_beta_that_diverges_fails_cleanly():
     X0 = ja.init_tokens(jax.random.key(1), 16, 5, 8, dtype=jnp.float64)
     c = ja.critical_beta(model, X0, 0.1, beta0=10.0)
     assert not c.success and np.isfinite(c.beta) and c.beta <= np.exp(30.0) * (1 + 1e-12)
+
+
+
+def test_critical_beta_with_a_nan_newton_step_fails_cleanly():
+    """A level this model does not cross near β = 1: in a user's float32 process (no x64, XLA's default settings)
+    one of Newton's steps is NaN, which the clip of log β lets through; it used to end in 'beta must be finite'
+    from inside the simulation. (The suite's x64 and quick-compile settings take another path: a subprocess.)"""
+    import subprocess
+    import sys
+
+    from .subprocess_env import ROOT, one_device_env
+
+    code = ("import jax, numpy as np, jaxattn as ja\n"
+            "key = jax.random.key(0)\n"
+            "model = ja.random_model(key, 8, heads=2, depth=2, biases=True)\n"
+            "c = ja.critical_beta(model, ja.init_tokens(key, 3, 4, 8), 0.5, steps=2)\n"
+            "assert not c.success and np.isfinite(c.beta) and np.isfinite(c.value), c\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=one_device_env(drop=("JAX_ENABLE_X64",),
+                       quick=False), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-1500:]

@@ -24,6 +24,7 @@ from jaxattn.dynamics.discrete import D1, Dynamics, Simulation, simulate
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, validate
+from jaxattn.model.precision import full_precision
 
 
 def unshared(model: Model) -> Model:
@@ -67,6 +68,7 @@ def mean_rho1(model: Model, X0, basis, *, steps: int | None = None, dynamics: Dy
     return jnp.mean(metrics.rho_subspace(res.final, jnp.asarray(basis, res.final.dtype)))
 
 
+@full_precision
 def layer_sensitivity(model: Model, X0, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, order: str = "real",
                       batch_size: int | None = None, dtype=None) -> list[dict]:
     """Which layer matters for the power-method alignment: the sensitivity of ``R`` = mean ρ1 after the
@@ -171,6 +173,7 @@ def apply_delta_o(model: Model, delta, *, block: int = -1) -> Model:
     return model.replace(layers=lay.replace(o=o.at[g].add(jnp.asarray(delta, o.dtype))), schedule=tuple(sched))
 
 
+@full_precision
 def gradient_steer(model: Model, u, X0, target: float = 0.99, *, block: int = -1, dynamics: Dynamics = D1,
                    alpha=1.0, beta=1.0, dtype=None, iterations: int = 150, lr: float = 0.05, rtol: float = 0.01,
                    radius0: float | None = None, radius_max: float = 1e9, init=None) -> GradientSteer:
@@ -342,9 +345,10 @@ def batch_observable(model: Model, X0, steps: int | None = None, observable: str
                        batch=Batch(size=batch_size), dtype=dtype).final
         return jnp.mean(jax.vmap(fn)(fin))
 
-    return f
+    return full_precision(f)  # the observable's own products too, where the caller traces f
 
 
+@full_precision
 def critical_beta(model: Model, X0, level: float, *, observable: str | Callable = "cos_consensus",
                   steps: int | None = None, beta0: float = 1.0, dynamics: Dynamics = D1, alpha=1.0,
                   rtol: float | None = None, atol: float | None = None, max_steps: int = 50,
@@ -380,10 +384,15 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
     rtol, atol = tol if rtol is None else rtol, tol if atol is None else atol
     # a step off a plateau can overshoot by many decades: clip log β so that it ends as a failed solve
     # (success False) rather than as a non-finite β inside the simulation
-    sol: Any = optx.root_find(lambda y, _: f(jnp.exp(jnp.clip(y, -LOG_BETA_MAX, LOG_BETA_MAX))) - level,
-                              optx.Newton(rtol=rtol, atol=atol),
-                              jnp.asarray(math.log(beta0), ftype), max_steps=max_steps, throw=False)
-    beta = float(jnp.exp(jnp.clip(sol.value, -LOG_BETA_MAX, LOG_BETA_MAX)))
+    # and a NaN step (a zero slope: the level is not crossed here) goes back to the start, also a failed solve
+    y0 = jnp.asarray(math.log(beta0), ftype)
+
+    def beta_of(y):
+        return jnp.exp(jnp.clip(jnp.where(jnp.isnan(y), y0, y), -LOG_BETA_MAX, LOG_BETA_MAX))
+
+    sol: Any = optx.root_find(lambda y, _: f(beta_of(y)) - level, optx.Newton(rtol=rtol, atol=atol), y0,
+                              max_steps=max_steps, throw=False)
+    beta = float(beta_of(sol.value))
     value, slope = jax.value_and_grad(f)(jnp.asarray(beta, ftype))
     return CriticalBeta(beta=beta, value=float(value), slope=float(slope), level=float(level),
                         steps=int(sol.stats["num_steps"]), success=bool(sol.result == optx.RESULTS.successful))

@@ -27,6 +27,7 @@ import numpy as np
 
 from jaxattn.analysis.metrics import cos_consensus, diameter, first_token_consensus, numerical_rank, rho_subspace
 from jaxattn.model.nn import l2
+from jaxattn.model.precision import full_precision
 
 _unit = l2  # tokens as unit vectors
 
@@ -81,6 +82,7 @@ class AlignmentTables(NamedTuple):
     beta: jax.Array  # [] inverse temperature (for the attention-rank observable)
 
 
+@full_precision
 def alignment_tables(spec, schedule, steps: int, phi_u1=None, beta=1.0, dtype=jnp.float32) -> AlignmentTables:
     """Build :class:`AlignmentTables` from a :class:`jaxattn.analysis.spectral.Spectrum`.
 

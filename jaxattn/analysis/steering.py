@@ -22,6 +22,7 @@ from jaxattn.dynamics.options import Batch
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
 from jaxattn.model.params import Model, validate
+from jaxattn.model.precision import full_precision
 
 
 @dataclasses.dataclass
@@ -142,6 +143,7 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
     return steered, SteerInfo(beta=beta, z=z, residual=residual, weight_set=gi)
 
 
+@full_precision
 def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: float = 0.05, seed: int = 0,
                   layernorm: bool = True) -> np.ndarray:
     """A direction ``u'`` to steer the attention of ``block`` towards when the FFN is kept, so

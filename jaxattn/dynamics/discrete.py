@@ -63,6 +63,7 @@ from jaxattn.model.attention import KERNELS, apply_weights, attend, weights, wit
 from jaxattn.model.forms import GENERAL, Form, check_form
 from jaxattn.model.forms import choose as choose_form
 from jaxattn.model.params import Layers, Model, validate
+from jaxattn.model.precision import full_precision
 from jaxattn.model.rope import Rope, cos_sin
 
 NORMS = ("l2", "ellipsoid", "none", "layernorm")
@@ -200,6 +201,7 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
     return geom.retract(y)
 
 
+@full_precision
 def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
           return_probs: bool = False, probs: Float[Array, "H n n"] | None = None, form: Form | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
@@ -276,6 +278,7 @@ def layer_index(model: Model, k) -> jax.Array:
     return sched[jnp.mod(k, model.depth)]
 
 
+@full_precision
 def step(X: Float[Array, "n d"], k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
          S=None) -> Float[Array, "n d"]:
     """The step map ``X(k) -> X(k+1)`` of the model at (possibly traced) step ``k``."""
@@ -442,6 +445,7 @@ def check_steps(steps) -> int:
     return int(steps)
 
 
+@full_precision
 @moved
 def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0,
                  beta=1.0, S=None, save: Save = Save(), start=0, pass_norm: bool = False) -> Simulation:

@@ -19,8 +19,10 @@ from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _evolve, check_dynamic
 from jaxattn.errors import ConfigError
 from jaxattn.model import nn
 from jaxattn.model.params import Model
+from jaxattn.model.precision import full_precision
 
 
+@full_precision
 def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
     """Token ids ``[n]`` -> hidden states ``[n, d]`` (token + position (+ type) embeddings,
     the embedding LayerNorm where the family has one, ALBERT's projection to d). Models with rotary
@@ -75,6 +77,7 @@ def _forward(X, model, alpha, beta, *, dyn, steps, final_norm):
     return states, As[:steps]
 
 
+@full_precision
 def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None = None, alpha=1.0, beta=1.0,
             final_norm: bool = True, dtype=None):
     """All hidden states of one configuration.
@@ -104,6 +107,7 @@ def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None
                     steps=int(steps), final_norm=final_norm)
 
 
+@full_precision
 def hidden_states(model: Model, ids, token_type_ids=None, dtype=None):
     """transformers-style ``(hidden_states, attentions)`` for token ids ``[n]``."""
     m = model if dtype is None else model.astype(dtype)

@@ -49,6 +49,7 @@ from jaxattn.errors import ConfigError
 from jaxattn.model.attention import KERNELS, attend, probabilities
 from jaxattn.model.forms import Form
 from jaxattn.model.params import Layers, Model, repeat_kv
+from jaxattn.model.precision import full_precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +184,7 @@ def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta, form: Form | Non
     return probabilities(X, lw, beta, biases=flow.biases, kernel=flow.attention, form=form)
 
 
+@full_precision
 def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer_time=1.0,
              weights_fn: Callable | None = None) -> Float[Array, "n d"]:
     """The vector field of ``flow`` at time ``t`` for one configuration ``X: [n, d]``, shape ``[n, d]``.

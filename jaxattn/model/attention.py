@@ -18,6 +18,7 @@ from jax.typing import ArrayLike
 from jaxattn.errors import ConfigError
 from jaxattn.model.forms import GENERAL, Form
 from jaxattn.model.params import Layers
+from jaxattn.model.precision import full_precision
 from jaxattn.model.rope import rotate
 
 
@@ -101,6 +102,7 @@ def _queries_keys(X: jax.Array, lw: Layers, *, biases: bool, rope, form: Form):
     return q, _per_query_head(k, H)
 
 
+@full_precision
 def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
                   rope=None, form: Form | None = None) -> jax.Array:
     """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
@@ -257,6 +259,7 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str
     return _output(heads, lw, biases=biases, form=form)
 
 
+@full_precision
 def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
            return_probs: bool = False, rope=None, form: Form | None = None):
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``.

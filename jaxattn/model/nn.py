@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.precision import full_precision
 
 if TYPE_CHECKING:  # annotations only: params does not import this module back
     from jaxattn.model.params import Layers
@@ -81,6 +82,7 @@ def activation(name: str):
         raise ConfigError(f"unsupported activation {name!r}; supported: {', '.join(sorted(_ACT))}") from None
 
 
+@full_precision
 def ffn(y: jax.Array, lw: Layers, act: str, *, biases: bool = True) -> jax.Array:
     """The feed-forward sublayer ``W2 act(W1 y + b1) + b2`` of one weight set, ``[..., d] -> [..., d]``;
     with a gate (Llama's SwiGLU, Gemma's GeGLU) ``W2 (act(Wg y + bg) ⊙ (W1 y + b1)) + b2``.
