@@ -3,9 +3,6 @@ call (float64, 1e-12), gradients against central finite differences, forward mod
 mode, and value checks that survive jit with a message naming the option."""
 
 import functools
-import os
-import subprocess
-import sys
 
 import diffrax
 import equinox as eqx
@@ -176,26 +173,17 @@ FLOWS = {"C1": ja.C1, "C2": ja.C2, "C3": ja.C3, "C3_RESCALED": ja.C3_RESCALED}
 
 @pytest.mark.parametrize("name", list(FLOWS))
 def test_solve_under_transformations(name):
-    """Run in a fresh interpreter: in the full suite XLA's CPU compiler crashed (segfault in
-    ``backend_compile``) twice while compiling these gradients in a long-lived pytest-xdist worker,
-    never when the test ran alone (with stack limits down to 1 MiB either); isolating it keeps one
-    compiler crash from taking the worker and its other tests down while the cause is found. Not reproduced
-    either after the tests that switch ``jax_enable_x64`` off and on in the process (clusters' and stability's
-    commands under ``tests/x64.py``, then the four cases in the same interpreter: 6 passed); xdist runs tests in
-    the worker's main thread (execnet ``main_thread_only``), so a small thread stack is not the cause."""
-    if os.environ.get("JAXATTN_FRESH_PROCESS") == "1":
-        return _solve_under_transformations(name)
-    test = f"{__file__}::test_solve_under_transformations[{name}]"
-    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider", test],
-                       env={**os.environ, "JAXATTN_FRESH_PROCESS": "1"}, capture_output=True, text=True,
-                       timeout=1200)
-    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+    """Every flow: jit, and gradients with respect to the tokens, a weight (and S) against finite differences,
+    what goes through its own vector field. C2 also: vmap, the gradients with respect to β and t1 and forward
+    mode, which go through what every flow shares (the solver, the saving, the adjoint): once is enough.
+
+    (This test used to run in a fresh interpreter after XLA's CPU compiler crashed twice while compiling these
+    gradients in a long-lived xdist worker. The cause was the worker's count of memory mappings reaching the
+    kernel's limit, about three per compiled program; tests/conftest.py now keeps every worker under it.)"""
+    _solve_under_transformations(name)
 
 
 def _solve_under_transformations(name):
-    """Every flow: jit, and gradients with respect to the tokens, a weight (and S) against finite differences,
-    what goes through its own vector field. C2 also: vmap, the gradients with respect to β and t1 and forward
-    mode, which go through what every flow shares (the solver, the saving, the adjoint): once is enough."""
     flow = FLOWS[name]
     full = name == "C2"
     model = _model(shared=True, depth=1)
