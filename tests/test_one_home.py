@@ -204,3 +204,19 @@ def test_attention_choices_are_the_library_constant():
     sim = next(a for a in parser._subparsers._group_actions[0].choices["simulate"]._actions
                if a.dest == "attention")
     assert tuple(sim.choices) == attention.KERNELS
+
+
+def test_positive_integers_have_one_check():
+    """``errors.positive_int`` is the one check of a count: the checkpoint reader's (which let ``true`` through as
+    1) and the good-triple estimator's say the same, booleans refused."""
+    from jaxattn.analysis._good_triples import good_triple_fraction
+    from jaxattn.errors import CheckpointError
+    from jaxattn.io.checkpoints._common import cfg_int
+
+    with pytest.raises(CheckpointError, match=r"config.json: num_attention_heads must be a positive integer, got True"):
+        cfg_int({"num_attention_heads": True}, "num_attention_heads")
+    assert cfg_int({"n_head": 4}, "num_attention_heads", "n_head") == 4
+    with pytest.raises(ConfigError, match=r"samples must be a positive integer, got 0"):
+        good_triple_fraction(jax.random.key(0), 2, 0)
+    with pytest.raises(ConfigError, match=r"d must be a positive integer, got True"):
+        good_triple_fraction(jax.random.key(0), True, 10)

@@ -20,7 +20,7 @@ from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, simulate
 from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Batch, Save
-from jaxattn.errors import ConfigError
+from jaxattn.errors import positive_int
 from jaxattn.model.attention import attend
 from jaxattn.model.sampling import init_tokens
 
@@ -159,8 +159,7 @@ def basins(system: System, num: int, n: int, key, *, chunk: int = 256, steps: in
     call it falls in. Each row of the table gives the basin fraction with its Wilson 95% interval.
     """
     for name, v in (("num", num), ("n", n), ("chunk", chunk), ("steps", steps), ("batch_size", batch_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        positive_int(name, v)
     terms: list = []
     for start in range(0, num, chunk):
         b = min(chunk, num - start)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.stats import wilson
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, positive_int
 
 #: Classes of :func:`classify_top` (index = code).
 TOP_CLASSES = ("good", "complex", "negative", "repeated")
@@ -86,8 +86,7 @@ def good_triple_fraction(key, d: int, samples: int, *, ensemble: str = "ginibre"
     ``fold_in(key, c)``), eigenvalues in float64 on the host.
     """
     for name, v in (("d", d), ("samples", samples), ("chunk", chunk)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ConfigError(f"{name} must be a positive integer, got {v!r}")
+        positive_int(name, v)
     counts = np.zeros(len(TOP_CLASSES), np.int64)
     width = min(chunk, samples)
     for c, start in enumerate(range(0, samples, width)):

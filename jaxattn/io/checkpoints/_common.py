@@ -34,7 +34,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from jaxattn.errors import CheckpointError
+from jaxattn.errors import CheckpointError, positive_int
 
 
 def find_prefix(tensors: dict, anchor: str) -> str:
@@ -99,10 +99,7 @@ def split_bias(b: np.ndarray | None, H: int) -> np.ndarray | None:
 def cfg_int(config: dict, *names: str, default=None) -> int:
     for n in names:
         if config.get(n) is not None:
-            v = config[n]
-            if not isinstance(v, int) or v < 1:
-                raise CheckpointError(f"config.json: {n} must be a positive integer, got {v!r}")
-            return v
+            return positive_int(f"config.json: {n}", config[n], CheckpointError)
     if default is not None:
         return default
     raise CheckpointError(f"config.json lacks {' / '.join(names)}")

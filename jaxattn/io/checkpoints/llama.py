@@ -9,7 +9,7 @@ score scale ``head_dim ** -0.5``; no position embeddings; the LM head (tied or n
 
 from __future__ import annotations
 
-from jaxattn.errors import CheckpointError, ConfigError
+from jaxattn.errors import CheckpointError, ConfigError, positive_int
 from jaxattn.io.checkpoints._build import build
 from jaxattn.io.checkpoints._common import Tensors, cfg_int, find_prefix, split_bias, split_cols, split_rows
 from jaxattn.model import rope as rope_mod
@@ -80,8 +80,8 @@ def windows(config: dict, L: int) -> list[int]:
     if len(kinds) != L or any(k not in ("full_attention", "sliding_attention") for k in kinds):
         raise CheckpointError(f"config.json: layer_types {kinds} do not give 'full_attention'/'sliding_attention' "
                               f"for {L} layers")
-    if "sliding_attention" in kinds and (not isinstance(w, int) or w < 1):
-        raise CheckpointError(f"config.json: sliding_window must be a positive integer, got {w!r}")
+    if "sliding_attention" in kinds:
+        positive_int("config.json: sliding_window", w, CheckpointError)
     return [int(w) if k == "sliding_attention" and w else 0 for k in kinds]
 
 
