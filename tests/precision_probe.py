@@ -1,9 +1,6 @@
 """Run by tests/test_precision.py in a process whose XLA dumps every program it compiles: each public function
-that multiplies float32 matrices, called as a user would (eagerly, and under the caller's own ``jit``).
-
-Argument: ``leak`` adds one product at XLA's default precision, so the test shows that its scan finds one."""
-
-import sys
+that multiplies float32 matrices, called as a user would (eagerly, and under the caller's own ``jit``), and last a
+control, one product at XLA's default precision in a program of its own, which the test's scan must find."""
 
 import jax
 import jax.numpy as jnp
@@ -51,8 +48,13 @@ calls = {
     "critical_beta": lambda: ja.critical_beta(m, X0, 0.9, steps=2, max_steps=3),
     "sweep": lambda: ja.sweep(m, num_init=3, n=4, steps=2, progress=False),
 }
-if sys.argv[1:] == ["leak"]:
-    calls["a product at XLA's default precision"] = lambda: jnp.einsum("ij,jk->ik", X, X.T)
+
+
+def deliberately_default(x):  # the control: a product at XLA's default precision, which the scan must find
+    return jnp.einsum("ij,jk->ik", x, x.T)
+
+
+calls["a product at XLA's default precision"] = lambda: jax.jit(deliberately_default)(X)
 for name, call in calls.items():
     jax.block_until_ready(call())
     print("ran", name, flush=True)
