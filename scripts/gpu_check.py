@@ -153,7 +153,7 @@ def _versions() -> dict:
 
 def _missing_requirements() -> dict:
     """jaxattn's own requirements (pyproject.toml) that this interpreter lacks: on a GPU image run with
-    ``GPU_CHECK_PY`` nothing is installed, and the first GPU run lost 15 tests of its suite to a missing ``zarr``
+    ``GPU_CHECK_PY`` nothing is installed, and the first GPU run lost 29 tests of its suite to a missing ``zarr``
     before anyone knew. ``{"missing": [...], "other_versions": {name: (installed, wanted)}}``."""
     import tomllib
     from importlib import metadata

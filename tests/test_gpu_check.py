@@ -215,7 +215,7 @@ def test_a_suite_stopped_at_its_budget_keeps_its_failures(tmp_path, monkeypatch)
 
 
 def test_the_environment_stage_names_missing_requirements(monkeypatch):
-    """The first GPU run ran on an image without zarr (a requirement of jaxattn's): 15 failures had that one cause."""
+    """The first GPU run ran on an image without zarr (a requirement of jaxattn's): 29 failures had that one cause."""
     from importlib import metadata
 
     from scripts import gpu_check as gc
