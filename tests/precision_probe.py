@@ -26,7 +26,6 @@ full = m.replace(  # post-LN BERT-like blocks with an FFN and embeddings with AL
 X0 = ja.init_tokens(key, 3, 4, d)
 X = X0[0]
 ids = np.array([1, 5, 2, 7])
-u = np.eye(d)[0]
 
 calls = {
     "simulate": lambda: ja.simulate(m, X0, 2),

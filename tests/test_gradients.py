@@ -165,7 +165,6 @@ def test_critical_beta_that_diverges_fails_cleanly():
     assert not c.success and np.isfinite(c.beta) and c.beta <= np.exp(30.0) * (1 + 1e-12)
 
 
-
 def test_critical_beta_with_a_nan_newton_step_fails_cleanly():
     """A level this model does not cross near β = 1: in a user's float32 process (no x64, XLA's default settings)
     one of Newton's steps is NaN, which the clip of log β lets through; it used to end in 'beta must be finite'
