@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from .gpu_check_spy import OUT_ENV
+from .subprocess_env import one_device_env
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -21,14 +22,13 @@ SCRIPT = ROOT / "scripts" / "gpu_check.py"
 
 def _cpu_env() -> dict:
     """The environment of a started check: JAX on the CPU even where it sees a GPU (the check's suite stage runs
-    this file there), one CPU device as on a user's machine (conftest gives this process eight)."""
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env.pop("XLA_FLAGS", None)
-    return env
+    this file there), one CPU device and XLA's own settings as on a user's machine (conftest gives this process
+    eight devices and quick-compile flags)."""
+    return {**one_device_env(quick=False), "JAX_PLATFORMS": "cpu"}
 
 
 def _gpu_check(out, *args, timeout=600, env_extra=None):
-    env = {**_cpu_env(), "PYTHONPATH": str(ROOT), **(env_extra or {})}
+    env = {**_cpu_env(), **(env_extra or {})}
     return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 

@@ -180,10 +180,6 @@ def test_solve_under_transformations(name):
     (This test used to run in a fresh interpreter after XLA's CPU compiler crashed twice while compiling these
     gradients in a long-lived xdist worker. The cause was the worker's count of memory mappings reaching the
     kernel's limit, about three per compiled program; tests/conftest.py now keeps every worker under it.)"""
-    _solve_under_transformations(name)
-
-
-def _solve_under_transformations(name):
     flow = FLOWS[name]
     full = name == "C2"
     model = _model(shared=True, depth=1)

@@ -278,7 +278,6 @@ def layer_index(model: Model, k) -> jax.Array:
     return sched[jnp.mod(k, model.depth)]
 
 
-@full_precision
 def step(X: Float[Array, "n d"], k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
          S=None) -> Float[Array, "n d"]:
     """The step map ``X(k) -> X(k+1)`` of the model at (possibly traced) step ``k``."""

@@ -107,7 +107,6 @@ def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None
                     steps=int(steps), final_norm=final_norm)
 
 
-@full_precision
 def hidden_states(model: Model, ids, token_type_ids=None, dtype=None):
     """transformers-style ``(hidden_states, attentions)`` for token ids ``[n]``."""
     m = model if dtype is None else model.astype(dtype)

@@ -221,7 +221,10 @@ def _non_finite(named: dict) -> list[str]:
     the host on every call). Traced arrays are skipped: they are checked inside the program."""
     flags, on_device = {}, {}
     for name, a in named.items():
-        if a is None or isinstance(a, jax.core.Tracer) or not jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
+        if a is None or isinstance(a, jax.core.Tracer):
+            continue
+        # the dtype read where the array is (jnp.asarray would copy a NumPy weight to the device to read it)
+        if not jnp.issubdtype(a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype, jnp.floating):
             continue
         if isinstance(a, np.ndarray):
             flags[name] = np.all(np.isfinite(a))

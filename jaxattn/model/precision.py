@@ -5,9 +5,10 @@ XLA computes float32 matrix products in TF32 on NVIDIA GPUs (Ampere and later) u
 float32. The drivers (``simulate``, ``solve``, ``repeated_passes``, ``sweep``) set the precision their
 ``Batch(precision=...)`` asks for; every other public function that multiplies matrices (the faithful forward
 pass, the building blocks a user composes under their own ``jit``, the gradient analyses) is wrapped in
-:func:`full_precision`. The precision is settled when JAX traces a product, so the wrapper works under the
-caller's ``jit``, ``vmap`` and ``grad`` too; a caller who chose a precision (``jax.default_matmul_precision``,
-or a driver's ``Batch``) keeps it. On a CPU nothing changes: its float32 products are full precision anyway.
+:func:`full_precision`, or only calls functions that are. The precision is settled when JAX traces a product,
+so the wrapper works under the caller's ``jit``, ``vmap`` and ``grad`` too; a caller who chose a precision
+(``jax.default_matmul_precision``, or a driver's ``Batch``) keeps it. On a CPU nothing changes: its float32
+products are full precision anyway.
 """
 
 from __future__ import annotations
