@@ -28,8 +28,7 @@ from jaxattn.analysis.gradients import (
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, lyapunov_exponents, spectrum
 from jaxattn.analysis.steering import precompensate, steer
-from jaxattn.dynamics import geometry, prompts
-from jaxattn.dynamics._runner import Context
+from jaxattn.dynamics import Context, geometry, prompts
 from jaxattn.dynamics.continuous import Solution, solve
 from jaxattn.dynamics.discrete import (
     D1,

@@ -233,7 +233,7 @@ def kernel_cases(reduced: bool) -> list[tuple]:
     at the tests' size and, on a GPU, at n and d up to the kernel's limits (in that order: what the budget leaves
     out comes last)."""
     sys.path.insert(0, str(ROOT))
-    from jaxattn.dynamics._kernels import MAX_DIM, MAX_TOKENS
+    from jaxattn.dynamics import MAX_DIM, MAX_TOKENS
     from tests.test_kernels import CASES
 
     sizes = [(5, 8)] if reduced else [(5, 8), (MAX_TOKENS, 16), (10, MAX_DIM), (MAX_TOKENS, MAX_DIM)]

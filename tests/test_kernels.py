@@ -54,9 +54,9 @@ def test_selection():
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     big = ja.random_model(jax.random.key(0), 256, 2, 1)
     args = dict(observe=None, trajectory=False, every=None, n=10)
-    assert kernels.choose("auto", model, ja.D1, **args) == "plain"
-    assert kernels.choose("plain", model, ja.D1, **args) == "plain"
-    assert kernels.choose("fused", model, ja.D1, **args) == "fused"
+    assert kernels.choose_path("auto", model, ja.D1, **args) == "plain"
+    assert kernels.choose_path("plain", model, ja.D1, **args) == "plain"
+    assert kernels.choose_path("fused", model, ja.D1, **args) == "fused"
     refusals = [
         (dict(model=model, dyn=ja.Dynamics(biases=True)), "attention-only"),
         (dict(model=model, dyn=ja.D1, observe=_custom), "default observables"),
@@ -67,12 +67,12 @@ def test_selection():
     ]
     for over, match in refusals:
         kw = {**args, **over}
-        assert kernels.choose("auto", kw.pop("model"), kw.pop("dyn"), **kw) == "plain"
+        assert kernels.choose_path("auto", kw.pop("model"), kw.pop("dyn"), **kw) == "plain"
         kw = {**args, **over}
         with pytest.raises(ConfigError, match=match):
-            kernels.choose("fused", kw.pop("model"), kw.pop("dyn"), **kw)
+            kernels.choose_path("fused", kw.pop("model"), kw.pop("dyn"), **kw)
     with pytest.raises(ConfigError, match=r"Batch\(path=...\) must be"):
-        kernels.choose("triton", model, ja.D1, **args)
+        kernels.choose_path("triton", model, ja.D1, **args)
 
 
 @pytest.mark.parametrize("backend", ["gpu", "cuda", "rocm", "tpu", "cpu"])
@@ -82,11 +82,11 @@ def test_auto_runs_nothing_unproven(monkeypatch, backend):
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     args = dict(observe=None, trajectory=False, every=None, n=10)
     monkeypatch.setattr(kernels.jax, "default_backend", lambda: backend)
-    assert kernels.choose("auto", model, ja.D1, **args) == "plain"
-    assert kernels.choose("fused", model, ja.D1, **args) == "fused"
+    assert kernels.choose_path("auto", model, ja.D1, **args) == "plain"
+    assert kernels.choose_path("fused", model, ja.D1, **args) == "fused"
     monkeypatch.setattr(kernels, "PROVEN_ON", (backend,))  # what a proving GPU run would switch on
-    assert kernels.choose("auto", model, ja.D1, **args) == "fused"
-    assert kernels.choose("auto", model, ja.Dynamics(biases=True), **args) == "plain"
+    assert kernels.choose_path("auto", model, ja.D1, **args) == "fused"
+    assert kernels.choose_path("auto", model, ja.Dynamics(biases=True), **args) == "plain"
 
 
 def test_sweep_records_the_kernel_and_agrees(tmp_path):
@@ -110,7 +110,7 @@ def test_auto_falls_back_to_the_plain_path_when_the_kernel_cannot_run(monkeypatc
     def broken(*a, **k):
         raise NotImplementedError("no lowering for this backend")
 
-    monkeypatch.setattr(discrete, "choose", lambda *a, **k: "fused")
+    monkeypatch.setattr(discrete, "choose_path", lambda *a, **k: "fused")
     monkeypatch.setattr(discrete, "fused_simulate", broken)
     with pytest.warns(RuntimeWarning, match="using the plain path"):
         auto = ja.simulate(model, X0, 3, batch=ja.Batch(path="auto"))

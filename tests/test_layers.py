@@ -145,6 +145,101 @@ def test_the_checks_see_what_they_check():
     assert ORDER.index(_layer("jaxattn.dynamics.discrete")) < ORDER.index(_layer("jaxattn.analysis.metrics"))
 
 
+#: The private-module rule covers the package and the scripts and benchmarks that use it from outside.
+REPO = ROOT.parent
+CHECKED = ("jaxattn", "scripts", "benchmarks")
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))  # __init__, __future__
+
+
+def _found(name: str) -> Path | None:
+    """The file of module ``name`` in this repository (``None``: outside it, e.g. the standard library's
+    ``_thread``)."""
+    path = REPO.joinpath(*name.split("."))
+    return next((p for p in (path.with_suffix(".py"), path / "__init__.py") if p.is_file()), None)
+
+
+def _private_imports(path: Path, source: str | None = None) -> list[str]:
+    """``file:line what`` for every import, in ``path`` (its text, or ``source`` as if it were its text), of a
+    private module of this repository (a dotted component ``_x``) or of a private name ``_x`` of one of its
+    modules, from outside the folder that holds the private thing. At module level or in a function, absolute
+    or relative, and ``import_module``/``__import__`` of a constant string."""
+    rel = path.relative_to(REPO)
+    package = ".".join(rel.parent.parts)  # what a relative import starts from (a module's or __init__'s folder)
+    bad: dict[str, int] = {}  # what, by line: once per statement, in the order of the file
+
+    def check(module: str, line: int, name: str | None = None) -> None:
+        if _found(module) is None:
+            return
+        parts = module.split(".")
+        private = next((i for i, part in enumerate(parts) if _private(part)), None)
+        if private is not None:  # the folder that holds the private module (or package)
+            folder, what = REPO.joinpath(*parts[:private]), module
+        elif name is not None and _private(name):  # a private name: the folder of the module defining it
+            found = _found(module)
+            assert found is not None
+            folder, what = found.parent, f"{module}.{name}"
+        else:
+            return
+        if not path.is_relative_to(folder):
+            bad[f"{rel}:{line} imports {what}"] = line
+
+    for node in ast.walk(ast.parse(path.read_text() if source is None else source, str(path))):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                check(a.name, node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*up, base] if base else up)
+            for a in node.names:  # `from jaxattn.io import _atomic` imports the module jaxattn.io._atomic
+                sub = f"{base}.{a.name}"
+                if _found(sub):
+                    check(sub, node.lineno)
+                else:
+                    check(base, node.lineno, a.name)
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("import_module", "__import__")):
+            check(node.args[0].value, node.lineno)
+    return sorted(bad, key=bad.__getitem__)
+
+
+def test_private_means_private():
+    """A ``_private`` module (or name) is used only in its folder: the layers above, the scripts and the
+    benchmarks import what its folder's face (``__init__.py`` or a public module) re-exports."""
+    files = sorted(p for top in CHECKED for p in (REPO / top).rglob("*.py"))
+    assert len(files) > 100 and any(p.parent.name == "scripts" for p in files)
+    bad = [b for p in files for b in _private_imports(p)]
+    assert not bad, "private modules or names imported from outside their folder:\n" + "\n".join(bad)
+
+
+def test_the_private_check_sees_what_it_checks():
+    """Absolute, relative, multi-line, function-local and string imports of another folder's private module or
+    name are found; the folder's own private names and modules, the standard library's ``_thread`` and dunder
+    modules are not."""
+    source = ("import _thread\nfrom __future__ import annotations\nfrom jaxattn.dynamics import _runner\n"
+              "from ..analysis._hulls import polytope\nfrom jaxattn.cli._config import (\n    where,\n)\n"
+              "def f():\n    from jaxattn.sweeps._execution import saved_times\n"
+              "    importlib.import_module('jaxattn.io._atomic')\n"
+              "from jaxattn.studies.cluster_checks import _x\nfrom jaxattn.cli import __main__\n"
+              "from jaxattn.analysis.steering import _unit\n")
+    got = _private_imports(ROOT / "studies" / "x.py", source)
+    assert got == ["jaxattn/studies/x.py:3 imports jaxattn.dynamics._runner",
+                   "jaxattn/studies/x.py:4 imports jaxattn.analysis._hulls",
+                   "jaxattn/studies/x.py:5 imports jaxattn.cli._config",
+                   "jaxattn/studies/x.py:9 imports jaxattn.sweeps._execution",
+                   "jaxattn/studies/x.py:10 imports jaxattn.io._atomic",
+                   "jaxattn/studies/x.py:13 imports jaxattn.analysis.steering._unit"], got
+    inside = "from jaxattn.io.checkpoints._common import stack\nfrom jaxattn.io._atomic import replace_bytes\n"
+    assert _private_imports(ROOT / "io" / "checkpoints" / "x.py", inside) == []
+    assert _private_imports(REPO / "scripts" / "x.py", "from jaxattn.dynamics._kernels import MAX_DIM\n") \
+        == ["scripts/x.py:1 imports jaxattn.dynamics._kernels"]
+
+
 def test_public_drivers_declare_their_array_shapes():
     """The shapes in the public signatures are jaxtyping annotations that resolve (a typo in a shape string would
     pass the linter, whose F722 check is off for jaxtyping, but not this)."""

@@ -159,14 +159,14 @@ def _config(out: Path) -> dict:
 def test_analyze_config_json_replays(tmp_path):
     """Lists (gammas) were refused ("gammas must be str"), and the random model's dimensions were lost: the
     replayed options are the run's own and name the same weights."""
-    from jaxattn.cli import _resolve, build_parser, load_model_arg
+    from jaxattn.cli import build_parser, load_model_arg, resolve
     from jaxattn.io.results import weights_sha256
 
     a = tmp_path / "a"
     assert main(["analyze", "random", "--d", "8", "--heads", "2", "--depth", "2", "--mask", "causal", "--gammas", "0,2",
                  *TINY_ANALYZE, "--no-figures", "--out", str(a)]) == 0
     args = build_parser().parse_args(["analyze", "--config", str(a / "config.json"), "--out", str(tmp_path / "b")])
-    cfg = _resolve(args, args.defaults)
+    cfg = resolve(args, args.defaults)
     assert {k: cfg[k] for k in ("model", "d", "heads", "depth", "shared", "mask", "gammas", "num_init")} == dict(
         model="random", d=8, heads=2, depth=2, shared=False, mask="causal", gammas=[0.0, 2.0], num_init=4)
     assert weights_sha256(load_model_arg(cfg["model"], cfg)) == _config(a)["weights_sha256"]
@@ -183,10 +183,10 @@ def test_simulate_config_json_of_a_converted_model_replays(tmp_path, gpt2_file):
 def test_lists_in_a_config_file_are_accepted(tmp_path, capsys):
     cfg = tmp_path / "s.toml"
     cfg.write_text('tokens = [3, 4]\nmodels = 1\ntime = "discrete"\n')
-    from jaxattn.cli import _resolve, build_parser
+    from jaxattn.cli import build_parser, resolve
 
     args = build_parser().parse_args(["stability", "--config", str(cfg)])
-    assert _resolve(args, args.defaults)["tokens"] == [3, 4]
+    assert resolve(args, args.defaults)["tokens"] == [3, 4]
     cfg.write_text("tokens = [3, true]\n")
     assert main(["stability", "--config", str(cfg), "--out", str(tmp_path / "o")]) == 2
     assert "config value tokens[1]: expected int, got True" in _err(capsys)

@@ -115,9 +115,9 @@ def test_simulate_command_refuses_in_one_line(argv, msg, tmp_path, capsys):
 
 def test_replayed_uniform_attention_runs_stay_uniform():
     """A config.json written before --attention (``uniform_attention: true``) replays as ``--attention uniform``."""
-    from jaxattn.cli import SIM_DEFAULTS, _replayed
+    from jaxattn.cli import SIM_DEFAULTS, replayed
 
-    cfg = _replayed({"config": {"uniform_attention": True, "model": "random"}}, SIM_DEFAULTS)
+    cfg = replayed({"config": {"uniform_attention": True, "model": "random"}}, SIM_DEFAULTS)
     assert cfg["attention"] == "uniform"
 
 

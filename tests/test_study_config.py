@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from jaxattn.cli import _resolve, build_parser, main
+from jaxattn.cli import build_parser, main, resolve
 from jaxattn.cli._study import config_of
 from jaxattn.config import specs
 from jaxattn.errors import ConfigError, JaxattnError
@@ -33,7 +33,7 @@ def _resolved(tmp_path, command: str, text: str, name: str = "c.toml") -> dict:
     path = tmp_path / name
     path.write_text(text)
     args = build_parser().parse_args([command, "--config", str(path)])
-    return _resolve(args, args.defaults)
+    return resolve(args, args.defaults)
 
 
 @pytest.mark.parametrize("command", sorted(OWN))

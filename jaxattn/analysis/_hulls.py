@@ -57,7 +57,7 @@ def hull_distance(vertices, X) -> np.ndarray:
     return np.asarray([_in_hull_lp(V, x) for x in np.asarray(X, np.float64)])
 
 
-def _outside(vertices: np.ndarray, X: np.ndarray) -> np.ndarray:
+def outside_distance(vertices: np.ndarray, X: np.ndarray) -> np.ndarray:
     """How far each row of ``X`` lies outside the hull of ``vertices`` (0 inside): the largest
     signed facet distance when the hull is full-dimensional (Qhull), else the LP's L1 distance."""
     m, d = vertices.shape
@@ -94,7 +94,7 @@ def polytope(X, tol: float) -> Polytope:
     is_vertex = hull_vertices(centres, tol=tol / max(np.abs(centres).max(), 1e-300))
     vroots = set(roots[is_vertex].tolist())
     rest = np.asarray(X, np.float64)[[i for i in range(X.shape[0]) if lab[i] not in vroots]]
-    dist = _outside(centres[is_vertex], rest) if len(rest) else np.zeros(0)
+    dist = outside_distance(centres[is_vertex], rest) if len(rest) else np.zeros(0)
     far = float(dist.max()) if dist.size else 0.0
     return Polytope(int(c.count), int(is_vertex.sum()), int(sizes[roots[is_vertex]].sum()),
                     bool(far <= tol * X.shape[1]), far)

@@ -33,7 +33,7 @@ from jaxattn.analysis._good_triples import (
     good_triple_fraction,
     random_matrices,
 )
-from jaxattn.analysis._hulls import Polytope, hull_distance, hull_vertices, polytope
+from jaxattn.analysis._hulls import Polytope, hull_distance, hull_vertices, outside_distance, polytope
 from jaxattn.analysis._hyperplanes import Hyperplanes, TopEigen, coordinate, hyperplanes, top_eigen
 from jaxattn.analysis._linkage import (
     Clusters,
@@ -73,6 +73,7 @@ __all__ = [
     "hull_vertices",
     "hyperplanes",
     "merge_heights",
+    "outside_distance",
     "paper_model",
     "polytope",
     "random_matrices",

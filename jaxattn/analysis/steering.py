@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
-from jaxattn.dynamics._runner import check_scalar, traced
+from jaxattn.dynamics import check_scalar, traced
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.options import Batch
 from jaxattn.errors import ConfigError

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from jaxattn import __version__
-from jaxattn.cli._config import RANDOM_ONLY, _replayed, _resolve  # noqa: F401
+from jaxattn.cli._config import RANDOM_ONLY, replayed, resolve  # noqa: F401
 
 # re-exported: the names the command line was importable by before each command had its own module
 from jaxattn.cli._interrupt import interrupts
@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         with interrupts():  # a Ctrl-C during a garbage collection is not lost
-            cfg = _resolve(args, args.defaults) if hasattr(args, "defaults") else {}
+            cfg = resolve(args, args.defaults) if hasattr(args, "defaults") else {}
             return int(args.func(args, cfg) or 0)
     except JaxattnError as e:
         print(f"jaxattn: error: {e}", file=sys.stderr)

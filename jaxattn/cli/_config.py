@@ -9,7 +9,7 @@ from collections.abc import Mapping
 
 from jaxattn.config import Spec, check_value, parse_list
 from jaxattn.errors import ConfigError, JaxattnError
-from jaxattn.io._configfile import load_config
+from jaxattn.io import load_config
 
 #: Options a replayed ``config.json`` does not carry over: the output directory and the permission to replace it.
 NOT_REPLAYED = ("out", "overwrite")
@@ -35,7 +35,7 @@ def _check(key: str, value, option: Spec, prefix: str = "config value "):
         raise JaxattnError(f"{prefix}{e}") from None
 
 
-def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
+def resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
     """Command line > config file > defaults. Unknown config keys are refused; values are checked.
     A finished run's own ``config.json`` is accepted as a config (its ``config`` table is replayed).
 
@@ -49,7 +49,7 @@ def _resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
     if replay:  # a run directory's config.json
         if cfg["command"] != args.command:
             raise JaxattnError(f"{args.config} is the config of a `{cfg['command']}` run, not `{args.command}`")
-        cfg = _replayed(cfg, defaults, args.config)
+        cfg = replayed(cfg, defaults, args.config)
         if cfg.get("model", "random") == "random" and getattr(args, "model", None) not in (None, "random"):
             # the replayed run's random model is replaced by the one named now: its dimensions do not apply
             cfg = {k: v for k, v in cfg.items() if k not in RANDOM_ONLY}
@@ -85,7 +85,7 @@ def where(cfg: dict, key: str, flag: str | None = None) -> str:
     return cfg.get("_where", {}).get(key) or flag or "--" + key.replace("_", "-")
 
 
-def _replayed(run: dict, defaults: Mapping, path: str = "config.json") -> dict:
+def replayed(run: dict, defaults: Mapping, path: str = "config.json") -> dict:
     """The options of a finished run's ``config.json``: its ``config`` table and the model it ran on (the studies
     record the model beside the table; ``analyze`` a random model's dimensions in ``model_dims``). A converted
     model brings its own dimensions, so the random-model options that ``simulate`` records are not replayed;

@@ -30,7 +30,7 @@ class Output:
 
 def add_options(p: argparse.ArgumentParser, groups: Mapping[str, Sequence[Spec]]) -> dict[str, Spec]:
     """The options ``groups`` (``{group title: [Spec, ...]}``) as arguments of ``p``; returns them by ``argparse``
-    destination, the table :func:`jaxattn.cli._config._resolve` resolves a config file against."""
+    destination, the table :func:`jaxattn.cli._config.resolve` resolves a config file against."""
     out: dict[str, Spec] = {}
     for title, group in groups.items():
         g = p.add_argument_group(title) if title else p
@@ -59,7 +59,7 @@ def output_options(p: argparse.ArgumentParser, *, out: str, figures: bool = Fals
     return options
 
 
-def _start_run(cfg: dict, command: str, own: tuple[str, ...]):
+def start_run(cfg: dict, command: str, own: tuple[str, ...]):
     """``--out`` of a resumable command, checked and prepared before any computation: new, empty, an unfinished
     run of the command (resumed) or, with ``--overwrite``, a finished one (see :mod:`jaxattn.io.rundir`)."""
     return rundir.start(cfg["out"], command, overwrite=cfg["overwrite"], resumable=True, own=own)
@@ -129,11 +129,11 @@ def as_flags(message: str, options: Mapping[str, Spec], *, spaced: bool = False)
     return message
 
 
-def _check_number(name: str, v) -> None:
+def check_number(name: str, v) -> None:
     real(f"--{name}", v, error=JaxattnError)
 
 
-def _dtype(name: str):
+def dtype_arg(name: str):
     import jax
     import jax.numpy as jnp
 
@@ -175,7 +175,7 @@ def named_model(spec: str, command: str, why: str):
     return load_any(spec)
 
 
-def _check_rope(model, rope: str) -> None:
+def check_rope(model, rope: str) -> None:
     if rope == "model" and model.rope is None:
         raise JaxattnError("--rope model: this model has no RoPE (its positions, if any, are embeddings); "
                            "--rope on applies the standard one")

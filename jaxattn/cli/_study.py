@@ -27,7 +27,7 @@ def study_options(p: argparse.ArgumentParser, config_cls: type, *, out: str, pro
     """The options of a study command, derived from its configuration ``config_cls`` (see
     :mod:`jaxattn.config`): every option field, then the output group (``--figures``, ``--progress``, ``--out``,
     ``--overwrite``, ``--config``; a field of the output group is not repeated). Returns them by ``argparse``
-    destination, the table :func:`jaxattn.cli._config._resolve` resolves a config file against. ``resumes``:
+    destination, the table :func:`jaxattn.cli._config.resolve` resolves a config file against. ``resumes``:
     whether an interrupted run resumes (``analyze``; the other studies leave their directory as they found it)."""
     options = add_options(p, {"": [s for k, s in specs(config_cls).items() if k not in specs(Output)]})
     return options | output_options(p, out=out, figures=True, progress=progress, resumes=resumes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from jaxattn.cli._shared import _check_rope, _dtype, _start_run, add_options, load_model_arg
+from jaxattn.cli._shared import add_options, check_rope, dtype_arg, load_model_arg, start_run
 from jaxattn.cli._study import config_of, formatter, refuse_given, study_options
 from jaxattn.config import specs
 from jaxattn.io import rundir
@@ -42,12 +42,12 @@ def register(sub):
 
 def run(args, cfg) -> int:
     study = config_of(StudyConfig, cfg)  # every option checked against its declaration, before the model loads
-    _dtype(cfg["dtype"])
+    dtype_arg(cfg["dtype"])
     model = load_model_arg(cfg["model"], cfg)
     refuse_given(study, study.inert(model), cfg)
-    _check_rope(model, cfg["rope"])
+    check_rope(model, cfg["rope"])
     out = Path(cfg["out"])
-    run = _start_run(cfg, "analyze", own=(STORE,))
+    run = start_run(cfg, "analyze", own=(STORE,))
     with rundir.undone_if_refused(run):
         tables = run_study(model, out, study, model_name=str(cfg["model"]))
     rundir.finish(run)

@@ -19,7 +19,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxattn.cli._shared import _dtype, load_model_arg
+from jaxattn.cli._shared import dtype_arg, load_model_arg
 from jaxattn.cli._study import formatter
 from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.dynamics.continuous import solve
@@ -32,9 +32,7 @@ from jaxattn.io.results import load_arrays, weights_sha256
 from jaxattn.io.store import open_sweep
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies.movie import NO_ENCODER, encoder_available, load_trajectory, movie, save_trajectory
-from jaxattn.sweeps._execution import _model_of, _options
-from jaxattn.sweeps._schema import dynamics_of
-from jaxattn.sweeps.grid import expand
+from jaxattn.sweeps.grid import dynamics_of, expand, model_of, options_of
 
 TRAJECTORY = "trajectory.safetensors"
 #: Conditions drawn side by side when a run's trajectory is recomputed.
@@ -173,7 +171,7 @@ def recompute(run_dir: Path, conditions: int) -> dict:
 
 def _simulate(run_dir: Path, cfg: dict, K: int) -> dict:
     K = min(K, int(cfg["num_init"]))
-    dtype = _dtype(cfg["dtype"])
+    dtype = dtype_arg(cfg["dtype"])
     model = load_model_arg(cfg["model"], cfg)
     if cfg.get("weights_sha256") not in (None, weights_sha256(model)):
         raise ConfigError(f"the model of {run_dir} ({cfg['model']}) is not the one the run used (its weights "
@@ -195,10 +193,10 @@ def _simulate(run_dir: Path, cfg: dict, K: int) -> dict:
 def _solve(run_dir: Path, cfg: dict, K: int) -> dict:
     p = expand(cfg)[0]
     K = min(K, int(p["num_init"]))
-    dtype = _dtype(p["dtype"])
-    model = _model_of(p, {})
+    dtype = dtype_arg(p["dtype"])
+    model = model_of(p, {})
     X0 = init_tokens(jax.random.key(p["seed"]), K, p["init.n"], model.d_model, kind=p["init.kind"], dtype=dtype)
-    save, batch = _options(p, Batch())
+    save, batch = options_of(p, Batch())
     every = max(1, math.ceil(FRAMES / (p["dynamics.saves"] - 1)))  # the run's saved times are every `every`-th frame
     ts = np.linspace(0.0, p["dynamics.t1"], (p["dynamics.saves"] - 1) * every + 1)
     flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"],

@@ -8,14 +8,14 @@ from pathlib import Path
 
 from jaxattn.cli._config import RANDOM_ONLY
 from jaxattn.cli._shared import (
-    _check_rope,
-    _dtype,
-    _start_run,
     add_options,
+    check_rope,
+    dtype_arg,
     flag_words,
     load_model_arg,
     model_dims,
     output_options,
+    start_run,
     write_summary,
 )
 from jaxattn.cli._study import formatter
@@ -27,9 +27,8 @@ from jaxattn.errors import JaxattnError
 from jaxattn.io import rundir
 from jaxattn.io.results import provenance, save_arrays, weights_sha256, write_json
 from jaxattn.io.store import nonfinite_conditions
-from jaxattn.sweeps._schema import dynamics_of
 from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
-from jaxattn.sweeps.grid import SCHEMA
+from jaxattn.sweeps.grid import SCHEMA, dynamics_of
 
 
 def _of(section: str, *keys: str) -> list[Spec]:
@@ -84,7 +83,7 @@ def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
 
 
 def run(args, cfg) -> int:
-    dtype = _dtype(cfg["dtype"])  # every option was checked against its declaration (jaxattn.sweeps.grid.SCHEMA)
+    dtype = dtype_arg(cfg["dtype"])  # every option was checked against its declaration (jaxattn.sweeps.grid.SCHEMA)
     out = Path(cfg["out"])
     with flag_words(args.defaults):  # the library's checks speak Python (ffn=True): said as the flags here
         model = load_model_arg(cfg["model"], cfg)
@@ -106,8 +105,8 @@ def run(args, cfg) -> int:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":
         raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
-    _check_rope(model, cfg["rope"])
-    run = _start_run(cfg, "simulate", own=(STORE,))
+    check_rope(model, cfg["rope"])
+    run = start_run(cfg, "simulate", own=(STORE,))
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
     if cfg["model"] != "random":  # the random model's defaults describe nothing here (and would break a replay)
         for k in RANDOM_ONLY:

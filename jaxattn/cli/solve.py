@@ -15,13 +15,12 @@ from jaxattn.cli._study import formatter
 from jaxattn.cli.movie import MOVIE, write_movie
 from jaxattn.cli.sweep import add_process_options, add_store_output, execute
 from jaxattn.errors import ConfigError
-from jaxattn.io._configfile import load_config
+from jaxattn.io import load_config
 from jaxattn.io.checkpoints import load_any
 from jaxattn.io.results import provenance, write_json
 from jaxattn.io.rundir import dir_out
 from jaxattn.io.store import nonfinite_conditions
-from jaxattn.sweeps._schema import RENAMED
-from jaxattn.sweeps.grid import SCHEMA, expand, validate_config
+from jaxattn.sweeps.grid import RENAMED, SCHEMA, expand, validate_config
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
 KEYS = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jaxattn.analysis.spectral import spectrum
-from jaxattn.cli._shared import _check_number, named_model
+from jaxattn.cli._shared import check_number, named_model
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
 from jaxattn.studies.power_method import spectrum_rows
@@ -23,7 +23,7 @@ def register(sub):
 
 def run(args, cfg) -> int:
     if args.alpha is not None:  # refused rather than recorded: it would change nothing, or order by NaN
-        _check_number("alpha", args.alpha)
+        check_number("alpha", args.alpha)
         if args.order != "step":
             raise JaxattnError(f"--alpha only applies to --order step (--order {args.order} does not depend on α)")
     alpha = 1.0 if args.alpha is None else args.alpha

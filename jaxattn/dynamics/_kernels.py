@@ -10,8 +10,8 @@ output, residual, normalisation (L2, ``N_S`` or none), and the default observabl
 cosine consensus) computed on chip at every step. Only the initial tile, the weights, the final
 tile and the observables cross device memory.
 
-Selection (:func:`choose`, from ``Batch(path=...)``): ``'fused'`` forces the kernel where it applies — an attention-only
-dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or ``'none'``), the default
+Selection (:func:`choose_path`, from ``Batch(path=...)``): ``'fused'`` forces the kernel where it applies — an
+attention-only dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or ``'none'``), the default
 observables at every step or the last, no trajectory, ``n, d ≤ 128`` — (on a CPU it runs in Pallas
 interpret mode, which is how the test suite checks it), ``'plain'`` forbids it. ``'auto'`` picks it
 only where it applies *and* the backend is in :data:`PROVEN_ON`: the backends on which a run of
@@ -55,7 +55,7 @@ def applies(model, dyn, observe, trajectory: bool, every) -> str | None:
     return None
 
 
-def choose(path: str, model, dyn, observe, trajectory: bool, every, n: int) -> str:
+def choose_path(path: str, model, dyn, observe, trajectory: bool, every, n: int) -> str:
     """``'fused'`` or ``'plain'`` for a simulation whose ``Batch(path=...)`` is ``path`` and whose
     ``Save(every=...)`` is ``every`` (see the module docstring)."""
     if path not in PATHS:

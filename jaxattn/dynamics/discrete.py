@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
-from jaxattn.dynamics._kernels import choose, fused_simulate
+from jaxattn.dynamics._kernels import choose_path, fused_simulate
 from jaxattn.dynamics._runner import (
     Context,
     block_budget,
@@ -558,7 +558,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.every),
                           observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form)
     path = batch.path
-    choice = choose(path, model, dynamics, save.observe, save.trajectory, save.every, X0.shape[1])
+    choice = choose_path(path, model, dynamics, save.observe, save.trajectory, save.every, X0.shape[1])
     if batch.devices is not None and len(batch.devices) > 1:
         choice = "plain"  # the fused kernel runs on one device
     elif path == "auto" and traced((model, X0, alpha, beta, S)):

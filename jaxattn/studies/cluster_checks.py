@@ -21,10 +21,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis._boolean import boolean_observables
-from jaxattn.analysis._hulls import _outside, polytope
-from jaxattn.analysis._hyperplanes import hyperplanes
-from jaxattn.analysis._linkage import count_clusters, gap_clusters
+from jaxattn.analysis.clusters import (
+    boolean_observables,
+    count_clusters,
+    gap_clusters,
+    hyperplanes,
+    outside_distance,
+    polytope,
+)
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Save
@@ -183,7 +187,7 @@ def hull_shrinks(key, num: int, n: int, d: int, t1: float, saves: int = 31) -> l
             vol.append(ConvexHull(Z[b, i]).volume)
             if i:
                 scale = np.abs(Z[b, i - 1]).max()
-                worst = max(worst, float(_outside(Z[b, i - 1], Z[b, i]).max()) / scale)
+                worst = max(worst, float(outside_distance(Z[b, i - 1], Z[b, i]).max()) / scale)
                 grew += vol[i] > vol[i - 1] * (1 + 1e-9)
         rows.append({"condition": b, "n": n, "d": d, "solver_ok": bool(ok[b]), "max_outside_relative": worst,
                      "volume_increases": int(grew), "volume_0": vol[0], "volume_end": vol[-1]})

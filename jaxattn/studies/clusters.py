@@ -7,7 +7,7 @@ normalisation of the tokens), solved for the rescaled tokens ``z_i = e^{−tV} x
 directory (``config.json``, CSV tables, PNG figures, ``report.md``):
 
 1. ``V = I`` in 2-D and 3-D: trajectories of the tokens, which gather at the vertices of a convex
-   polytope (:func:`jaxattn.analysis._hulls.polytope`).
+   polytope (:func:`jaxattn.analysis.clusters.polytope`).
 2. A good triple in 2-D (a symmetric ``V`` with eigenvalues 1.35 and −0.07, as in the paper): the
    coordinate along the top eigenvector ``φ_1`` over time, which takes at most three values.
 3. ``V`` whose top eigenvalue is a complex pair, and ``V`` whose top eigenvalue is negative: what
@@ -30,11 +30,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis._boolean import boolean_observables
-from jaxattn.analysis._good_triples import ENSEMBLES, good_triple_fraction
-from jaxattn.analysis._hulls import hull_vertices, polytope
-from jaxattn.analysis._hyperplanes import coordinate, hyperplanes, top_eigen
-from jaxattn.analysis._linkage import cluster_observables
+from jaxattn.analysis.clusters import (
+    ENSEMBLES,
+    boolean_observables,
+    cluster_observables,
+    coordinate,
+    good_triple_fraction,
+    hull_vertices,
+    hyperplanes,
+    polytope,
+    top_eigen,
+)
 from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
 from jaxattn.io.results import atomic_write_text, provenance, write_json

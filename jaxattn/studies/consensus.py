@@ -31,10 +31,9 @@ import numpy as np
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
 from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics import continuous
-from jaxattn.dynamics._runner import DTYPES, PRECISIONS
+from jaxattn.dynamics import DTYPES, continuous
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
-from jaxattn.dynamics.options import Batch, Save
+from jaxattn.dynamics.options import PRECISIONS, Batch, Save
 from jaxattn.dynamics.passes import redraw_weights, repeated_passes
 from jaxattn.dynamics.prompts import embed_prompts, hemisphere_tokens, random_prompts
 from jaxattn.errors import ConfigError

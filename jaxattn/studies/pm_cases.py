@@ -23,11 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis._basins import basins
-from jaxattn.analysis._closed_forms import consensus_eigenvalues
-from jaxattn.analysis._equilibria import System, eigen_equilibria
-from jaxattn.analysis._linearisation import linearise
 from jaxattn.analysis.spectral import eig_sorted
+from jaxattn.analysis.stability import System, basins, consensus_eigenvalues, eigen_equilibria, linearise
 from jaxattn.dynamics.discrete import D1
 from jaxattn.io.results import atomic_write_text
 from jaxattn.model.params import Model

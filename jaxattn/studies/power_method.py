@@ -19,7 +19,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis._closed_forms import consensus_step_bound
 from jaxattn.analysis.directions import direction_increments, direction_rows
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
@@ -31,10 +30,11 @@ from jaxattn.analysis.spectral import (
     lyapunov_exponents,
     spectrum,
 )
+from jaxattn.analysis.stability import consensus_step_bound
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
 from jaxattn.config import non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics._runner import SIMULATION_DTYPES
+from jaxattn.dynamics import SIMULATION_DTYPES
 from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
 from jaxattn.dynamics.options import PRECISIONS, Batch, Save
 from jaxattn.errors import ConfigError

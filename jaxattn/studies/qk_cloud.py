@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis._boolean import boolean_attention
+from jaxattn.analysis.clusters import boolean_attention
 from jaxattn.analysis.qk_cloud import attention, random_weights, solve
 from jaxattn.analysis.stats import wilson
 from jaxattn.io.results import atomic_write_text

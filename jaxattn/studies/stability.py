@@ -30,10 +30,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.analysis._basins import basins, classify, settle
-from jaxattn.analysis._closed_forms import single_head_conditions
-from jaxattn.analysis._equilibria import System, eigen_equilibria, residual, sign_patterns
-from jaxattn.analysis._linearisation import linearisation_bytes, linearise
+from jaxattn.analysis.stability import (
+    System,
+    basins,
+    classify,
+    eigen_equilibria,
+    linearisation_bytes,
+    linearise,
+    residual,
+    settle,
+    sign_patterns,
+    single_head_conditions,
+)
 from jaxattn.analysis.stats import wilson
 from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check

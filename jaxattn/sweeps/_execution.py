@@ -8,8 +8,7 @@ import warnings
 
 import numpy as np
 
-from jaxattn.dynamics._kernels import choose
-from jaxattn.dynamics._runner import lanes_for
+from jaxattn.dynamics import choose_path, lanes_for
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
@@ -21,7 +20,8 @@ from jaxattn.sweeps._observables import Observables
 from jaxattn.sweeps._schema import dynamics_of
 
 
-def _model_of(p: dict, cache: dict):
+def model_of(p: dict, cache: dict):
+    """A point's model, built (random) or loaded once per ``cache``."""
     if p["model.source"] == "random":
         unit = p["dynamics.kind"] == "discrete" and p["dynamics.unit_output"]  # D2: drawn with O = I
         spec: tuple = ("random", p["seed"], p["model.d"], p["model.heads"], p["model.depth"], p["model.shared"],
@@ -44,7 +44,7 @@ def _rows(chunk: int, num_init: int, batch) -> int:
     return min(chunk, -(-num_init // width) * width)
 
 
-def _options(p: dict, batch):
+def options_of(p: dict, batch):
     """A point's flat configuration keys as the drivers' :class:`~jaxattn.Save` and :class:`~jaxattn.Batch`
     (the one place they are mapped): ``observables``, ``dynamics.save`` (maps) or ``dynamics.t1`` and
     ``dynamics.saves`` (flows), ``matmul_precision`` and ``path`` (the map's), on top of the sweep's
@@ -63,7 +63,7 @@ def _dynamics(p: dict) -> Dynamics:
 
 
 def _run_chunk(p: dict, model, X0, batch):
-    save, batch = _options(p, batch)
+    save, batch = options_of(p, batch)
     dtype = p["dtype"]
     if p["dynamics.kind"] == "discrete":
         steps = model.depth if p["dynamics.steps"] is None else p["dynamics.steps"]
@@ -84,8 +84,8 @@ def _kernel_choice(p: dict, model) -> str:
     """The path a point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
     if p["dynamics.kind"] == "continuous":
         return "diffrax"
-    save, batch = _options(p, Batch())
-    return choose(batch.path, model, _dynamics(p), save.observe, save.trajectory, save.every, p["init.n"])
+    save, batch = options_of(p, Batch())
+    return choose_path(batch.path, model, _dynamics(p), save.observe, save.trajectory, save.every, p["init.n"])
 
 
 def saved_times(p: dict, depth: int) -> np.ndarray:

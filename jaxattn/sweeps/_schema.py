@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from jaxattn.config import Spec as Key
 from jaxattn.config import at_least, check_value, non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics._runner import SIMULATION_DTYPES
+from jaxattn.dynamics import SIMULATION_DTYPES
 from jaxattn.dynamics.continuous import SOLVERS, adaptive
 from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
 from jaxattn.dynamics.geometry import NEEDS_S, SPACES

@@ -24,14 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics._runner import (
-    check_scalar,
-    default_lanes,
-    lanes_for,
-    memory_limit,
-    resolve_dtype,
-    working_bytes,
-)
+from jaxattn.dynamics import check_scalar, default_lanes, lanes_for, memory_limit, resolve_dtype, working_bytes
 from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int

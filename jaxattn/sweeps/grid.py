@@ -40,20 +40,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics._runner import mesh_of, replicate
+from jaxattn.dynamics import mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
 from jaxattn.errors import ConfigError
-from jaxattn.io._configfile import load_config
+from jaxattn.io import load_config
 from jaxattn.io.results import device_info, versions
 from jaxattn.io.store import SweepStore, fingerprint, open_sweep
 from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
-from jaxattn.sweeps._execution import _kernel_choice, _model_of, _rows, _run_chunk, saved_times
+from jaxattn.sweeps._execution import _kernel_choice, _rows, _run_chunk, model_of, options_of, saved_times
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
 from jaxattn.sweeps._schema import (
     CONTINUOUS_ONLY,
     DISCRETE_ONLY,
+    RENAMED,
     SCHEMA,
     SECTIONS,
     Key,
@@ -66,10 +67,11 @@ from jaxattn.sweeps._schema import (
 from jaxattn.sweeps.chunked import check_fits
 
 #: the names this module was importable by before the schema, observables, execution and process start-up
-#: moved to their own modules
-__all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "SCHEMA", "SECTIONS", "Key", "Observables",
-           "distributed_from_env", "dynamics_of", "expand", "inert_keys", "saved_times", "sweep_grid",
-           "validate_config"]
+#: moved to their own (private) modules, and what the command line takes of them (renamed keys, a point's model
+#: and drivers' options)
+__all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA", "SECTIONS", "Key", "Observables",
+           "distributed_from_env", "dynamics_of", "expand", "inert_keys", "model_of", "options_of", "saved_times",
+           "sweep_grid", "validate_config"]
 
 
 def _refuse_same_path(points: list[dict], info: list[dict]) -> None:
@@ -137,7 +139,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     models: dict = {}
     point_info = []
     for p in points:
-        m = _model_of(p, models)
+        m = model_of(p, models)
         check_fits(p["init.n"], m.d_model, m.n_heads, p["dtype"], batch.size)  # before the store is written
         point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
                            "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
@@ -155,7 +157,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     def compute(i: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
         nonlocal failed
         p = points[i]
-        m = _model_of(p, models)
+        m = model_of(p, models)
         dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
         key = id(m), str(dtype)
         if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
