@@ -103,6 +103,10 @@ THRESHOLDS: dict[str, Threshold] = {
     "machine": Threshold(1e-9, "no change where the paper says none (a token that never moves, a Lyapunov function "
                          "that never decreases, a hull that never grows), relative to the configuration's size",
                          "float64 round-off of the solver's states (rtol 1e-8 to 1e-9)"),
+    "rate-level": Threshold(0.1, "the speed of consensus compared between runs: the layer at which a prompt's "
+                            "first-token measure falls to this fraction of its start",
+                            "jaxattn's measure, not a verdict threshold: for a geometric decay any fixed level ranks "
+                            "the runs alike"),
     "closed-form": Threshold(1e-8, "agreement of a Jacobian's spectral radius with its closed form",
                              "float64 Jacobians by jax.jacfwd"),
 }
@@ -361,7 +365,10 @@ def pm_steer(d: Path) -> Result:
     checks = [compare(f"mean alignment at γ = {fmt(top['gamma'])}", num(top["align_mean"]), ">=", T("perfect"),
                       "perfect"),
               fraction(f"tokens above {fmt(T('perfect'))} at γ = {fmt(top['gamma'])}", int(top["above_0.99"]),
-                       int(top["tokens"]), ">=", T("almost-all"), "almost-all")]
+                       int(top["tokens"]), ">=", T("almost-all"), "almost-all"),
+              # "always": the worst tokens too, not only most of them (the 1% quantile: 99 tokens in 100)
+              compare(f"1% quantile of the alignment at γ = {fmt(top['gamma'])}", num(top["align_q01"]), ">=",
+                      T("perfect"), "perfect; the paper: “always”")]
     grid = [r for r in ho if num(r["gamma"]) > 0]
     q = [num(r["align_q01"]) for r in grid]
     trend = ("still rising at the largest gain" if len(q) > 1 and q[-1] > q[-2] + 1e-3 else "flat at the largest gains")
@@ -553,13 +560,15 @@ def _passes(*runs: tuple[str, str]) -> Callable[[Path], Result]:
 
 
 def _ten_percent(d: Path, run: str) -> dict[int, float]:
-    """Every prompt's first layer at which its first-token measure is at most 10% of its start (inf: never)."""
+    """Every prompt's first layer at which its first-token measure is at most ``T("rate-level")`` (10%) of its
+    start (inf: never)."""
     rs = [r for r in rows(d / "prompts.csv") if r["run"] == run]
     out: dict[int, float] = {}
     for p in sorted({int(r["prompt"]) for r in rs}):
         mine = sorted((r for r in rs if int(r["prompt"]) == p), key=lambda r: int(r["layer"]))
         start = num(mine[0]["first_token"])
-        out[p] = next((float(r["layer"]) for r in mine if num(r["first_token"]) <= 0.1 * start), math.inf)
+        out[p] = next((float(r["layer"]) for r in mine if num(r["first_token"]) <= T("rate-level") * start),
+                      math.inf)
     return out
 
 
@@ -858,17 +867,14 @@ def st_agree(d: Path) -> Result:
 def st_perturb(d: Path) -> Result:
     rs = rows(d / "perturbation.csv")
     label = rs[0]["label"]
-    small, large = rs[0], rs[-1]
     basin = [r for r in rows(d / "basins.csv") if r["time"] == "discrete"]
     total = sum(int(r["count"]) for r in basin)
     hit = sum(int(r["count"]) for r in basin if r["end"] == label)
     all_back = [r for r in rs if int(r["returned"]) == int(r["total"])]
     half = next((r for r in rs if num(r["returned_fraction"]) < 0.5), None)
-    checks = [fraction(f"perturbations of size {fmt(small['eps'])} ({fmt(small['angle_deg'])}°) that return",
-                       int(small["returned"]), int(small["total"]), ">", T("most"), "most; the paper: reabsorbed"),
-              fraction(f"perturbations of size {fmt(large['eps'])} ({fmt(large['angle_deg'])}°) that return",
-                       int(large["returned"]), int(large["total"]), "<", T("most"), "most; the paper: escape"),
-              fraction(f"random starts of the same model ending at {label}", hit, total, "<=", T("very-small-basin"),
+    # The smallest and largest sizes of the fixed ε grid (1e-3 to 1) return and escape whatever the basin is, so
+    # they are reported, not checked: the basin's size is judged by the share of random starts that reach it.
+    checks = [fraction(f"random starts of the same model ending at {label}", hit, total, "<=", T("very-small-basin"),
                        "very-small-basin")]
     radius = (f"every perturbation returns up to ε = {fmt(all_back[-1]['eps'])} ({fmt(all_back[-1]['angle_deg'])}° per "
               "token)" if all_back else "no size where every perturbation returns")

@@ -123,6 +123,36 @@ def test_batch_size_none_is_the_runners_lanes_whatever_the_split():
         np.testing.assert_array_equal(whole, split)
 
 
+def test_one_head_maps_run_in_wider_blocks_whatever_the_split():
+    """The papers' one-head models get a wider default block on a CPU (WIDE_LANES, while a block's steps fit
+    WIDE_BLOCK_BYTES); several heads keep DEFAULT_LANES. The width is still one per condition: the numbers equal an
+    explicit width of that size, differ from the narrow width's only by round-off, and do not depend on the split."""
+    from jaxattn.dynamics import _runner
+
+    base = _runner.DEFAULT_LANES.get(jax.default_backend(), 1024)
+    small = working_bytes(4, 3, 1, jnp.float64)
+    assert default_lanes(None) == base and default_lanes(None, None) == base
+    if jax.default_backend() != "cpu":
+        assert default_lanes(None, small) == base
+        return
+    assert default_lanes(None, small) == _runner.WIDE_LANES["cpu"] > base
+    room = _runner.WIDE_BLOCK_BYTES["cpu"]
+    assert default_lanes(None, room // 256) == 256 and default_lanes(None, room // 256 + 1) == 128  # blocks fit room
+    assert default_lanes(None, room) == base  # never narrower than the default
+    assert default_lanes(2**28, small) < base  # the memory budget still narrows it
+    model = ja.random_model(jax.random.key(0), 3, 1, 2, shared=False, dtype=jnp.float64)
+    X0 = ja.init_tokens(jax.random.key(1), 7, 4, 3, dtype=jnp.float64)
+    whole = np.asarray(ja.simulate(model, X0, 6).final)
+    np.testing.assert_array_equal(whole, np.asarray(ja.simulate(model, X0, 6, batch=ja.Batch(size=1024)).final))
+    np.testing.assert_array_equal(whole, np.concatenate([np.asarray(ja.simulate(model, X0[:3], 6).final),
+                                                         np.asarray(ja.simulate(model, X0[3:], 6).final)]))
+    np.testing.assert_allclose(whole, np.asarray(ja.simulate(model, X0, 6, batch=ja.Batch(size=base)).final),
+                               rtol=0, atol=1e-13)
+    two = _model()  # two heads: the default width stays DEFAULT_LANES
+    np.testing.assert_array_equal(np.asarray(ja.simulate(two, _tokens(7), 3).final),
+                                  np.asarray(ja.simulate(two, _tokens(7), 3, batch=ja.Batch(size=base)).final))
+
+
 def test_default_lanes_narrow_for_large_conditions():
     full = default_lanes()
     assert default_lanes(1) == full

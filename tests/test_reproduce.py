@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
-import math
 import re
 import shutil
 import sys
@@ -254,7 +253,8 @@ def pm3(d, ok):
 def pm4(d, ok):
     def fn(t):
         top = max(t, key=lambda r: float(r["gamma"]))
-        top.update(align_mean=str(0.999 if ok else 0.5), tokens="1000", **{"above_0.99": str(1000 if ok else 0)})
+        top.update(align_mean=str(0.999 if ok else 0.5), align_q01=str(0.995 if ok else 0.2), tokens="1000",
+                   **{"above_0.99": str(1000 if ok else 0)})
     _edit(d, "steering_heldout.csv", fn)
 
 
@@ -554,6 +554,34 @@ FLIPS = {"PM1": pm1, "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": pm5, "PM6": pm6,
          "ST5": st5, "ST6": st6, "ST7": st7, "ST8": st8, "ST9": st9, "ST10": st10}
 
 
+def test_always_in_pm4_is_judged_on_the_worst_tokens_too(tmp_path_factory, tmp_path):
+    """A mean of 0.995 with 95% of the tokens above 0.99 is not "perfect alignment is always achieved" when the
+    worst 1% stay at 0.6: the 1% quantile is a check of its own."""
+    c = next(c for c in rep.CLAIMS if c.id == "PM4")
+    shutil.copytree(_run_dir(tmp_path_factory, c.run), tmp_path / "run")
+
+    def fn(t):
+        top = max(t, key=lambda r: float(r["gamma"]))
+        top.update(align_mean="0.995", align_q01="0.6", tokens="1000", **{"above_0.99": "950"})
+    _edit(tmp_path / "run", "steering_heldout.csv", fn)
+    res = c.measure(tmp_path / "run")
+    assert res.verdict == "differs", res.why
+    failed = [c.text for c in res.checks if c.ok is False]
+    assert len(failed) == 1 and "1% quantile" in failed[0], res.why
+
+
+def test_st4_judges_the_basin_not_the_ends_of_its_grid(tmp_path_factory, tmp_path):
+    """The ends of the fixed ε grid return and escape whatever the basin: a small basin share reproduces the claim
+    even where the smallest perturbations do not all return, and the radius is reported, not checked."""
+    c = next(c for c in rep.CLAIMS if c.id == "ST4")
+    shutil.copytree(_run_dir(tmp_path_factory, c.run), tmp_path / "run")
+    st4(tmp_path / "run", True)
+    _edit(tmp_path / "run", "perturbation.csv", lambda t: _set(t, lambda r: True, returned=0, returned_fraction=0.0))
+    res = c.measure(tmp_path / "run")
+    assert res.verdict == "reproduced" and len(res.checks) == 1, res.why
+    assert "no size where every perturbation returns" in res.value
+
+
 def test_every_claim_has_a_flip_case():
     assert set(FLIPS) == {c.id for c in rep.CLAIMS}
 
@@ -573,4 +601,3 @@ def test_the_verdict_flips_across_the_threshold(tmp_path_factory, tmp_path, clai
     assert results[True].verdict == "reproduced", (claim, results[True].why)
     assert results[False].verdict in FAILING, (claim, results[False].why)
     assert results[True].why != results[False].why
-    assert all(math.isfinite(len(r.why)) for r in results.values())

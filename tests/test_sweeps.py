@@ -328,18 +328,19 @@ def test_a_sweep_refused_before_any_result_leaves_no_store_in_the_way(tmp_path):
     assert stats["computed"] == 8
 
 
-@pytest.mark.parametrize("chunk,size", [(1024, None), (64, 8)])
-def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, tmp_path, monkeypatch):
+@pytest.mark.parametrize("chunk,size,heads", [(1024, None, 2), (64, 8, 2), (64, None, 1)])
+def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, heads, tmp_path, monkeypatch):
     """Issue 32: 200 conditions computed in progress pieces (of 128 conditions in one chunk of the default lane width;
-    of 8 in four chunks of lanes of 8), stored or not, equal condition by condition one ``ja.simulate`` call on the
-    seed's first 200 initial conditions: a piece that redrew an earlier piece's conditions would repeat its rows."""
+    of 8 in four chunks of lanes of 8; a one-head model's chunks of 64 in its wider default blocks), stored or not,
+    equal condition by condition one ``ja.simulate`` call on the seed's first 200 initial conditions: a piece that
+    redrew an earlier piece's conditions would repeat its rows."""
     import jaxattn.sweeps.chunked as chunked
 
     drawn = []
     real = chunked.init_tokens
     monkeypatch.setattr(chunked, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
                                                                                                      *a, **k))
-    model = ja.random_model(jax.random.key(7), 8, 2, 3, shared=False)
+    model = ja.random_model(jax.random.key(7), 8, heads, 3, shared=False)
     batch = ja.Batch(size=size)
     kw = dict(num_init=200, n=5, steps=3, seed=4, chunk=chunk, beta=1.5, batch=batch, progress=False)
     got = ja.sweep(model, **kw)

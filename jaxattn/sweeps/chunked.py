@@ -138,7 +138,11 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
     # fixed lane width keeps every condition's numbers independent of the split
     span = min(chunk, num_init)  # a chunk larger than the run computes only the run's conditions
-    piece = min(span, -(-span // (PIECES * lanes)) * lanes)  # whole lane blocks
+    if batch.size is None and model.n_heads == 1 and isinstance(n, int):  # simulate's wider one-head blocks
+        hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
+        lanes = lanes_for(None, None, working_bytes(n, d, 1, dtype, hidden=hidden)) * (
+            1 if batch.devices is None else len(batch.devices))
+    piece = min(span, -(-span // (PIECES * lanes)) * lanes)  # whole lane blocks (no padded lanes computed)
     held = jnp.dtype(dtype).itemsize * piece * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
     if held > memory_limit() // 2:  # a piece's states and results are held at once
         raise ConfigError(f"chunk = {chunk:,} computes {piece:,} conditions at a time, about {held / 2**30:,.3g} GiB "
