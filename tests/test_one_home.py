@@ -196,15 +196,15 @@ def test_the_oja_flow_is_named_as_a_c2_variant():
 
 
 def test_attention_choices_are_the_library_constant():
-    """The command line and the sweep schema offer the library's kernels, not a retyped list."""
+    """The command line and the sweep schema offer the library's attention kinds, not a retyped list."""
     import jaxattn.cli as cli
     from jaxattn.sweeps.grid import SCHEMA
 
-    assert SCHEMA["dynamics"]["attention"].choices is attention.KERNELS
+    assert SCHEMA["dynamics"]["attention"].choices is attention.ATTENTIONS
     parser = cli.build_parser()
     sim = next(a for a in parser._subparsers._group_actions[0].choices["simulate"]._actions
                if a.dest == "attention")
-    assert tuple(sim.choices) == attention.KERNELS
+    assert tuple(sim.choices) == attention.ATTENTIONS
 
 
 def test_positive_integers_have_one_check():
