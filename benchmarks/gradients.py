@@ -8,8 +8,8 @@ Three programs per length, each jitted and timed warm (best of 3):
 * ``forward``: ``jaxattn.simulate`` (observables at the last step only);
 * ``grad``: ``jax.grad`` of that loss with respect to every weight of the model, through jaxattn's map core
   (a two-level rematerialised scan: the gradient stores about 2·√L states);
-* ``grad, no remat``: the same map written as a plain ``lax.scan`` over ``jaxattn.step`` (what a user would
-  write without the core), differentiated as is — JAX then stores every step's intermediates (above
+* ``grad, no remat``: the same map written as a plain ``lax.scan`` over ``jaxattn.dynamics.discrete.step`` (what a
+  user would write without the core), differentiated as is — JAX then stores every step's intermediates (above
   ``--plain-max`` steps only compiled for its memory, not run: it would need gigabytes);
 * ``one block``: the gradient of a single block against its forward pass (no scan, nothing
   rematerialised): the floor no arrangement of the scan can go under.
@@ -38,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxattn as ja
+from jaxattn.dynamics.discrete import step
 
 
 def _best(f, *args, repeat: int = 3) -> tuple[float, float]:
@@ -60,7 +61,7 @@ def _memory(f, *args) -> int:
 def one_block(model, X0) -> dict:
     """The gradient of one block against its forward pass: the cost of the backward pass itself."""
     def loss(m):
-        return jax.vmap(ja.metrics.diameter)(jax.vmap(lambda x: ja.step(x, 0, m, ja.D1, 0.1, 1.0))(X0)).mean()
+        return jax.vmap(ja.metrics.diameter)(jax.vmap(lambda x: step(x, 0, m, ja.D1, 0.1, 1.0))(X0)).mean()
 
     (fw, fc), (gw, gc) = _best(jax.jit(loss), model, repeat=10), _best(jax.jit(jax.grad(loss)), model, repeat=10)
     return dict(forward_s=fw, forward_cpu_s=fc, grad_s=gw, grad_cpu_s=gc, grad_over_forward_cpu=gc / fc)
@@ -79,9 +80,9 @@ def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, h
             res = ja.simulate(m, X0, steps, alpha=0.1, save=ja.Save(every="last"), batch=ja.Batch(size=B, path="plain"))
             return res.observables["diameter"][:, -1].mean()
 
-        def plain_loss(m, steps=steps):  # the same map as a bare lax.scan of ja.step, no rematerialisation
+        def plain_loss(m, steps=steps):  # the same map as a bare lax.scan of step, no rematerialisation
             def body(X, k):
-                return jax.vmap(lambda x: ja.step(x, k, m, ja.D1, 0.1, 1.0))(X), None
+                return jax.vmap(lambda x: step(x, k, m, ja.D1, 0.1, 1.0))(X), None
 
             X, _ = jax.lax.scan(body, X0, jnp.arange(steps, dtype=jnp.int32))
             return jax.vmap(ja.metrics.diameter)(X).mean()

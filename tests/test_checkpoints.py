@@ -129,7 +129,7 @@ def test_convert_is_byte_stable_and_round_trips(tiny, family, tmp_path):
     model = ck.load(a)
     info = {k: v for k, v in meta.items() if k not in ("format_version", "schedule", "norm_style", "activation",
                                                       "ln_eps", "family")}
-    c = ck.save(model, tmp_path / "c.safetensors", info)
+    c = ck.save_checkpoint(model, tmp_path / "c.safetensors", info)
     assert c.read_bytes() == a.read_bytes()
     assert ck.read_meta(c) == meta
 

@@ -83,7 +83,7 @@ def test_choices_are_the_library_constants():
     from jaxattn.dynamics.discrete import NORMS, ROPES
     from jaxattn.dynamics.geometry import NEEDS_S, SPACES
     from jaxattn.dynamics.options import PATHS, PRECISIONS
-    from jaxattn.model.attention import KERNELS
+    from jaxattn.model.attention import ATTENTIONS
     from jaxattn.model.sampling import INIT_KINDS, NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS
     from jaxattn.sweeps.grid import OBSERVABLES
 
@@ -92,7 +92,7 @@ def test_choices_are_the_library_constants():
 
     expected = {
         ("dynamics", "norm"): plain(NORMS, NEEDS_S), ("dynamics", "space"): plain(SPACES, NEEDS_S),
-        ("dynamics", "attention"): KERNELS, ("dynamics", "rope"): ROPES, ("dynamics", "solver"): tuple(SOLVERS),
+        ("dynamics", "attention"): ATTENTIONS, ("dynamics", "rope"): ROPES, ("dynamics", "solver"): tuple(SOLVERS),
         ("model", "weights"): WEIGHT_KINDS, ("model", "value"): plain(VALUE_KINDS, NEEDS_ARRAY),
         ("init", "kind"): plain(INIT_KINDS, NEEDS_ARRAY), ("", "dtype"): SIMULATION_DTYPES,
         ("", "matmul_precision"): tuple(PRECISIONS), ("", "path"): PATHS, ("", "observables"): tuple(OBSERVABLES),

@@ -103,7 +103,7 @@ def test_tokens_stay_on_the_manifold(space):
                         dtype=jnp.float64)
     flow = ja.C1 if S is not None else ja.C2
     sol = ja.solve(model, X0, 6.0, flow=flow, S=S, rtol=1e-8, atol=1e-10, save=ja.Save(trajectory=True))
-    geom = ja.geometry.geometry(space, S, d)
+    geom = ja.dynamics.geometry.geometry(space, S, d)
     off = np.abs(np.asarray(geom.constraint(sol.trajectory))).max()
     assert off < 1e-7
 
@@ -134,7 +134,7 @@ def test_gradient_flow_energy_is_monotone(attention):
     d, n, beta = 5, 6, 2.0
     q = np.asarray(ja.random_model(jax.random.key(11), d, 1, 1).layers.q)  # [1, 1, d, d]
     v = np.einsum("ghkd,ghke->ghde", q, q)  # QᵀK with K = Q
-    model = ja.from_heads(q, q, v, np.eye(d)[None, None], scale=1.0)
+    model = ja.model.params.from_heads(q, q, v, np.eye(d)[None, None], scale=1.0)
     X0 = ja.init_tokens(jax.random.key(12), 16, n, d, dtype=jnp.float64)
     aux = {"q": q[0, 0], "k": q[0, 0], "beta_s": jnp.asarray(beta)}
     save = ja.Save(observe=_energy, aux=aux, ts=np.linspace(0, 5, 41))
@@ -143,7 +143,7 @@ def test_gradient_flow_energy_is_monotone(attention):
     assert np.all(np.diff(E, axis=1) > -1e-9 * np.abs(E[:, 1:])), np.diff(E, axis=1).min()
     assert np.all(E[:, -1] > E[:, 0])
     # a generic V (not QᵀK) is not a gradient flow of this energy: it does decrease somewhere
-    other = ja.from_heads(q, q, np.asarray(ja.random_model(jax.random.key(13), d, 1, 1).layers.v),
+    other = ja.model.params.from_heads(q, q, np.asarray(ja.random_model(jax.random.key(13), d, 1, 1).layers.v),
                           np.eye(d)[None, None], scale=1.0)
     E2 = np.asarray(ja.solve(other, X0, 5.0, flow=ja.Flow(attention=attention), beta=beta, save=save).observables)
     assert np.diff(E2, axis=1).min() < -1e-6
@@ -167,7 +167,7 @@ def test_rescaled_flow_matches_mapped_unrescaled_solution():
     t = ts[2]
     E = scipy.linalg.expm(t * V)
     lw = model.layers.take(0)
-    P = np.asarray(ja.probabilities(jnp.asarray(z @ E.T), lw))[0]
+    P = np.asarray(ja.model.attention.probabilities(jnp.asarray(z @ E.T), lw))[0]
     want = np.einsum("ij,jd->id", P, z) @ V.T - z @ V.T
     got = np.asarray(ja.velocity(model, z, t, flow=ja.C3_RESCALED))
     np.testing.assert_allclose(got, want, atol=1e-12)
@@ -283,13 +283,13 @@ def test_observables_receive_the_attention_weights():
     sim = ja.simulate(model, X0, 3, save=ja.Save(observe=_attention_obs, trajectory=True))
     for k in range(4):
         lw = model.layers.take(model.schedule[k % 2])
-        want = jax.vmap(ja.probabilities, in_axes=(0, None))(sim.trajectory[:, k], lw)
+        want = jax.vmap(ja.model.attention.probabilities, in_axes=(0, None))(sim.trajectory[:, k], lw)
         np.testing.assert_allclose(np.asarray(sim.observables[:, k]), np.asarray(want), atol=1e-14)
     d3 = ja.simulate(model, X0, 2, dynamics=ja.D3, save=ja.Save(observe=_attention_obs))
     np.testing.assert_allclose(np.asarray(d3.observables[..., 1, :2]), 0.5, atol=1e-15)  # uniform over j in {0, 1}
     sol = ja.solve(model, X0, 1.5, save=ja.Save(observe=_attention_obs, ts=[0.0, 1.5], trajectory=True))
     lw = model.layers.take(1)
-    want = jax.vmap(lambda X: ja.probabilities(X, lw))(sol.trajectory[:, 1])
+    want = jax.vmap(lambda X: ja.model.attention.probabilities(X, lw))(sol.trajectory[:, 1])
     np.testing.assert_allclose(np.asarray(sol.observables[:, 1]), np.asarray(want), atol=1e-14)
 
 
@@ -303,7 +303,7 @@ def test_unnormalised_kernel():
     lw = model.layers.take(0)
     q, k = np.asarray(lw.q[0]), np.asarray(lw.k[0])
     want = np.tril(np.exp(1.7 * (X @ q.T) @ (X @ k.T).T)) / 5
-    got = np.asarray(ja.probabilities(jnp.asarray(X), lw, 1.7, kernel="unnormalised"))[0]
+    got = np.asarray(ja.model.attention.probabilities(jnp.asarray(X), lw, 1.7, attention="unnormalised"))[0]
     np.testing.assert_allclose(got, want, rtol=1e-14)
 
 

@@ -66,7 +66,7 @@ def test_attention_probabilities_match_reference():
     model = ja.random_model(jax.random.key(3), 8, 2, 1, mask="local:3", biases=True)
     X = np.asarray(ja.init_tokens(jax.random.key(4), 1, 7, 8, dtype=jnp.float64))[0]
     lw = model.layers.take(0)
-    got = ja.probabilities(jnp.asarray(X), lw, 0.8, biases=True)
+    got = ja.model.attention.probabilities(jnp.asarray(X), lw, 0.8, biases=True)
     w = weight_sets(model)[0]
     want = ref.attention_probs(X, w["q"], w["k"], w["scale"], 0.8, True, 3, w["bq"], w["bk"])
     np.testing.assert_allclose(np.asarray(got), want, atol=1e-14)
@@ -233,8 +233,8 @@ def _first_coord_and_attention(t, X, ctx):
     (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.ones((1, 3, 4)), 1,
                          dynamics=ja.Dynamics(ffn=True)), "no FFN"),
     (lambda: ja.Dynamics(norm="l3"), "norm must be"),
-    (lambda: ja.parse_mask("local:0"), "positive window"),
-    (lambda: ja.parse_mask("sparse"), "mask must be"),
+    (lambda: ja.model.params.parse_mask("local:0"), "positive window"),
+    (lambda: ja.model.params.parse_mask("sparse"), "mask must be"),
 ])
 def test_bad_input_is_refused(call, match):
     with pytest.raises(ConfigError, match=match):
@@ -246,7 +246,7 @@ def test_non_finite_weights_refused():
     q = np.array(m.layers.q)
     q[0, 0, 0, 0] = np.nan
     with pytest.raises(ConfigError, match="non-finite"):
-        ja.from_heads(q, m.layers.k, m.layers.v, m.layers.o)
+        ja.model.params.from_heads(q, m.layers.k, m.layers.v, m.layers.o)
 
 
 @pytest.mark.parametrize("weights", ["uniform", "identity"])

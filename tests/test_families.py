@@ -255,8 +255,8 @@ def test_d1_with_rope_equals_numpy_reference(dim, rope):
     d, H, Hkv, dh = 12, 4, 2, 6
     q, k, v = (rng.normal(size=(1, h, dh, d)) / np.sqrt(d) for h in (H, Hkv, Hkv))
     o = rng.normal(size=(1, H, d, dh)) / np.sqrt(dh)
-    own = ja.Rope(dim=4, theta=100.0) if rope == "model" else None
-    model = ja.from_heads(q, k, v, o, masks="causal", rope=own)
+    own = ja.model.rope.Rope(dim=4, theta=100.0) if rope == "model" else None
+    model = ja.model.params.from_heads(q, k, v, o, masks="causal", rope=own)
     X = rng.normal(size=(7, d))
     X /= np.linalg.norm(X, axis=-1, keepdims=True)
     got = ja.simulate(model, X[None], 1, dynamics=ja.Dynamics(rope=rope), save=ja.Save(trajectory=True), alpha=0.7,
@@ -277,8 +277,9 @@ def test_rmsnorm_is_a_scaled_l2_normalisation_with_gains():
     rng = np.random.default_rng(5)
     y, g = rng.normal(size=(3, 16)), rng.normal(size=16)
     want = g * np.sqrt(16) * y / np.linalg.norm(y, axis=-1, keepdims=True)
-    np.testing.assert_allclose(np.asarray(ja.nn.rms_norm(y, g, 0.0)), want, rtol=1e-13, atol=0)
-    np.testing.assert_allclose(np.asarray(ja.nn.rms_norm(y, None, 0.0)) / 4.0, np.asarray(ja.nn.l2(y)), atol=1e-15)
+    np.testing.assert_allclose(np.asarray(ja.model.nn.rms_norm(y, g, 0.0)), want, rtol=1e-13, atol=0)
+    np.testing.assert_allclose(np.asarray(ja.model.nn.rms_norm(y, None, 0.0)) / 4.0, np.asarray(ja.model.nn.l2(y)),
+                               atol=1e-15)
 
 
 @pytest.mark.parametrize("variant,rope", [("llama-gqa2", "none"), ("gpt_neox-parallel-quarter", "model")])
@@ -329,7 +330,7 @@ def test_text_prompts_through_a_converted_llama(tiny, tmp_path):
     X0 = ja.dynamics.prompts.embed_prompts(model, ids, dtype="float64")
     np.testing.assert_array_equal(np.asarray(X0[0]), np.asarray(model.embeddings.word)[ids].astype(np.float64))
     hs_ref, _ = hf_run(ref, ids, False)
-    final = ja.forward(model, X0[0], dtype="float64")[0][-1]
+    final = ja.dynamics.faithful.forward(model, X0[0], dtype="float64")[0][-1]
     np.testing.assert_allclose(np.asarray(final), hs_ref[-1], rtol=0, atol=1e-10)
 
 

@@ -20,7 +20,7 @@ from jaxattn.model.attention import attend, probabilities
 from . import reference as ref
 from .test_discrete import weight_sets
 
-GENERAL = ja.Form()
+GENERAL = forms.Form()
 
 
 def _models():
@@ -35,7 +35,7 @@ def _models():
         "clusters-d16": ja.random_model(key, 16, weights="identity", value="random", scale=1.0),
         "symmetric-d4": ja.random_model(key, 4, weights="identity", value="symmetric",
                                         spectrum=[1.5, 1.0, -0.5, 0.2]),
-        "paper-d3": ja.clusters.paper_model(V),
+        "paper-d3": ja.analysis.clusters.paper_model(V),
         "gaussian-d6": ja.random_model(key, 6, depth=3, shared=False),
         "gaussian-d16-causal": ja.random_model(key, 16, mask="causal"),
         "gaussian-d6-3heads-local-biases": ja.random_model(key, 6, heads=3, mask="local:2", biases=True),
@@ -50,14 +50,15 @@ DYNAMICS = {"D1": (ja.D1, "l2"), "D3": (ja.D3, "l2"), "D4": (ja.D4, "none"), "D5
 def _forms(model):
     """Every form that can compute this model's layers exactly (identity members only where they are)."""
     ids = forms.identity_members(model.layers)
-    out = [GENERAL, ja.Form(products="broadcast"), ja.Form(key_chunk=2), ja.Form(key_chunk=3, products="broadcast")]
+    out = [GENERAL, forms.Form(products="broadcast"), forms.Form(key_chunk=2),
+           forms.Form(key_chunk=3, products="broadcast")]
     if ids:
-        out += [ja.Form(identity=ids), ja.Form(identity=ids, products="broadcast", key_chunk=4)]
+        out += [forms.Form(identity=ids), forms.Form(identity=ids, products="broadcast", key_chunk=4)]
     if forms.unmasked(model.layers):
-        out += [ja.Form(masked=False), ja.Form(identity=ids, key_chunk=3, masked=False)]
+        out += [forms.Form(masked=False), forms.Form(identity=ids, key_chunk=3, masked=False)]
     if model.layers.bq is None:
-        out += [ja.Form(scores="bilinear", values="bilinear"),
-                ja.Form(scores="bilinear", values="heads", identity=tuple(m for m in ids if m in "vo"), key_chunk=3)]
+        out += [forms.Form(scores="bilinear", values="bilinear"),
+                forms.Form(scores="bilinear", values="heads", identity=tuple(m for m in ids if m in "vo"), key_chunk=3)]
     return out
 
 
@@ -87,12 +88,12 @@ def test_every_form_of_a_block_equals_the_general_form_and_the_numpy_reference(n
     for g in range(model.layers.n_sets):
         lw = model.layers.take(g)
         X = jnp.asarray(X0[g % X0.shape[0]])
-        general = np.asarray(ja.block(X, lw, model, dyn, 0.7, 1.3, S, form=GENERAL))
+        general = np.asarray(ja.dynamics.discrete.block(X, lw, model, dyn, 0.7, 1.3, S, form=GENERAL))
         want = ref.step(np.asarray(X), sets[g], alpha=0.7, beta=1.3, norm=norm, S=S, biases=biases,
                         uniform=dyn.attention == "uniform")
         np.testing.assert_allclose(general, want, rtol=0, atol=1e-13)
         for form in _forms(model):
-            got = np.asarray(ja.block(X, lw, model, dyn, 0.7, 1.3, S, form=form))
+            got = np.asarray(ja.dynamics.discrete.block(X, lw, model, dyn, 0.7, 1.3, S, form=form))
             np.testing.assert_allclose(got, general, rtol=0, atol=1e-13, err_msg=repr(form))
 
 
@@ -147,7 +148,7 @@ def test_flows_take_the_same_forms(flow_name, name):
                         dtype=jnp.float64)
     kw = dict(flow=flow, beta=1.5, S=S, rtol=1e-10, atol=1e-10, save=ja.Save(ts=[0.0, 0.5, 1.0], trajectory=True))
     general = ja.solve(model, X0, 1.0, batch=ja.Batch(form=GENERAL), **kw)
-    for form in [None, ja.Form(key_chunk=4, products="broadcast")]:
+    for form in [None, forms.Form(key_chunk=4, products="broadcast")]:
         other = ja.solve(model, X0, 1.0, batch=ja.Batch(form=form or "auto"), **kw)
         np.testing.assert_allclose(np.asarray(other.trajectory), np.asarray(general.trajectory), rtol=0, atol=1e-12)
         np.testing.assert_array_equal(np.asarray(other.num_steps), np.asarray(general.num_steps))
@@ -163,12 +164,12 @@ def test_key_chunks_equal_the_formed_attention(kernel, mask):
     for model in cases:
         lw = model.layers.take(0)
         Xm = X[:, : model.d_model] / np.linalg.norm(X[:, : model.d_model], axis=-1, keepdims=True)
-        formed = attend(Xm, lw, 1.7, biases=True, kernel=kernel)
+        formed = attend(Xm, lw, 1.7, biases=True, attention=kernel)
         for chunk in (1, 2, 5, 13, 40):
-            chunked = attend(Xm, lw, 1.7, biases=True, kernel=kernel, form=ja.Form(key_chunk=chunk))
+            chunked = attend(Xm, lw, 1.7, biases=True, attention=kernel, form=forms.Form(key_chunk=chunk))
             np.testing.assert_allclose(np.asarray(chunked), np.asarray(formed), rtol=0, atol=1e-13)
         # a large score (beta = 60): the running maximum keeps exp from overflowing as the formed softmax does
-        big = attend(Xm, lw, 60.0, kernel=kernel, form=ja.Form(key_chunk=4))
+        big = attend(Xm, lw, 60.0, attention=kernel, form=forms.Form(key_chunk=4))
         assert np.all(np.isfinite(big)) or kernel == "unnormalised"
 
 
@@ -177,11 +178,11 @@ def test_key_chunks_with_rope_and_grouped_query_heads():
     q = jax.random.normal(key, (1, 4, 4, 16), jnp.float64) / 4
     kv = jax.random.normal(jax.random.fold_in(key, 1), (1, 2, 4, 16), jnp.float64) / 4
     o = jax.random.normal(jax.random.fold_in(key, 2), (1, 4, 16, 4), jnp.float64) / 4
-    model = ja.from_heads(q, kv, kv, o, masks="causal", rope=ja.Rope(dim=4))
+    model = ja.model.params.from_heads(q, kv, kv, o, masks="causal", rope=ja.model.rope.Rope(dim=4))
     X0 = ja.init_tokens(jax.random.key(3), 2, 11, 16, dtype=jnp.float64)
     dyn = ja.Dynamics(rope="model")
     formed = ja.simulate(model, X0, 3, dynamics=dyn, batch=ja.Batch(form=GENERAL))
-    chunked = ja.simulate(model, X0, 3, dynamics=dyn, batch=ja.Batch(form=ja.Form(key_chunk=3)))
+    chunked = ja.simulate(model, X0, 3, dynamics=dyn, batch=ja.Batch(form=forms.Form(key_chunk=3)))
     np.testing.assert_allclose(np.asarray(chunked.final), np.asarray(formed.final), rtol=0, atol=1e-13)
     assert form_of(model, dyn, 11, jnp.float64).scores == "heads"  # RoPE: no bilinear scores
 
@@ -189,13 +190,13 @@ def test_key_chunks_with_rope_and_grouped_query_heads():
 def test_the_choice():
     f = lambda name, n=32, **kw: forms.choose(MODELS[name], n, **kw)
     # the sphere model: X Xᵀ, the softmax and A X, no mask; dot products (broadcast products only when forced)
-    assert f("sphere-d3") == ja.Form(identity=("q", "k", "v", "o"), masked=False)
+    assert f("sphere-d3") == forms.Form(identity=("q", "k", "v", "o"), masked=False)
     assert f("sphere-d4-2heads-causal").identity == ("q", "k", "v", "o")
     assert f("sphere-d4-2heads-causal").masked and f("gaussian-d6-3heads-local-biases").masked  # causal, window
     # the clustering model (Q = K = I, V random, O = I): scores from reshapes, values through F = O V
-    assert f("clusters-d16") == ja.Form(identity=("q", "k"), values="bilinear", masked=False)
+    assert f("clusters-d16") == forms.Form(identity=("q", "k"), values="bilinear", masked=False)
     # value='symmetric' has V = I and O = F: projecting once by O costs what F does: the general form
-    assert f("symmetric-d4") == ja.Form(identity=("q", "k", "v"), masked=False)
+    assert f("symmetric-d4") == forms.Form(identity=("q", "k", "v"), masked=False)
     assert all(f(name).products == "einsum" for name in MODELS)
     # one full-rank head (d_h = d): the papers' B = s QᵀK and F = O V; several small heads: per-head projections
     assert (f("gaussian-d16-causal").scores, f("gaussian-d16-causal").values) == ("bilinear", "bilinear")
@@ -209,7 +210,7 @@ def test_the_choice():
     assert forms.choose(one, 8, biases=True).scores == "heads"
     assert forms.choose(one, 8, biases=False).scores == "bilinear"
     assert forms.choose(one, 8, rope=True).scores == "heads"
-    assert forms.choose(one, 8, kernel="uniform").scores == "heads"  # no scores to form
+    assert forms.choose(one, 8, attention="uniform").scores == "heads"  # no scores to form
     # beyond the budget: key chunks; within it: the n x n attention
     assert f("sphere-d3", n=100, budget=forms.attention_bytes(100, 1, jnp.float32)).key_chunk is None
     assert f("sphere-d3", n=100, budget=forms.attention_bytes(100, 1, jnp.float32) - 1).key_chunk is not None
@@ -231,11 +232,11 @@ def test_identity_flags_are_verified_before_use():
     b = ja.simulate(edited, X0, 3, batch=ja.Batch(form=GENERAL))
     np.testing.assert_allclose(np.asarray(a.final), np.asarray(b.final), rtol=0, atol=1e-14)
     with pytest.raises(ConfigError, match="not the identity"):
-        ja.simulate(edited, X0, 3, batch=ja.Batch(form=ja.Form(identity=("q",))))
+        ja.simulate(edited, X0, 3, batch=ja.Batch(form=forms.Form(identity=("q",))))
     with pytest.raises(ConfigError, match=r"Batch\(form=\.\.\.\)"):
         ja.Batch(form="bilinear")
     with pytest.raises(ConfigError, match="key_chunk"):
-        ja.Form(key_chunk=0)
+        forms.Form(key_chunk=0)
     # the mask likewise: a model given a causal flag after it was built keeps it
     causal = model.replace(layers=model.layers.replace(causal=jnp.ones_like(model.layers.causal)))
     assert form_of(causal, ja.D1, 5, jnp.float64).masked
@@ -244,9 +245,9 @@ def test_identity_flags_are_verified_before_use():
     np.testing.assert_allclose(np.asarray(got.final), np.asarray(want.final), rtol=0, atol=1e-14)
     assert np.abs(np.asarray(got.final) - np.asarray(a.final)).max() > 1e-3  # the mask changes the dynamics
     with pytest.raises(ConfigError, match="masked=False"):
-        ja.simulate(causal, X0, 3, batch=ja.Batch(form=ja.Form(masked=False)))
+        ja.simulate(causal, X0, 3, batch=ja.Batch(form=forms.Form(masked=False)))
     with pytest.raises(ConfigError, match="masked"):
-        ja.Form(masked="no")
+        forms.Form(masked="no")
 
 
 def test_gradients_with_respect_to_identity_weights_are_not_lost():
@@ -275,7 +276,7 @@ def test_batch_split_independence_in_the_structured_forms():
     model = MODELS["sphere-d3"].astype(jnp.float32)
     assert not form_of(model, ja.D1, 9, jnp.float32).masked
     X0 = ja.init_tokens(jax.random.key(9), 150, 9, 3)
-    batch = ja.Batch(form=ja.Form(identity=("q", "k", "v", "o"), products="broadcast", masked=False))
+    batch = ja.Batch(form=forms.Form(identity=("q", "k", "v", "o"), products="broadcast", masked=False))
     whole = ja.simulate(model, X0, 8, beta=4.0, batch=batch)
     parts = [ja.simulate(model, X0[a:b], 8, beta=4.0, batch=batch) for a, b in ((0, 37), (37, 150))]
     np.testing.assert_array_equal(np.asarray(whole.final), np.concatenate([np.asarray(p.final) for p in parts]))
@@ -314,16 +315,17 @@ def assert_forms_agree_on(model, n: int = 9) -> None:
     model = model.astype(jnp.float64)
     X0 = ja.init_tokens(jax.random.key(11), 2, n, model.d_model, kind="gaussian", dtype=jnp.float64)
     for dyn in (ja.FAITHFUL, ja.D1):
-        candidates = [ja.Form(products="broadcast"), ja.Form(key_chunk=4), ja.Form(key_chunk=3, products="broadcast")]
+        candidates = [forms.Form(products="broadcast"), forms.Form(key_chunk=4),
+                      forms.Form(key_chunk=3, products="broadcast")]
         if dyn == ja.D1:  # no biases, no RoPE: the bilinear forms apply
-            candidates.append(ja.Form(scores="bilinear", values="bilinear"))
+            candidates.append(forms.Form(scores="bilinear", values="bilinear"))
         Xs = jnp.asarray(X0[0]) if dyn == ja.FAITHFUL else jnp.asarray(X0[0] / np.linalg.norm(X0[0], axis=-1,
                                                                                                keepdims=True))
         for g in sorted(set(model.schedule)):
             lw = model.layers.take(g)
-            general = np.asarray(ja.block(Xs, lw, model, dyn, 1.0, 1.0, form=GENERAL))
+            general = np.asarray(ja.dynamics.discrete.block(Xs, lw, model, dyn, 1.0, 1.0, form=GENERAL))
             for form in [form_of(model, dyn, n, jnp.float64), *candidates]:
-                got = np.asarray(ja.block(Xs, lw, model, dyn, 1.0, 1.0, form=form))
+                got = np.asarray(ja.dynamics.discrete.block(Xs, lw, model, dyn, 1.0, 1.0, form=form))
                 np.testing.assert_allclose(got, general, rtol=0, atol=1e-12, err_msg=f"{model.family} {dyn} {form}")
     X = X0 / np.linalg.norm(X0, axis=-1, keepdims=True)
     auto = ja.simulate(model, X, model.depth)

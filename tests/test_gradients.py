@@ -42,7 +42,7 @@ def test_layer_sensitivity_against_finite_differences(shared):
     if shared:
         total = _fd(lambda e: R(_scaled(model, "o", 0, e)))
         assert sum(r["dR_dlogF"] for r in rows) == pytest.approx(total, rel=1e-6)
-        model = ja.unshared(model)
+        model = ja.analysis.gradients.unshared(model)
     for r in rows:
         k = r["block"]
         assert r["dR_dlogF"] == pytest.approx(_fd(lambda e, k=k: R(_scaled(model, "o", k, e))), rel=1e-6, abs=1e-10)
@@ -92,7 +92,7 @@ def test_critical_beta_newton_agrees_with_bisection():
     bisection find the same crossing of the level."""
     model = _model(depth=3, d=8)
     X0 = ja.init_tokens(jax.random.key(1), 64, 5, 8, dtype=jnp.float64)
-    f = ja.batch_observable(model, X0)
+    f = ja.analysis.gradients.batch_observable(model, X0)
     level = 0.5  # crossed between β = 20 (0.465) and 40 (0.526) with the float32-drawn weights
     lo, hi = 20.0, 40.0
     assert float(f(lo)) < level < float(f(hi))
@@ -132,13 +132,16 @@ def test_beta_grid_matches_sweep_grid(tmp_path):
 
 
 def test_analyze_reports_which_layer_matters(tmp_path):
-    """run_study writes sensitivity.csv (the rows of layer_sensitivity on the study's conditions), the figure
+    """The power-method study writes sensitivity.csv (the rows of layer_sensitivity on the study's conditions), the
+    figure
     and a report section whose numbers come from the table; R is the main run's last ρ1."""
     import csv
 
+    from jaxattn.studies import power_method
+
     model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
-    cfg = ja.StudyConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0, progress=False, dtype="float64")
-    tables = ja.run_study(model, tmp_path, cfg)
+    cfg = ja.PowerMethodConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0, progress=False, dtype="float64")
+    tables = power_method.run(tmp_path, cfg, model=model)
     rows = list(csv.DictReader((tmp_path / "sensitivity.csv").open()))
     X0 = ja.init_tokens(jax.random.key(0), 16, 3, 8, kind="gaussian", dtype=jnp.float64)
     want = ja.layer_sensitivity(model, X0, dtype=jnp.float64)
@@ -151,8 +154,9 @@ def test_analyze_reports_which_layer_matters(tmp_path):
     for r in want:
         assert f"| {r['block']} | {r['weight_set']} | {r['dR_dlogF']:+.4g} |" in report
     assert (tmp_path / "sensitivity.png").read_bytes()[:4] == b"\x89PNG"
-    off = ja.run_study(model, tmp_path / "off", ja.StudyConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0,
-                                                                progress=False, figures=False, sensitivity=False))
+    off = power_method.run(tmp_path / "off", ja.PowerMethodConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0,
+                                                                 progress=False, figures=False, sensitivity=False),
+                           model=model)
     assert "sensitivity" not in off and not (tmp_path / "off" / "sensitivity.csv").exists()
 
 

@@ -250,7 +250,7 @@ def test_public_drivers_declare_their_array_shapes():
     import jaxattn as ja
 
     want = {ja.simulate: ("X0", "*B n d"), ja.simulate_one: ("X0", "n d"), ja.solve: ("X0", "*B n d"),
-            ja.repeated_passes: ("X0", "B n d"), ja.step: ("X", "n d"), ja.velocity: ("X", "n d"),
+            ja.repeated_passes: ("X0", "B n d"), ja.dynamics.discrete.step: ("X", "n d"), ja.velocity: ("X", "n d"),
             ja.metrics.diameter: ("X", "n d"), ja.init_tokens: ("return", "batch n d"),
             ja.layer_matrices: ("return", "G d d")}
     for fn, (arg, dims) in want.items():

@@ -123,7 +123,7 @@ def test_attn_rank_column_from_the_attention_each_step_applies():
     base = ja.random_model(jax.random.key(3), d, H, 4, shared=False)
     lay = base.layers
     masks = ["full", "local:1", "full", "local:1"]
-    model = ja.from_heads(lay.q, lay.k, lay.v, lay.o, masks=masks)
+    model = ja.model.params.from_heads(lay.q, lay.k, lay.v, lay.o, masks=masks)
     X0 = np.array(ja.init_tokens(jax.random.key(4), 3, n, d, kind="gaussian", dtype=jnp.float64))
     X0[1, 1] = X0[1, 0]  # one copy: rank n - 1 under full attention
     X0[2, 2] = X0[2, 0]

@@ -74,14 +74,16 @@ def test_spectrum_of_a_name_says_how_to_load_it():
         ja.spectrum({"a": 1})
 
 
-def test_run_study_called_like_another_study(tmp_path):
-    with pytest.raises(ConfigError, match=r"jaxattn.studies.clusters.run_study\(out_dir"):
-        ja.run_study(tmp_path / "x", "clusters")
-    with pytest.raises(ConfigError, match="takes a Model first"):
-        ja.run_study(str(tmp_path / "x"), tmp_path / "y")
+def test_power_method_study_called_wrongly(tmp_path):
+    from jaxattn.studies import power_method
+
+    with pytest.raises(ConfigError, match=r"runs on a model: run\(out_dir, config, model=...\)"):
+        power_method.run(tmp_path / "x", ja.PowerMethodConfig())
     m = ja.random_model(jax.random.key(0), 4, 1, 1)
-    with pytest.raises(ConfigError, match="must be a StudyConfig"):
-        ja.run_study(m, tmp_path / "x", {"num_init": 4})
+    with pytest.raises(ConfigError, match=r"must be a jaxattn.studies.power_method.Config \(PowerMethodConfig"):
+        power_method.run(tmp_path / "x", {"num_init": 4}, model=m)
+    with pytest.raises(ConfigError, match=r"must be a jaxattn\.studies\.power_method\.Config"):
+        power_method.run(tmp_path / "x", ja.ClustersConfig(), model=m)
     assert not (tmp_path / "x").exists()
 
 
@@ -159,7 +161,8 @@ def _config(out: Path) -> dict:
 def test_analyze_config_json_replays(tmp_path):
     """Lists (gammas) were refused ("gammas must be str"), and the random model's dimensions were lost: the
     replayed options are the run's own and name the same weights."""
-    from jaxattn.cli import build_parser, load_model_arg, resolve
+    from jaxattn.cli import build_parser, resolve
+    from jaxattn.cli._shared import load_model_arg
     from jaxattn.io.results import weights_sha256
 
     a = tmp_path / "a"
@@ -205,10 +208,10 @@ def test_solve_errors_name_the_flags(tmp_path, capsys):
 def test_consensus_refuses_a_negative_seed(tmp_path, capsys):
     assert main(["consensus", "--seed", "-1", "--out", str(tmp_path / "c")]) == 2
     assert "--seed: must be in [0, 2^63), got -1" in _err(capsys)
-    from jaxattn.studies.power_method import StudyConfig
+    from jaxattn.studies.power_method import PowerMethodConfig
 
     with pytest.raises(ConfigError, match=r"seed: must be in \[0, 2\^63\)"):  # analyze: before the spectra, not after
-        StudyConfig(seed=-1).check()
+        PowerMethodConfig(seed=-1).check()
 
 
 def test_convert_errors_name_the_users_paths(tmp_path, capsys, gpt2_file):

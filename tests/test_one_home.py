@@ -33,20 +33,20 @@ def test_simulate_refuses_what_the_model_lacks(dyn, what):
         ja.simulate(model, X0, 2, dynamics=dyn)
 
 
-def test_attention_kernel_errors_are_config_errors(tmp_path, capsys, monkeypatch):
+def test_attention_kind_errors_are_config_errors(tmp_path, capsys, monkeypatch):
     model, X0 = _tiny()
-    with pytest.raises(ConfigError, match="attention kernel must be one of"):
-        attention.probabilities(X0[0], model.layers.take(0), kernel="sparsemax")
+    with pytest.raises(ConfigError, match="attention must be one of"):
+        attention.probabilities(X0[0], model.layers.take(0), attention="sparsemax")
     # the command line's handler catches it: one line, exit 2
 
     def bad(*a, **k):
-        return attention.probabilities(X0[0], model.layers.take(0), kernel="sparsemax")
+        return attention.probabilities(X0[0], model.layers.take(0), attention="sparsemax")
 
     monkeypatch.setattr("jaxattn.cli.simulate.load_model_arg", bad)
     assert main(["simulate", "--num-init", "2", "--n", "3", "--d", "4", "--heads", "1", "--depth", "1",
                  "--out", str(tmp_path / "o"), "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("jaxattn: error: attention kernel must be one of"), err
+    assert err.count("\n") == 1 and err.startswith("jaxattn: error: attention must be one of"), err
 
 
 @pytest.mark.parametrize("value,positive,ok", [
@@ -65,8 +65,9 @@ def test_real_is_the_one_number_check(value, positive, ok):
 
 
 @pytest.mark.parametrize("make,match", [
-    (lambda: ja.Rope(dim=2, theta=-1.0), "RoPE theta must be a finite number > 0"),
-    (lambda: ja.Rope(dim=2, kind="linear", factor=float("nan")), "RoPE scaling 'linear' must be a finite number > 0"),
+    (lambda: ja.model.rope.Rope(dim=2, theta=-1.0), "RoPE theta must be a finite number > 0"),
+    (lambda: ja.model.rope.Rope(dim=2, kind="linear", factor=float("nan")),
+     "RoPE scaling 'linear' must be a finite number > 0"),
     (lambda: ja.spectrum(np.eye(2), alpha=float("inf")), "alpha must be a finite number"),
 ])
 def test_checks_written_once_say_the_same(make, match):
@@ -115,7 +116,8 @@ def test_simulate_command_refuses_in_one_line(argv, msg, tmp_path, capsys):
 
 def test_replayed_uniform_attention_runs_stay_uniform():
     """A config.json written before --attention (``uniform_attention: true``) replays as ``--attention uniform``."""
-    from jaxattn.cli import SIM_DEFAULTS, replayed
+    from jaxattn.cli._config import replayed
+    from jaxattn.cli.simulate import SIM_DEFAULTS
 
     cfg = replayed({"config": {"uniform_attention": True, "model": "random"}}, SIM_DEFAULTS)
     assert cfg["attention"] == "uniform"
@@ -194,16 +196,15 @@ def test_the_oja_flow_is_named_as_a_c2_variant():
 
 
 def test_attention_choices_are_the_library_constant():
-    """The command line and the sweep schema offer the library's kernels, not a retyped list."""
+    """The command line and the sweep schema offer the library's attention kinds, not a retyped list."""
     import jaxattn.cli as cli
     from jaxattn.sweeps.grid import SCHEMA
 
-    assert cli.ATTENTION_KERNELS is attention.KERNELS
-    assert SCHEMA["dynamics"]["attention"].choices is attention.KERNELS
+    assert SCHEMA["dynamics"]["attention"].choices is attention.ATTENTIONS
     parser = cli.build_parser()
     sim = next(a for a in parser._subparsers._group_actions[0].choices["simulate"]._actions
                if a.dest == "attention")
-    assert tuple(sim.choices) == attention.KERNELS
+    assert tuple(sim.choices) == attention.ATTENTIONS
 
 
 def test_positive_integers_have_one_check():

@@ -93,7 +93,7 @@ def test_option_checks_take_numpy_numbers(tmp_path):
     through could not be recorded in JSON."""
     from jaxattn.studies import clusters, power_method
 
-    cfg = power_method.StudyConfig(num_init=np.int64(8), alpha=np.float32(0.5), gammas=[np.float64(2.0)],
+    cfg = power_method.PowerMethodConfig(num_init=np.int64(8), alpha=np.float32(0.5), gammas=[np.float64(2.0)],
                                    ffn_study=np.bool_(False))
     cfg.check()
     assert type(cfg.num_init) is int and type(cfg.alpha) is float and type(cfg.gammas[0]) is float

@@ -166,7 +166,7 @@ def test_heads_that_attend_alike_lose_nothing():
     q = np.array([[[[1.0, 0.3]], [[1.0, 0.3]]]])  # [G=1, H=2, d_h=1, d=2], the same for both heads
     v = F.reshape(1, 2, 1, 2)  # head h: row h of F
     o = np.eye(2).reshape(2, 2, 1)[None].transpose(0, 2, 1, 3)  # head h: column h of I, so Σ_h O_h V_h = F
-    model = ja.from_heads(q, q, v, o, scale=1.0)
+    model = ja.model.params.from_heads(q, q, v, o, scale=1.0)
     np.testing.assert_allclose(np.asarray(ja.layer_matrices(model)[0]), F, atol=1e-15)
     Z0 = np.random.default_rng(4).normal(size=(8, 2))
     dep = _departure(model, F, q[0, 0], q[0, 0], Z0, 0.01, [5.0, 10.0, 15.0], "softmax")
@@ -184,7 +184,7 @@ def test_multi_head_with_biases_matches_the_general_form():
     for kernel in ("softmax", "unnormalised"):
         flow = ja.Flow(space="flat", rescaled=True, attention=kernel, biases=True)
         X = Z @ sla.expm(t * F).T
-        U = np.asarray(ja.attend(jnp.asarray(X), lw, biases=True, kernel=kernel))
+        U = np.asarray(ja.model.attention.attend(jnp.asarray(X), lw, biases=True, attention=kernel))
         want = U @ sla.expm(-t * F).T - Z @ F.T
         got = np.asarray(ja.velocity(model, Z, t, flow=flow))
         np.testing.assert_allclose(got, want, atol=1e-12 * np.abs(want).max())

@@ -289,7 +289,7 @@ def test_wrong_kinds_of_arguments_get_one_clear_error():
     with pytest.raises(ConfigError, match=r"dynamics must be a jaxattn\.Dynamics"):
         ja.simulate(model, X0, 2, dynamics="D1")
     for call in (lambda: ja.random_model(0, 4, 2, 1), lambda: ja.init_tokens(7, 2, 3, 4),
-                 lambda: ja.symmetric_with_spectrum(1, [1.0, 2.0])):
+                 lambda: ja.model.sampling.symmetric_with_spectrum(1, [1.0, 2.0])):
         with pytest.raises(ConfigError, match="key must be a JAX PRNG key"):
             call()
     # both key styles are accepted and give the same tokens

@@ -232,7 +232,7 @@ def test_out_under_a_file_is_refused_before_any_computation(argv, tmp_path, monk
     def computes(*a, **k):
         raise AssertionError("computed before checking --out")
 
-    for mod, name in ((sweep_mod, "sweep"), (power_method, "run_study"), (clusters, "run"),
+    for mod, name in ((sweep_mod, "sweep"), (power_method, "run"), (clusters, "run"),
                       (stability, "run"), (grid, "sweep_grid"), (ckpt, "convert")):
         monkeypatch.setattr(mod, name, computes)
     monkeypatch.setattr("jaxattn.cli.sweep.execute", computes)

@@ -58,14 +58,14 @@ _X64_OFF = textwrap.dedent("""
     assert not jax.config.read("jax_enable_x64")
     key = jax.random.key(0)
     m = ja.random_model(key, 8, 2, 3, shared=False, biases=True)
-    S = ja.symmetric_with_spectrum(key, [3.0, 1.0, 0.5])
+    S = ja.model.sampling.symmetric_with_spectrum(key, [3.0, 1.0, 0.5])
     X = ja.init_tokens(key, 70, 5, 8)
     arrays = {f: np.asarray(getattr(m.layers, f)) for f in ("q", "k", "v", "o", "bq", "bo")}
     np.savez(sys.argv[1], X=np.asarray(X), S=np.asarray(S), **arrays)
     errors = []
     for f in (lambda: ja.init_tokens(key, 2, 3, 4, dtype=jnp.float64),
               lambda: ja.random_model(key, 4, dtype=jnp.float64),
-              lambda: ja.symmetric_with_spectrum(key, [1.0, 2.0], dtype="float64")):
+              lambda: ja.model.sampling.symmetric_with_spectrum(key, [1.0, 2.0], dtype="float64")):
         try:
             f()
             errors.append("accepted")
@@ -92,7 +92,7 @@ def test_same_numbers_with_x64_off(tmp_path):
         np.testing.assert_array_equal(m32[f], got[f], err_msg=f)
         np.testing.assert_array_equal(m64[f], got[f].astype(np.float64), err_msg=f)
     np.testing.assert_array_equal(np.asarray(ja.init_tokens(key, 70, 5, 8)), got["X"])
-    S64 = np.asarray(ja.symmetric_with_spectrum(key, [3.0, 1.0, 0.5]))
+    S64 = np.asarray(ja.model.sampling.symmetric_with_spectrum(key, [3.0, 1.0, 0.5]))
     np.testing.assert_allclose(S64, got["S"], atol=2e-6)
 
 
@@ -134,7 +134,7 @@ def test_spectrum_refuses_non_finite_alpha(capsys):
         with pytest.raises(ConfigError, match="must be a finite number"):
             ja.spectrum(F, order="step", **kw)
     with pytest.raises(ConfigError, match="alpha must be a finite number"):
-        ja.cumulative_products(F[None], order="step", alpha=float("nan"))
+        ja.analysis.spectral.cumulative_products(F[None], order="step", alpha=float("nan"))
     # checked before the model is read, so a missing file does not hide it
     for argv, msg in ((["--order", "step", "--alpha", "nan"], "--alpha must be a finite number, got nan"),
                       (["--order", "step", "--alpha=-inf"], "--alpha must be a finite number"),
@@ -147,10 +147,10 @@ def test_spectrum_refuses_non_finite_alpha(capsys):
 # ---------------------------------------------------------------- simulate --model FILE: config.json of that model
 def test_simulate_converted_model_records_its_own_dims_and_replays(tmp_path, capsys):
     from jaxattn.cli import main
-    from jaxattn.io.checkpoints._format import save
+    from jaxattn.io.checkpoints import save_checkpoint
 
     model = ja.random_model(jax.random.key(1), 6, 3, 2, shared=False, mask="causal", dtype=jnp.float32)
-    path = save(model, tmp_path / "m.safetensors")
+    path = save_checkpoint(model, tmp_path / "m.safetensors")
     common = ["--n", "4", "--num-init", "5", "--no-progress"]
     assert main(["simulate", "--model", str(path), *common, "--out", str(tmp_path / "a")]) == 0
     cfg = json.loads((tmp_path / "a" / "config.json").read_text())["config"]
@@ -272,7 +272,7 @@ def test_simulate_says_when_conditions_become_non_finite(tmp_path, capsys):
 
 
 def test_summary_statistics_leave_out_non_finite_conditions():
-    from jaxattn.cli import consensus_lines
+    from jaxattn.cli.simulate import consensus_lines
     from jaxattn.io.store import nonfinite_conditions
 
     diam = np.array([[2.0, 1e-3], [2.0, np.nan], [2.0, 0.5], [np.inf, 0.0]])

@@ -146,7 +146,7 @@ def test_complex_pair_alignment_with_subspace():
     M[2:, 2:] = np.diag([0.3, 0.0, -0.2, -0.4])
     Q, _ = np.linalg.qr(np.random.default_rng(5).normal(size=(d, d)))
     F = Q @ M @ Q.T
-    model = ja.from_heads(np.eye(d)[None, None], np.eye(d)[None, None], np.eye(d)[None, None],
+    model = ja.model.params.from_heads(np.eye(d)[None, None], np.eye(d)[None, None], np.eye(d)[None, None],
                           F[None, None], schedule=[0] * 40)
     s = spectrum(model)
     assert s.case[0] == 2

@@ -59,7 +59,7 @@ def test_singular_value_matrix_uses_least_squares():
     model = ja.random_model(jax.random.key(2), 6, 2, 2, shared=False)
     v = np.array(model.layers.v)
     v[-1, 0, 0] = v[-1, 0, 1]  # make Vstack singular: two equal rows
-    model = ja.from_heads(model.layers.q, model.layers.k, v, model.layers.o)
+    model = ja.model.params.from_heads(model.layers.q, model.layers.k, v, model.layers.o)
     u = np.random.default_rng(0).normal(size=6)
     steered, info = steer(model, u, 5.0)
     u = u / np.linalg.norm(u)

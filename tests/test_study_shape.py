@@ -26,7 +26,7 @@ def test_every_study_has_the_same_public_shape():
         sig = inspect.signature(module.run)
         assert list(sig.parameters) == list(shape.parameters), name
         assert [p.kind for p in sig.parameters.values()] == [p.kind for p in shape.parameters.values()], name
-    assert STUDIES["analyze"].Config is ja.StudyConfig and STUDIES["clusters"].Config is ja.ClustersConfig
+    assert STUDIES["analyze"].Config is ja.PowerMethodConfig and STUDIES["clusters"].Config is ja.ClustersConfig
 
 
 def test_model_free_studies_refuse_a_model_and_model_studies_need_one(tmp_path):

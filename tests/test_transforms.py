@@ -148,14 +148,14 @@ def test_faithful_drivers_under_transformations(family):
     hs_j, att_j = jax.jit(lambda i: ja.hidden_states(model, i))(ids)
     np.testing.assert_allclose(hs_j, hs, **TIGHT)
     np.testing.assert_allclose(att_j, att, **TIGHT)
-    X = ja.embed(model, ids)
+    X = ja.dynamics.faithful.embed(model, ids)
     sim = lambda Xb, m=model: ja.simulate(m, Xb, model.depth, dynamics=ja.FAITHFUL, batch=ja.Batch(size=1),
                                           dtype="float64")
     np.testing.assert_allclose(jax.jit(sim)(X[None]).final, sim(X[None]).final, **TIGHT)
     passes = lambda Xb, m=model: ja.repeated_passes(m, Xb, 2, dtype=jnp.float64).final
     np.testing.assert_allclose(jax.jit(passes)(X[None]), passes(X[None]), **TIGHT)
     # gradients with respect to a LayerNorm gain, an FFN weight and a bias of the model
-    loss = lambda m: jnp.sum(ja.forward(m, X)[0][-1] ** 2)
+    loss = lambda m: jnp.sum(ja.dynamics.faithful.forward(m, X)[0][-1] ** 2)
     g = jax.grad(loss)(model)
     for member, idx in (("ln1_w", (1, 3)), ("w1", (0, 2, 5)), ("bv", (1, 0, 1))):
         W = getattr(model.layers, member)
@@ -315,7 +315,7 @@ def test_outside_transformations_nothing_changes():
     X = np.asarray(X0)
     for k in range(2):
         lw = model.layers.take(k)
-        A = np.asarray(jax.vmap(lambda x, lw=lw: ja.probabilities(x, lw))(jnp.asarray(X)))
+        A = np.asarray(jax.vmap(lambda x, lw=lw: ja.model.attention.probabilities(x, lw))(jnp.asarray(X)))
         Vx = np.einsum("bnd,hkd->bhnk", X, np.asarray(lw.v))
         upd = np.einsum("bhij,bhjk,hdk->bid", A, Vx, np.asarray(lw.o))
         Y = X + upd

@@ -66,7 +66,7 @@ def _updates(kind, model, Xs, beta):
     lw = model.layers.take(model.schedule[0])
 
     def one(X):
-        return jnp.linalg.norm(attend(X, lw, beta, biases=kind.biases, kernel=kind.attention), axis=-1).max()
+        return jnp.linalg.norm(attend(X, lw, beta, biases=kind.biases, attention=kind.attention), axis=-1).max()
 
     return jax.vmap(one)(Xs)
 

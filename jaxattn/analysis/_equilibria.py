@@ -231,6 +231,6 @@ def attention_rank(system: System, X, *, rtol: float = 1e-8) -> np.ndarray:
     A = check_configurations(X, system.d)[0]
     lw = system.model.astype(jnp.float64).layers.take(system.model.schedule[0])
     P = np.asarray(probabilities(jnp.asarray(A), lw, system.beta, biases=system.kind.biases,
-                                 kernel=system.kind.attention))
+                                 attention=system.kind.attention))
     return np.asarray(numerical_rank(jnp.asarray(P), rtol))
 

@@ -34,7 +34,7 @@ def unshared(model: Model) -> Model:
     Examples:
         >>> import jax, jaxattn as ja
         >>> m = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)        # shared weights
-        >>> m.schedule, ja.unshared(m).schedule, ja.unshared(m).layers.o.shape
+        >>> m.schedule, ja.analysis.gradients.unshared(m).schedule, ja.analysis.gradients.unshared(m).layers.o.shape
         ((0, 0, 0), (0, 1, 2), (3, 2, 8, 4))
     """
     idx = np.asarray(model.schedule)
@@ -59,18 +59,18 @@ def principal_basis(model: Model, *, block: int = -1, order: str = "real", alpha
 
 
 def mean_rho1(model: Model, X0, basis, *, steps: int | None = None, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
-              batch_size: int | None = None, dtype=None) -> jax.Array:
+              batch: Batch = Batch(), dtype=None) -> jax.Array:
     """Mean over conditions and tokens of ``||basisᵀ x|| / ||x||`` after ``steps`` blocks (default: the
     depth) from ``X0: [B, n, d]``; differentiable in the model, ``X0``, α and β (``basis`` is data)."""
     steps = model.depth if steps is None else steps
     res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, save=Save(every="last"),
-                   batch=Batch(size=batch_size), dtype=dtype)
+                   batch=batch, dtype=dtype)
     return jnp.mean(metrics.rho_subspace(res.final, jnp.asarray(basis, res.final.dtype)))
 
 
 @full_precision
 def layer_sensitivity(model: Model, X0, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, order: str = "real",
-                      batch_size: int | None = None, dtype=None) -> list[dict]:
+                      batch: Batch = Batch(), dtype=None) -> list[dict]:
     """Which layer matters for the power-method alignment: the sensitivity of ``R`` = mean ρ1 after the
     last block (the alignment of every final token with the principal eigenvector ``v1`` of the last
     block's ``F = Σ_h O_h V_h``, as ``analyze`` measures it) to every block's weights.
@@ -110,7 +110,7 @@ def layer_sensitivity(model: Model, X0, *, dynamics: Dynamics = D1, alpha=1.0, b
 
     def R(w):
         m = base.replace(layers=lay.replace(**w))
-        return mean_rho1(m, X0, basis, dynamics=dynamics, alpha=alpha, beta=beta, batch_size=batch_size, dtype=dtype)
+        return mean_rho1(m, X0, basis, dynamics=dynamics, alpha=alpha, beta=beta, batch=batch, dtype=dtype)
 
     value, g = jax.value_and_grad(R)(W)
     g = {k: np.asarray(v, np.float64) for k, v in g.items()}
@@ -329,7 +329,7 @@ class CriticalBeta:
 
 
 def batch_observable(model: Model, X0, steps: int | None = None, observable: str | Callable = "cos_consensus", *,
-                     dynamics: Dynamics = D1, alpha=1.0, batch_size: int | None = None,
+                     dynamics: Dynamics = D1, alpha=1.0, batch: Batch = Batch(),
                      dtype=None) -> Callable[[Any], jax.Array]:
     """``β ↦`` the batch mean of ``observable`` (a name in :data:`OBSERVABLES` or a function of one
     configuration ``[n, d]``) after ``steps`` blocks (default: the depth) from ``X0``: a smooth scalar
@@ -342,7 +342,7 @@ def batch_observable(model: Model, X0, steps: int | None = None, observable: str
 
     def f(beta):
         fin = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, save=Save(every="last"),
-                       batch=Batch(size=batch_size), dtype=dtype).final
+                       batch=batch, dtype=dtype).final
         return jnp.mean(jax.vmap(fn)(fin))
 
     return full_precision(f)  # the observable's own products too, where the caller traces f
@@ -352,8 +352,7 @@ def batch_observable(model: Model, X0, steps: int | None = None, observable: str
 def critical_beta(model: Model, X0, level: float, *, observable: str | Callable = "cos_consensus",
                   steps: int | None = None, beta0: float = 1.0, dynamics: Dynamics = D1, alpha=1.0,
                   rtol: float | None = None, atol: float | None = None, max_steps: int = 50,
-                  batch_size: int | None = None,
-                  dtype=None) -> CriticalBeta:
+                  batch: Batch = Batch(), dtype=None) -> CriticalBeta:
     """The inverse temperature β at which the batch mean of ``observable`` after ``steps`` blocks from
     ``X0`` equals ``level``, by Newton's method (``optimistix.Newton``; derivatives by forward-mode
     differentiation through the whole simulation) from ``beta0``.
@@ -368,7 +367,7 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
         >>> import jax, numpy as np, jaxattn as ja
         >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
         >>> X0 = ja.init_tokens(jax.random.key(1), 64, 5, 8)
-        >>> f = ja.batch_observable(model, X0)                   # β -> mean final cos_consensus
+        >>> f = ja.analysis.gradients.batch_observable(model, X0)                   # β -> mean final cos_consensus
         >>> level = float(f(10.0))                               # a level crossed at β = 10
         >>> c = ja.critical_beta(model, X0, level, beta0=15.0)
         >>> c.success, round(c.beta, 3), c.slope > 0
@@ -377,7 +376,7 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
     import optimistix as optx
 
     real("beta0", beta0, positive=True)
-    f = batch_observable(model, X0, steps, observable, dynamics=dynamics, alpha=alpha, batch_size=batch_size,
+    f = batch_observable(model, X0, steps, observable, dynamics=dynamics, alpha=alpha, batch=batch,
                          dtype=dtype)
     ftype = jnp.asarray(X0).dtype if dtype is None else jnp.dtype(dtype)
     tol = 1e-10 if ftype == jnp.float64 else 1e-5

@@ -212,7 +212,7 @@ def cumulative_products(Fs: np.ndarray, order: str = "real", alpha: float = 1.0)
     Examples:
         >>> import numpy as np, jaxattn as ja
         >>> Fs = np.stack([np.diag([2.0, 1.0]), np.diag([1.0, 3.0])])
-        >>> Phi, u1 = ja.cumulative_products(Fs)
+        >>> Phi, u1 = ja.analysis.spectral.cumulative_products(Fs)
         >>> Phi.shape, u1.shape
         ((2, 2, 2), (2, 2))
         >>> np.abs(u1.real)          # F(1) favours e1; F(2) F(1) = diag(2, 3) favours e2
@@ -238,7 +238,7 @@ def lyapunov_exponents(Fs: np.ndarray, *, affine_alpha: float | None = None) -> 
     Examples:
         >>> import numpy as np, jaxattn as ja
         >>> Fs = np.stack([np.diag([2.0, 0.5])] * 10)          # the same map ten times
-        >>> ja.lyapunov_exponents(Fs).round(6)                  # log 2, log 0.5
+        >>> ja.analysis.spectral.lyapunov_exponents(Fs).round(6)                  # log 2, log 0.5
         array([ 0.693147, -0.693147])
     """
     Fs = np.asarray(Fs, np.float64)

@@ -12,16 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from jaxattn import __version__
-from jaxattn.cli._config import RANDOM_ONLY, replayed, resolve  # noqa: F401
-
-# re-exported: the names the command line was importable by before each command had its own module
+from jaxattn.cli._config import resolve
 from jaxattn.cli._interrupt import interrupts
-from jaxattn.cli._shared import load_model_arg, model_dims  # noqa: F401
 from jaxattn.cli._study import formatter
-from jaxattn.cli.analyze import ANALYZE_DEFAULTS  # noqa: F401
-from jaxattn.cli.simulate import SIM_DEFAULTS, consensus_lines  # noqa: F401
 from jaxattn.errors import JaxattnError
-from jaxattn.model.attention import KERNELS as ATTENTION_KERNELS  # noqa: F401
 
 EXIT_BAD_INPUT = 2
 

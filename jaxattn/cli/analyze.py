@@ -9,7 +9,8 @@ from jaxattn.cli._shared import add_options, check_rope, dtype_arg, load_model_a
 from jaxattn.cli._study import config_of, formatter, refuse_given, study_options
 from jaxattn.config import specs
 from jaxattn.io import rundir
-from jaxattn.studies.power_method import STORE, StudyConfig, run_study
+from jaxattn.studies import power_method
+from jaxattn.studies.power_method import STORE, PowerMethodConfig
 from jaxattn.sweeps.grid import SCHEMA
 
 #: The model the study runs on (the positional MODEL), then the random model's options (the sweep schema's): those
@@ -22,7 +23,7 @@ RANDOM_IN_FILES = [SCHEMA["model"][k] for k in ("weights", "value")]
 OUT = "runs/analyze"
 
 #: The defaults of every option, by name (the command line's and a config file's).
-ANALYZE_DEFAULTS = {MODEL.dest: MODEL.default, **{k: s.default for k, s in specs(StudyConfig).items()},
+ANALYZE_DEFAULTS = {MODEL.dest: MODEL.default, **{k: s.default for k, s in specs(PowerMethodConfig).items()},
                     "out": OUT, "overwrite": False, **{s.dest: s.default for s in RANDOM + RANDOM_IN_FILES}}
 
 
@@ -35,13 +36,14 @@ def register(sub):
                                    "models, the same with FFN and affine LayerNorm, and rank-1 steering. Writes tables "
                                    "(CSV), figures (PNG) and report.md into the output directory.")
     p.add_argument("model", nargs="?", help=f"{MODEL.help} [{MODEL.default}]")
-    options = {MODEL.dest: MODEL} | study_options(p, StudyConfig, out=OUT, progress="show progress bars", resumes=True)
+    options = {MODEL.dest: MODEL} | study_options(p, PowerMethodConfig, out=OUT, progress="show progress bars",
+                                                  resumes=True)
     options |= add_options(p, {"random model (MODEL = random)": RANDOM})
     p.set_defaults(func=run, defaults=options | {s.dest: s for s in RANDOM_IN_FILES})
 
 
 def run(args, cfg) -> int:
-    study = config_of(StudyConfig, cfg)  # every option checked against its declaration, before the model loads
+    study = config_of(PowerMethodConfig, cfg)  # every option checked against its declaration, before the model loads
     dtype_arg(cfg["dtype"])
     model = load_model_arg(cfg["model"], cfg)
     refuse_given(study, study.inert(model), cfg)
@@ -49,7 +51,7 @@ def run(args, cfg) -> int:
     out = Path(cfg["out"])
     run = start_run(cfg, "analyze", own=(STORE,))
     with rundir.undone_if_refused(run):
-        tables = run_study(model, out, study, model_name=str(cfg["model"]))
+        tables = power_method.run(out, study, model=model, model_name=str(cfg["model"]))
     rundir.finish(run)
     main_rows = tables["main"]
     holds = sum(r["holds"] for r in main_rows)

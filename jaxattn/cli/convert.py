@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
-from jaxattn.io.checkpoints import FAMILIES, convert_source, inspect, save
+from jaxattn.io.checkpoints import FAMILIES, convert_source, inspect, save_checkpoint
 from jaxattn.io.rundir import file_out
 
 
@@ -29,7 +29,7 @@ def run(args, cfg) -> int:
     target = file_out(args.out, args.overwrite)
     model, info = convert_source(args.source, dtype=args.dtype, revision=args.revision)
     try:
-        out = save(model, target, info)
+        out = save_checkpoint(model, target, info)
     except OSError as e:  # written through a temporary file beside --out: name the user's path, not that one
         raise JaxattnError(f"writing --out {args.out} failed: {e.strerror or e}") from None
     print(inspect(out))

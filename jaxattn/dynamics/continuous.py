@@ -352,7 +352,7 @@ def _form(model: Model, flow: Flow, n: int, dtype, form, weights_fn) -> Form:
         return check_form(form, model)
     if weights_fn is not None or flow.rescaled:
         return GENERAL
-    return choose(model, n, kernel=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget())
+    return choose(model, n, attention=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget())
 
 
 def _real_value(leaf) -> bool:
@@ -391,8 +391,8 @@ def _check_weights_fn(weights_fn, model: Model, dtype) -> None:
         raise ConfigError(f"weights_fn(t) failed for a scalar time t: {e}") from None
     # jaxlib ships no type stubs for PyTreeDef (mypy sees an unresolved name)
     if jax.tree_util.tree_structure(got) != jax.tree_util.tree_structure(want):  # type: ignore[operator]
-        raise ConfigError("weights_fn(t) must return a jaxattn.Layers with the same members as the model's "
-                          "(e.g. model.layers.take(0).replace(q=...))")
+        raise ConfigError("weights_fn(t) must return a Layers (jaxattn.model.params) with the same members as the "
+                          "model's (e.g. model.layers.take(0).replace(q=...))")
     for (path, g), w in zip(jax.tree_util.tree_leaves_with_path(got), jax.tree_util.tree_leaves(want), strict=True):
         if g.shape != w.shape:
             name = jax.tree_util.keystr(path)

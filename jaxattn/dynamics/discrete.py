@@ -59,7 +59,7 @@ from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.model import nn
-from jaxattn.model.attention import KERNELS, apply_weights, attend, weights, with_heads
+from jaxattn.model.attention import ATTENTIONS, apply_weights, attend, weights, with_heads
 from jaxattn.model.forms import GENERAL, Form, check_form
 from jaxattn.model.forms import choose as choose_form
 from jaxattn.model.params import Layers, Model, validate
@@ -102,8 +102,8 @@ class Dynamics:
             raise ConfigError(f"rope must be one of {ROPES}, got {self.rope!r}")
         if self.norm not in NORMS:
             raise ConfigError(f"norm must be one of {NORMS}, got {self.norm!r}")
-        if self.attention not in KERNELS:
-            raise ConfigError(f"attention must be one of {KERNELS}, got {self.attention!r}")
+        if self.attention not in ATTENTIONS:
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
 
 
 D1 = Dynamics()
@@ -190,7 +190,7 @@ def _weights_at(X, lw, model, dyn, beta, form):
     """:func:`attention_weights` as the step uses them: ``[n, n]`` for a single head (no size-1 head axis
     on the ``n × n`` arrays of the hot loop, see :func:`jaxattn.model.attention._single`)."""
     return weights(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases,
-                              kernel=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]), form=form)
+                              attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]), form=form)
 
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
@@ -219,7 +219,7 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
     form = GENERAL if form is None else form
     if probs is None and form.key_chunk is not None and not return_probs:
         A = None
-        upd = attend(h, lw, beta, biases=dyn.biases, kernel=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]),
+        upd = attend(h, lw, beta, biases=dyn.biases, attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]),
                      form=form)
     else:
         A = _weights_at(X, lw, model, dyn, beta, form) if probs is None else probs
@@ -261,7 +261,7 @@ def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto
     """
     if form != "auto":
         return check_form(form, model)
-    return choose_form(model, n, kernel=dyn.attention, biases=dyn.biases, rope=rope_of(model, dyn) is not None,
+    return choose_form(model, n, attention=dyn.attention, biases=dyn.biases, rope=rope_of(model, dyn) is not None,
                   dtype=dtype, budget=block_budget())
 
 
@@ -271,7 +271,7 @@ def layer_index(model: Model, k) -> jax.Array:
     Examples:
         >>> import jax, jaxattn as ja
         >>> model = ja.random_model(jax.random.key(0), d=4, depth=3, shared=False)
-        >>> [int(ja.layer_index(model, k)) for k in range(7)]   # steps beyond the depth cycle
+        >>> [int(ja.dynamics.discrete.layer_index(model, k)) for k in range(7)]   # steps beyond the depth cycle
         [0, 1, 2, 0, 1, 2, 0]
     """
     sched = jnp.asarray(model.schedule, dtype=jnp.int32)
@@ -449,7 +449,7 @@ def check_steps(steps) -> int:
 def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0,
                  beta=1.0, S=None, save: Save = Save(), start=0, pass_norm: bool = False) -> Simulation:
     """The map of one configuration ``X0: [n, d]``: the pure core that :func:`simulate`,
-    :func:`jaxattn.forward` and :func:`jaxattn.repeated_passes` run for every condition.
+    :func:`jaxattn.dynamics.faithful.forward` and :func:`jaxattn.repeated_passes` run for every condition.
 
     No batching, no casting, no host-side value checks: a pure function of ``(model, X0, alpha, beta,
     S, save.aux, start)`` that composes with ``jax.jit``, ``jax.vmap``, ``jax.grad``, ``jax.jvp`` and

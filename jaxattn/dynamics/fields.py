@@ -46,7 +46,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
-from jaxattn.model.attention import KERNELS, attend, probabilities
+from jaxattn.model.attention import ATTENTIONS, attend, probabilities
 from jaxattn.model.forms import Form
 from jaxattn.model.params import Layers, Model, repeat_kv
 from jaxattn.model.precision import full_precision
@@ -64,8 +64,8 @@ class Flow:
     def __post_init__(self):
         if self.space not in SPACES:
             raise ConfigError(f"space must be one of {SPACES}, got {self.space!r}")
-        if self.attention not in KERNELS:
-            raise ConfigError(f"attention must be one of {KERNELS}, got {self.attention!r}")
+        if self.attention not in ATTENTIONS:
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         if self.rescaled and self.space != "flat":
             raise ConfigError("the rescaled form z = e^{-tF} x is defined for the unnormalised flow (space='flat')")
 
@@ -146,7 +146,7 @@ def _rescaled(t, Z: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
     heads = lw.v.shape[0]
     bias = flow.biases and (lw.bv is not None or lw.bo is not None)
     E = expm(jnp.stack([t * F, -t * F]) if heads > 1 or bias else (t * F)[None])
-    A = probabilities(Z @ E[0].T, lw, beta, biases=flow.biases, kernel=flow.attention)  # [H, n, n]
+    A = probabilities(Z @ E[0].T, lw, beta, biases=flow.biases, attention=flow.attention)  # [H, n, n]
     W = jnp.einsum("hij,jd->hid", A, Z) - Z[None]  # w^h_i = Σ_j a^h_ij z_j − z_i: differences of rescaled tokens
     if heads == 1:
         out = W[0] @ F.T
@@ -173,15 +173,15 @@ def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry, form: F
     """
     if flow.rescaled:
         return _rescaled(t, X, lw, flow, beta)
-    U = attend(X, lw, beta, biases=flow.biases, kernel=flow.attention, form=form)
+    U = attend(X, lw, beta, biases=flow.biases, attention=flow.attention, form=form)
     return geom.project(X, U)
 
 
 def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta, form: Form | None = None) -> jax.Array:
     """The attention weights ``[H, n, n]`` of the flow at ``(t, X)`` (rescaled: at ``x = e^{tF} z``)."""
     if flow.rescaled:
-        return probabilities(X @ expm(t * layer_matrix(lw)).T, lw, beta, biases=flow.biases, kernel=flow.attention)
-    return probabilities(X, lw, beta, biases=flow.biases, kernel=flow.attention, form=form)
+        return probabilities(X @ expm(t * layer_matrix(lw)).T, lw, beta, biases=flow.biases, attention=flow.attention)
+    return probabilities(X, lw, beta, biases=flow.biases, attention=flow.attention, form=form)
 
 
 @full_precision
@@ -202,9 +202,9 @@ def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2
         >>> jac(X).shape
         (5, 4, 5, 4)
     """
-    if not isinstance(flow, Flow):  # e.g. a map (ja.D1): its step is ja.step, not a vector field
+    if not isinstance(flow, Flow):  # e.g. a map (ja.D1): its step is ja.dynamics.discrete.step, not a vector field
         raise ConfigError(f"flow must be a jaxattn.Flow (C1, C2, C2_OJA, C3, C3_RESCALED or Flow(...)), got {flow!r}; "
-                          "the step map of a discrete model is jaxattn.step")
+                          "the step map of a discrete model is jaxattn.dynamics.discrete.step")
     X = jnp.asarray(X)
     if X.ndim != 2 or X.shape[-1] != model.d_model:
         raise ConfigError(f"X must be one configuration [n, {model.d_model}], got shape {tuple(X.shape)} "

@@ -122,8 +122,8 @@ class Batch:
             it; interpret mode on a CPU; it runs its own tiles, so ``size`` is refused with it) or ``'plain'``.
             Flows and repeated passes refuse ``'fused'``.
         form: how each layer's attention is arranged on the plain path: ``'auto'`` (the cheapest exact form,
-            :func:`jaxattn.model.forms.choose`) or a :class:`jaxattn.Form` to force one (tests, benchmarks;
-            ``ja.Form()`` is the general per-head form). Every form gives the same numbers up to round-off.
+            :func:`jaxattn.model.forms.choose`) or a :class:`jaxattn.model.forms.Form` to force one (tests, benchmarks;
+            ``ja.model.forms.Form()`` is the general per-head form). Every form gives the same numbers up to round-off.
 
     Examples:
         >>> import jaxattn as ja
@@ -160,7 +160,7 @@ class Batch:
         if self.path not in PATHS:
             raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {self.path!r}")
         if not (isinstance(self.form, Form) or (isinstance(self.form, str) and self.form == "auto")):
-            raise ConfigError(f"Batch(form=...) must be 'auto' or a jaxattn.Form, got {self.form!r}")
+            raise ConfigError(f"Batch(form=...) must be 'auto' or a jaxattn.model.forms.Form, got {self.form!r}")
 
 
 def check_save(save, driver: str, *, kind: str) -> Save:

@@ -73,7 +73,7 @@ def allowed(n: int, causal, window) -> jax.Array:
 
     Examples:
         >>> import jaxattn as ja
-        >>> ja.allowed(4, True, 2).astype(int).tolist()   # GPT-Neo's local causal window of width 2
+        >>> ja.model.attention.allowed(4, True, 2).astype(int).tolist()   # GPT-Neo's local causal window of width 2
         [[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]]
     """
     i = jnp.arange(n, dtype=jnp.int32)[:, None]
@@ -81,7 +81,8 @@ def allowed(n: int, causal, window) -> jax.Array:
     return _pairs(i, j, causal, window)
 
 
-KERNELS = ("softmax", "uniform", "unnormalised")
+#: The attention kinds: what ``Dynamics(attention=...)``, ``Flow(attention=...)`` and :func:`probabilities` take.
+ATTENTIONS = ("softmax", "uniform", "unnormalised")
 
 
 def _queries_keys(X: jax.Array, lw: Layers, *, biases: bool, rope, form: Form):
@@ -103,12 +104,13 @@ def _queries_keys(X: jax.Array, lw: Layers, *, biases: bool, rope, form: Form):
 
 
 @full_precision
-def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
+def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
                   rope=None, form: Form | None = None) -> jax.Array:
     """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
 
     Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs (with
-    ``rope``: ``<R_i (Q_h x_i + b^q_h), R_j (K_h x_j + b^k_h)>``, ``R_i`` the rotation of position ``i``). Kernels:
+    ``rope``: ``<R_i (Q_h x_i + b^q_h), R_j (K_h x_j + b^k_h)>``, ``R_i`` the rotation of position ``i``).
+    ``attention``, the kind of attention (:data:`ATTENTIONS`):
 
     * ``'softmax'``: ``a^h_ij = softmax_j(e^h_ij)`` (rows sum to 1);
     * ``'uniform'``: every allowed ``j`` gets the same weight (the multi-agent Oja model);
@@ -120,13 +122,14 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, k
         >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, mask="causal")
         >>> lw = model.layers.take(0)                          # one weight set
         >>> X = ja.init_tokens(jax.random.key(1), 1, 5, 8)[0]
-        >>> A = ja.probabilities(X, lw)
+        >>> A = ja.model.attention.probabilities(X, lw)
         >>> A.shape, bool(np.allclose(A.sum(-1), 1.0)), bool((np.triu(A[0], 1) == 0).all())
         ((2, 5, 5), True, True)
-        >>> np.asarray(ja.probabilities(X, lw, kernel="uniform")[0, 2], np.float64).round(4).tolist()   # row 2
+        >>> A = ja.model.attention.probabilities(X, lw, attention="uniform")
+        >>> np.asarray(A[0, 2], np.float64).round(4).tolist()   # row 2
         [0.3333, 0.3333, 0.3333, 0.0, 0.0]
     """
-    return with_heads(weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form))
+    return with_heads(weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form))
 
 
 def with_heads(A: jax.Array) -> jax.Array:
@@ -142,17 +145,17 @@ def _single(lw: Layers) -> bool:
     return lw.q.shape[0] == 1 and lw.k.shape[0] == 1
 
 
-def weights(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str, rope, form: Form | None) -> jax.Array:
+def weights(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: str, rope, form: Form | None) -> jax.Array:
     """:func:`probabilities`, ``[n, n]`` for a single head (:func:`_single`), ``[H, n, n]`` otherwise."""
-    if kernel not in KERNELS:
-        raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
+    if attention not in ATTENTIONS:
+        raise ConfigError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
     form = GENERAL if form is None else form
     n = X.shape[0]
     one = _single(lw)
     H = lw.q.shape[0]
     # unmasked (verified by the form): no n x n mask to form and select through at every step
     ok = allowed(n, lw.causal, lw.window) if form.masked else None
-    if kernel == "uniform":
+    if attention == "uniform":
         w = jnp.ones((n, n), X.dtype) if ok is None else ok.astype(X.dtype)
         w = w / w.sum(-1, keepdims=True)
         return w if one else jnp.broadcast_to(w, (H, n, n))
@@ -162,7 +165,7 @@ def weights(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str, rope, 
     else:
         scores = _contract("hik,hjk->hij", q, k, form) * (beta * lw.scale)
         ok = None if ok is None else ok[None]
-    if kernel == "unnormalised":
+    if attention == "unnormalised":
         return (jnp.exp(scores) if ok is None else jnp.where(ok, jnp.exp(scores), 0.0)) / n
     if ok is not None:
         scores = jnp.where(ok, scores, -jnp.inf)
@@ -212,7 +215,7 @@ def apply_weights(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool, form:
     return _output(heads, lw, biases=biases, form=form)
 
 
-def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str, rope, form: Form) -> jax.Array:
+def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: str, rope, form: Form) -> jax.Array:
     """The update of :func:`attend` over chunks of ``form.key_chunk`` keys, never forming ``[H, n, n]``: a
     running maximum ``m``, normaliser ``l`` and weighted sum per query (the online softmax), so memory
     grows like ``n``. Same numbers as the formed attention up to round-off."""
@@ -226,7 +229,7 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str
         return jnp.pad(a, ((0, 0), (0, pad), (0, 0))) if pad else a
 
     v = padded(_values(X, lw, biases=biases, form=form))
-    if kernel != "uniform":
+    if attention != "uniform":
         q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
         k = padded(k)
     m0 = jnp.full((H, n), -jnp.inf, X.dtype)
@@ -238,12 +241,12 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str
         j = j0 + jnp.arange(c, dtype=jnp.int32)[None, :]
         ok = ((_pairs(i, j, lw.causal, lw.window) if form.masked else True) & (j < n))[None]  # [1, n, c]
         vc = jax.lax.dynamic_slice_in_dim(v, j0, c, axis=1)
-        if kernel == "uniform":
+        if attention == "uniform":
             w = jnp.broadcast_to(ok, (H, n, c)).astype(X.dtype)
             return (m, norm + w.sum(-1), acc + _contract("hij,hjk->hik", w, vc, form)), None
         kc = jax.lax.dynamic_slice_in_dim(k, j0, c, axis=1)
         s = _contract("hik,hjk->hij", q, kc, form) * (beta * lw.scale)
-        if kernel == "unnormalised":
+        if attention == "unnormalised":
             w = jnp.where(ok, jnp.exp(s), 0.0)
             return (m, norm, acc + _contract("hij,hjk->hik", w, vc, form)), None
         s = jnp.where(ok, s, -jnp.inf)
@@ -255,12 +258,12 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, kernel: str
 
     starts = jnp.arange(0, n + pad, c, dtype=jnp.int32)
     (_, norm, acc), _ = jax.lax.scan(chunk, (m0, s0, acc0), starts)
-    heads = acc / n if kernel == "unnormalised" else acc / norm[..., None]
+    heads = acc / n if attention == "unnormalised" else acc / norm[..., None]
     return _output(heads, lw, biases=biases, form=form)
 
 
 @full_precision
-def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: str = "softmax",
+def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
            return_probs: bool = False, rope=None, form: Form | None = None):
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``.
 
@@ -268,9 +271,9 @@ def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, kernel: 
     forming the ``[H, n, n]`` weights."""
     form = GENERAL if form is None else form
     if form.key_chunk is not None and not return_probs:
-        if kernel not in KERNELS:
-            raise ConfigError(f"attention kernel must be one of {KERNELS}, got {kernel!r}")
-        return _attend_chunked(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
-    A = weights(X, lw, beta, biases=biases, kernel=kernel, rope=rope, form=form)
+        if attention not in ATTENTIONS:
+            raise ConfigError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
+        return _attend_chunked(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
+    A = weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
     out = apply_weights(X, A, lw, biases=biases, form=form)
     return (out, with_heads(A)) if return_probs else out

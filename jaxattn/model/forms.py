@@ -31,7 +31,7 @@ float64 every form agrees with every other to round-off, ≤ 1e-12 after the ste
   condition would not fit the block budget (tens of thousands of tokens: the mean-field regime).
 
 :func:`choose` makes the choice from static facts only (shapes, identity members, biases, RoPE, the
-kernel, the masks, the memory budget) before anything is traced; :func:`describe` reports it;
+attention kind, the masks, the memory budget) before anything is traced; :func:`describe` reports it;
 ``Batch(form=...)`` forces one (tests, benchmarks).
 """
 
@@ -69,9 +69,9 @@ class Form:
 
     Examples:
         >>> import jaxattn as ja
-        >>> ja.Form()                                   # the general form: today's per-head projections
+        >>> ja.model.forms.Form()                                   # the general form: today's per-head projections
         Form(scores='heads', values='heads', identity=(), products='einsum', key_chunk=None, masked=True)
-        >>> ja.Form(scores="sideways")
+        >>> ja.model.forms.Form(scores="sideways")
         Traceback (most recent call last):
         ...
         jaxattn.errors.ConfigError: Form(scores=...) must be one of heads, bilinear, got 'sideways'
@@ -183,12 +183,12 @@ def key_chunk_for(n: int, heads: int, dtype) -> int:
     return int(max(1, min(n, CHUNK_BYTES // per_key)))
 
 
-def choose(model, n: int, *, kernel: str = "softmax", biases: bool = False, rope: bool = False, dtype=jnp.float32,
+def choose(model, n: int, *, attention: str = "softmax", biases: bool = False, rope: bool = False, dtype=jnp.float32,
            budget: int | None = None) -> Form:
     """The cheapest exact :class:`Form` of ``model``'s layers for configurations of ``n`` tokens.
 
     Static facts only: the shapes, the verified identity members (:func:`verified_identity`), whether
-    biases (``biases``: the dynamics applies the model's biases) or RoPE are in effect, the kernel, the
+    biases (``biases``: the dynamics applies the model's biases) or RoPE are in effect, the attention kind, the
     causal flags and windows, and ``budget``, the bytes one condition's materialised attention may take
     (``None``: no limit); beyond it the attention is evaluated over key chunks.
 
@@ -214,7 +214,7 @@ def choose(model, n: int, *, kernel: str = "softmax", biases: bool = False, rope
     cost = _costs(n, d, H, Hkv, dh, ids)
     has = lambda *names: biases and any(getattr(lay, b) is not None for b in names)
     scores = "heads"
-    if kernel != "uniform" and not rope and not has("bq", "bk"):
+    if attention != "uniform" and not rope and not has("bq", "bk"):
         scores = "bilinear" if cost["scores", "bilinear"] < cost["scores", "heads"] else "heads"
     values = "bilinear" if not has("bv") and cost["values", "bilinear"] < cost["values", "heads"] else "heads"
     ids = tuple(m for m in ids if not ((m in "qk" and scores == "bilinear") or (m in "vo" and values == "bilinear")))
@@ -227,7 +227,7 @@ def choose(model, n: int, *, kernel: str = "softmax", biases: bool = False, rope
 def check_form(form, model) -> Form:
     """A forced ``form`` refused with one line where it cannot compute ``model``'s update exactly."""
     if not isinstance(form, Form):
-        raise ConfigError(f"form must be a jaxattn.Form or 'auto', got {form!r}")
+        raise ConfigError(f"form must be a jaxattn.model.forms.Form or 'auto', got {form!r}")
     lay = model.layers
     wrong = [m for m in form.identity if not _is_identity(m, getattr(lay, m), lay.q.shape[1])]
     if wrong:
@@ -243,7 +243,7 @@ def describe(form: Form) -> str:
 
     Examples:
         >>> import textwrap, jaxattn as ja
-        >>> form = ja.Form(identity=("q", "k", "v", "o"), products="broadcast")
+        >>> form = ja.model.forms.Form(identity=("q", "k", "v", "o"), products="broadcast")
         >>> print(textwrap.fill(ja.model.forms.describe(form), 100))
         scores: per-head projections (q, k read as reshapes); values: per-head projections (v, o read as
         reshapes); broadcast products; n x n attention formed

@@ -311,8 +311,8 @@ def parse_mask(mask: str) -> tuple[bool, int]:
     """``'full'``, ``'causal'`` or ``'local:W'`` (causal, window W) -> (causal, window).
 
     Examples:
-        >>> import jaxattn as ja
-        >>> ja.parse_mask("full"), ja.parse_mask("causal"), ja.parse_mask("local:4")
+        >>> from jaxattn.model.params import parse_mask
+        >>> parse_mask("full"), parse_mask("causal"), parse_mask("local:4")
         ((False, 0), (True, 0), (True, 4))
     """
     if mask == "full":
@@ -344,7 +344,7 @@ def from_heads(q, k, v, o, *, schedule=None, masks="full", scale=None, bq=None, 
         >>> import jax.numpy as jnp, numpy as np, jaxattn as ja
         >>> q = jnp.eye(4).reshape(1, 2, 2, 4)                        # G = 1 set, H = 2 heads, d_h = 2, d = 4
         >>> o = jnp.eye(4).reshape(4, 2, 2).transpose(1, 0, 2)[None]  # O_h: the columns head h owns
-        >>> model = ja.from_heads(q, q, q, o, schedule=(0, 0, 0), masks="causal")
+        >>> model = ja.model.params.from_heads(q, q, q, o, schedule=(0, 0, 0), masks="causal")
         >>> model.depth, model.shared
         (3, True)
         >>> bool(model.layers.causal[0]), round(float(model.layers.scale[0]), 6)   # s = 1/sqrt(d_h)

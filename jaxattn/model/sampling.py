@@ -99,7 +99,7 @@ def symmetric_with_spectrum(key, spectrum: Sequence[float] | np.ndarray, dtype=N
 
     Examples:
         >>> import jax, numpy as np, jaxattn as ja
-        >>> S = ja.symmetric_with_spectrum(jax.random.key(0), [3.0, 1.0, 0.5])
+        >>> S = ja.model.sampling.symmetric_with_spectrum(jax.random.key(0), [3.0, 1.0, 0.5])
         >>> S.shape, bool(np.allclose(S, S.T))
         ((3, 3), True)
         >>> np.linalg.eigvalsh(np.asarray(S, np.float64)).round(4)

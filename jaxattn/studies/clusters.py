@@ -127,10 +127,6 @@ def run(out_dir, config: ClustersConfig | None = None, *, model=None, model_name
         return _run(Path(out_dir), cfg, progress or quiet)
 
 
-def run_study(out_dir, cfg: ClustersConfig | None = None, *, progress=None) -> dict:
-    """:func:`run` under its earlier name."""
-    return run(out_dir, cfg, progress=progress)
-
 
 def _run(out: Path, cfg: ClustersConfig, say) -> dict:
     key = jax.random.key(cfg.seed)

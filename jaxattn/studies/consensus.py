@@ -204,11 +204,6 @@ def run(out_dir, config: ConsensusConfig | None = None, *, model: Model | None =
         return _run(model, Path(out_dir), cfg, model_name, progress or quiet)
 
 
-def run_study(model: Model, out_dir, cfg: ConsensusConfig | None = None, *, model_name: str = "model",
-              progress=None) -> dict:
-    """:func:`run` under its earlier name."""
-    return run(out_dir, cfg, model=model, model_name=model_name, progress=progress)
-
 
 def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) -> dict:
     runs = _runs(model, cfg.random_periodic)

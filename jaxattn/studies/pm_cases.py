@@ -23,13 +23,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.analysis.alignment import alignment
 from jaxattn.analysis.spectral import eig_sorted
 from jaxattn.analysis.stability import System, basins, consensus_eigenvalues, eigen_equilibria, linearise
 from jaxattn.dynamics.discrete import D1
 from jaxattn.io.results import atomic_write_text
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
-from jaxattn.studies.power_method import alignment
 
 
 def _csv(path: Path, rows: list[dict]) -> None:

@@ -13,12 +13,12 @@ import dataclasses
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.analysis.alignment import alignment, layer_table
 from jaxattn.analysis.directions import direction_increments, direction_rows
 from jaxattn.analysis.gradients import layer_sensitivity
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
@@ -35,14 +35,13 @@ from jaxattn.analysis.steering import entering_states, precompensate, steer, ste
 from jaxattn.config import non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics import SIMULATION_DTYPES
-from jaxattn.dynamics.discrete import D1, FAITHFUL, ROPES, Dynamics, rope_of, simulate
+from jaxattn.dynamics.discrete import FAITHFUL, ROPES, Dynamics, rope_of
 from jaxattn.dynamics.options import PRECISIONS, Batch, Save
-from jaxattn.errors import ConfigError
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import INIT_KINDS, NEEDS_ARRAY, init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import check_options, csv_text, need_model, refuse_inert
+from jaxattn.studies.skeleton import check_options, csv_text, need_model, own_config, refuse_inert
 from jaxattn.sweeps.chunked import Timer, sweep
 
 
@@ -51,7 +50,7 @@ def _below_one(v) -> str | None:
 
 
 @dataclasses.dataclass
-class StudyConfig:
+class PowerMethodConfig:
     """The power-method study's options (those of ``jaxattn analyze``, see :mod:`jaxattn.config`)."""
 
     num_init: int = option(1000, "random initial conditions", check=positive)  # the paper: more than 1000
@@ -91,84 +90,16 @@ class StudyConfig:
         return out
 
 
-def _as_floats(cfg: StudyConfig) -> dict:
+def _as_floats(cfg: PowerMethodConfig) -> dict:
     """The configuration with its float options as floats: ``gammas=[1, 10]`` (a config file, the command line)
     and ``[1.0, 10.0]`` decide the same numbers, so a run resumes the other."""
-    floats = {k for k, s in specs(StudyConfig).items() if float in s.types and not s.optional}
+    floats = {k for k, s in specs(PowerMethodConfig).items() if float in s.types and not s.optional}
     return {k: ([float(x) for x in v] if isinstance(v, (list, tuple)) else float(v)) if k in floats else v
             for k, v in dataclasses.asdict(cfg).items()}
 
 
 def _dtype(name):
     return jnp.float64 if name == "float64" else jnp.float32
-
-
-def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> list[dict]:
-    """Per-step rows (eqs. 4–5): the layer of step k maps state k to k+1."""
-    g = lambda name: obs[f"observables.{name}"].astype(np.float64)
-    r1b, r1a = g("rho1_before"), g("rho1_after")
-    r2b, r2a = g("rho2_before"), g("rho2_after")
-    rbb, rba = g("rhobar_before"), g("rhobar_after")
-    phi, diam, cosc = g("rho_phi"), g("diameter"), g("cos_consensus")
-    rank = g("attn_rank") if "observables.attn_rank" in obs else None
-    rows = []
-    for k in range(steps):
-        s = schedule[k % len(schedule)]
-        d1 = r1a[:, k + 1] - r1b[:, k]
-        d2 = r2a[:, k + 1] - r2b[:, k]
-        db = rba[:, k + 1] - rbb[:, k]
-        lam = spec.eigvals[s, 0]
-        row: dict[str, Any] = {
-            "run": run, "step": k, "weight_set": int(s), "case": int(spec.case[s]),
-            "lambda1_re": float(lam.real), "lambda1_im": float(lam.imag), "gap": float(spec.gap[s]),
-            "rho1": float(r1a[:, k + 1].mean()), "rho1_std": float(r1a[:, k + 1].std()),
-            "drho1": float(d1.mean()), "drho1_std": float(d1.std()), "P1": float((d1 > 0).mean()),
-            "rho2": float(r2a[:, k + 1].mean()), "drho2": float(d2.mean()), "P2": float((d2 > 0).mean()),
-            "rhobar": float(rba[:, k + 1].mean()), "rhobar_std": float(rba[:, k + 1].std()),
-            "drhobar": float(db.mean()), "drhobar_std": float(db.std()), "Pbar": float((db > 0).mean()),
-            "rho_phi": float(phi[:, k + 1].mean()),
-            "diameter": float(diam[:, k + 1].mean()), "cos_consensus": float(cosc[:, k + 1].mean()),
-            "attn_rank": float(rank[:, k].mean()) if rank is not None else float("nan"),
-        }
-        row["holds"] = bool(row["drho1"] > 0 and row["P1"] > 0.5 and row["drho1"] > row["drhobar"])
-        rows.append(row)
-    return rows
-
-
-def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
-              order: str = "real", batch_size: int | None = None, dtype=None, run: str = "main",
-              precision: str = "highest") -> list[dict]:
-    """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
-    eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
-
-    Computed as observables inside the jitted simulation: no trajectory is kept (``precision``: the
-    matrix-product policy of :func:`jaxattn.simulate`). Returns one row (dict) per step, as in ``layers.csv``.
-
-    Examples:
-        >>> import jax, jaxattn as ja
-        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
-        >>> X0 = ja.init_tokens(jax.random.key(1), 16, 5, 8, kind="gaussian")
-        >>> rows = ja.alignment(model, X0)
-        >>> len(rows), [r["step"] for r in rows]
-        (3, [0, 1, 2])
-        >>> {"rho1", "drho1", "P1", "rhobar", "drhobar", "Pbar", "holds"} <= set(rows[0])
-        True
-        >>> all(0.0 <= r["rho1"] <= 1.0 and 0.0 <= r["P1"] <= 1.0 for r in rows)
-        True
-    """
-    steps = model.depth if steps is None else steps
-    spec = spectrum(model, order=order, alpha=alpha)
-    Fs = layer_matrices(model)[[model.schedule[k % model.depth] for k in range(steps)]]
-    _, u1 = cumulative_products(Fs, order, alpha)
-    X0 = jnp.asarray(X0)
-    tab = alignment_tables(spec, model.schedule, steps, u1, beta, X0.dtype if dtype is None else dtype)
-    res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta,
-                   save=Save(observe=alignment_observables, aux=tab), batch=Batch(size=batch_size, precision=precision),
-                   dtype=dtype)
-    obs = {f"observables.{k}": np.asarray(v) for k, v in res.observables.items()}
-    return layer_table(obs, spec, model.schedule, steps, run)
-
-
 
 
 def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
@@ -188,43 +119,21 @@ def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
 
 STORE = ".jaxattn-analyze"  # the chunk stores of the study's runs, kept only to resume
 
-#: The other studies, which users reach for through ``ja.run_study`` (it is the power-method one).
-OTHER_STUDIES = {"clusters": "ClustersConfig", "stability": "StabilityConfig", "consensus": "ConsensusConfig"}
-
-
-def _check_arguments(model, out_dir, cfg) -> None:
-    """``run_study(model, out_dir, cfg)``: one clear line when called like another study or with a model name."""
-    for arg in (model, out_dir, cfg):
-        if isinstance(arg, str) and arg in OTHER_STUDIES:
-            first = "model, " if arg == "consensus" else ""
-            raise ConfigError(f"ja.run_study is the power-method study, run_study(model, out_dir, StudyConfig(...)); "
-                              f"the {arg} study is jaxattn.studies.{arg}.run_study({first}out_dir, "
-                              f"{OTHER_STUDIES[arg]}(...))")
-    if not isinstance(model, Model):
-        raise ConfigError(f"run_study(model, out_dir, cfg) takes a Model first, got {model!r}; "
-                          "load one with ja.load_any('minilm') or ja.random_model(...)")
-    if cfg is not None and not isinstance(cfg, StudyConfig):
-        raise ConfigError(f"run_study's cfg must be a StudyConfig, got {cfg!r}")
-
-
 #: The study's public shape (as every study's): ``Config`` and ``run``.
-Config = StudyConfig
+Config = PowerMethodConfig
 
 
-def run(out_dir, config: StudyConfig | None = None, *, model: Model | None = None, model_name: str = "model",
+def run(out_dir, config: PowerMethodConfig | None = None, *, model: Model | None = None, model_name: str = "model",
         progress=None) -> dict:
-    """Run the study of ``model`` into ``out_dir``; return the tables (lists of row dicts). ``config`` defaults to
-    ``Config()``; ``progress(message)`` receives the stage messages (default: on stderr when ``config.progress``)."""
-    return run_study(need_model("power-method", model), out_dir, config, model_name=model_name, progress=progress)
+    """Run the power-method study of ``model`` into ``out_dir``; return the tables (lists of row dicts). ``config``
+    defaults to ``PowerMethodConfig()``; ``progress(message)`` receives the stage messages (default: on stderr when
+    ``config.progress``)."""
+    model = need_model("power-method", model)
+    cfg = own_config("power-method", PowerMethodConfig, config)
+    return _run(model, out_dir, cfg, model_name=model_name, progress=progress)
 
 
-def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_name: str = "model",
-              progress=None) -> dict:
-    """Run the whole study into ``out_dir``; return the tables (lists of row dicts). ``cfg`` defaults to
-    ``StudyConfig()``; ``progress(message)`` receives the stage messages (default: on stderr when
-    ``cfg.progress``). :func:`run` is the same study in the shape every study has."""
-    _check_arguments(model, out_dir, cfg)
-    cfg = StudyConfig() if cfg is None else cfg
+def _run(model: Model, out_dir, cfg: PowerMethodConfig, *, model_name: str, progress) -> dict:
     cfg.check()
     refuse_inert(cfg, cfg.inert(model))
     d1 = Dynamics(rope=cfg.rope)  # D1: position-free by default, RoPE by token index on request
@@ -322,7 +231,7 @@ def run_study(model: Model, out_dir, cfg: StudyConfig | None = None, *, model_na
             ms, _ = steer(model, u, tgt.gamma)
             # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer of the model whose last layer is steered
             tables["steered"] = alignment(ms, X0, dynamics=d1, alpha=cfg.alpha, beta=cfg.beta, order=cfg.order,
-                                          dtype=dtype, run="steered", precision=cfg.matmul_precision)
+                                          dtype=dtype, run="steered", batch=Batch(precision=cfg.matmul_precision))
         timings["steer_target"] = round(t.seconds, 3)
         steer_rows.append(srow("D1", tgt.gamma, tgt.beta, tgt.alignment, ms, tgt.residual,
                                found_by=f"bisection (target {cfg.steer_target:g}, "

@@ -239,10 +239,6 @@ def run(out_dir, config: StabilityConfig | None = None, *, model=None, model_nam
         return _run(Path(out_dir), cfg, progress or quiet)
 
 
-def run_study(out_dir, cfg: StabilityConfig | None = None, *, progress=None) -> dict:
-    """:func:`run` under its earlier name."""
-    return run(out_dir, cfg, progress=progress)
-
 
 def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     key = jax.random.key(cfg.seed)

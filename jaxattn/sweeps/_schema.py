@@ -16,7 +16,7 @@ from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
 from jaxattn.dynamics.geometry import NEEDS_S, SPACES
 from jaxattn.dynamics.options import PATHS, PRECISIONS
 from jaxattn.errors import ConfigError
-from jaxattn.model.attention import KERNELS
+from jaxattn.model.attention import ATTENTIONS
 from jaxattn.model.params import parse_mask
 from jaxattn.model.sampling import INIT_KINDS, MAX_CONDITIONS, NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS
 from jaxattn.sweeps._observables import OBSERVABLES
@@ -89,7 +89,7 @@ class DynamicsOptions:
     kind: str = option("discrete", "'discrete' (maps: one step per layer) or 'continuous' (flows, solved by diffrax)",
                        choices=("discrete", "continuous"))
     attention: str = option("softmax", "attention kernel: softmax, uniform a_ij = 1/n (the Oja model) or "
-                            "unnormalised exp(scores)/n (rows not normalised)", choices=KERNELS)
+                            "unnormalised exp(scores)/n (rows not normalised)", choices=ATTENTIONS)
     beta: float = option(1.0, "inverse temperature β multiplying the scores")
     norm: str = option("l2", "discrete: normalisation after the update", choices=_plain(NORMS, NEEDS_S))
     alpha: float = option(1.0, "discrete: step size α")

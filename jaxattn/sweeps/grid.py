@@ -66,9 +66,8 @@ from jaxattn.sweeps._schema import (
 )
 from jaxattn.sweeps.chunked import check_fits
 
-#: the names this module was importable by before the schema, observables, execution and process start-up
-#: moved to their own (private) modules, and what the command line takes of them (renamed keys, a point's model
-#: and drivers' options)
+#: the grid's face: :func:`sweep_grid`, and what the layers above (the command line, the scripts) take of the private
+#: schema, observables, execution and process start-up modules (renamed keys, a point's model and drivers' options)
 __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA", "SECTIONS", "Key", "Observables",
            "distributed_from_env", "dynamics_of", "expand", "inert_keys", "model_of", "options_of", "saved_times",
            "sweep_grid", "validate_config"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxattn.errors import CheckpointError
 from jaxattn.io.checkpoints import albert, bert, gemma, gpt2, gpt_neo, gpt_neox, llama, opt, phi
-from jaxattn.io.checkpoints._format import FORMAT_VERSION, load, read_meta, save
+from jaxattn.io.checkpoints._format import FORMAT_VERSION, load, read_meta, save_checkpoint
 from jaxattn.io.checkpoints._source import read
 from jaxattn.model.params import Model
 
@@ -51,7 +51,7 @@ def convert(source, out, *, dtype: str = "source", revision: str | None = None) 
         dtype: ``'source'`` keeps the stored precision; ``'float32'`` / ``'float64'`` cast.
     """
     model, info = convert_source(source, dtype=dtype, revision=revision)
-    return save(model, out, info)
+    return save_checkpoint(model, out, info)
 
 
 # ---------------------------------------------------------------- the built-in model
@@ -92,7 +92,7 @@ def builtin_path(name: str = "minilm") -> Path:
     model, info = convert_source(folder)
     st = (folder / "model.safetensors").stat()
     info["source_stat"] = [st.st_size, int(st.st_mtime)]
-    return save(model, out, info)
+    return save_checkpoint(model, out, info)
 
 
 def load_any(spec) -> Model:
@@ -126,5 +126,5 @@ def inspect(path) -> str:
 
 __all__ = [
     "FAMILIES", "FORMAT_VERSION", "builtin_path", "convert", "convert_source", "inspect", "load", "load_any", "read",
-    "read_meta", "save",
+    "read_meta", "save_checkpoint",
 ]

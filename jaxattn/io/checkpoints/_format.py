@@ -116,7 +116,7 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Mo
     return validate(model)
 
 
-def save(model: Model, path, info: Mapping[str, Any] | None = None) -> Path:
+def save_checkpoint(model: Model, path, info: Mapping[str, Any] | None = None) -> Path:
     """Write ``model`` in the canonical layout (atomically). ``info``: provenance to record."""
     from safetensors.numpy import save as st_save
 
