@@ -14,7 +14,9 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
 * ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
 * ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``);
 * ``jaxattn-general``: ``jaxattn`` with the general form forced (``Batch(form=ja.model.forms.GENERAL)``: four
-  projections per head, no structure used): what the structure-aware forms gain.
+  projections per head, no structure used): what the structure-aware forms gain;
+* ``jaxattn-lanes64``: ``jaxattn`` in blocks of 64 conditions (``Batch(size=64)``, the CPU's width for every model
+  before one-head maps got wider blocks): what the wider blocks gain.
 
 Timings are interleaved (one repeat of every implementation, then the next round) and the best of
 ``repeats`` kept: on a shared CPU the speed drifts over minutes, and a drift must not favour whichever
@@ -54,7 +56,8 @@ import numpy as np
 #: max abs difference of the states after CHECK_STEPS steps allowed against the torch loop before anything is timed
 AGREE = {"float32": 1e-4, "float64": 1e-12}
 CHECK_STEPS = 10
-IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last", "jaxattn-general")
+IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last", "jaxattn-general",
+         "jaxattn-lanes64")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
     "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
@@ -134,14 +137,14 @@ def make_floor(X0, V, steps, beta, bcast: bool):
     return lambda k=steps: np.asarray(loop(Xj, k))
 
 
-def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False):
+def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None):
     import jax.numpy as jnp
 
     import jaxattn as ja
 
     Xj = jnp.asarray(X0)
     save = ja.Save(every="last") if last else ja.Save()
-    batch = ja.Batch(form=ja.model.forms.GENERAL) if general else ja.Batch()
+    batch = ja.Batch(form=ja.model.forms.GENERAL, size=size) if general else ja.Batch(size=size)
     return lambda k=steps: np.asarray(ja.simulate(model, Xj, k, alpha=ALPHA, beta=beta, save=save,
                                                   batch=batch).final)
 
@@ -182,6 +185,7 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "jaxattn": lambda: make_jaxattn(model, X0, steps, beta, last=False),
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
         "jaxattn-general": lambda: make_jaxattn(model, X0, steps, beta, last=False, general=True),
+        "jaxattn-lanes64": lambda: make_jaxattn(model, X0, steps, beta, last=False, size=64),
     }
     form = form_of(model, ja.D1, n, dtype)
     res = {"d": d, "n": n, "B": B, "steps": steps, "beta": beta, "alpha": ALPHA, "value": value, "dtype": dtype,
@@ -209,7 +213,7 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         print(f"  {name} {dtype} {impl:16s} {row['seconds']:.3f} s", flush=True)
     ok = {k: v["seconds"] for k, v in res["results"].items() if "seconds" in v}
     floor = min((ok[k] for k in ("jax-floor", "jax-floor-bcast") if k in ok), default=None)
-    for impl in ("jaxattn", "jaxattn-last", "jaxattn-general"):
+    for impl in ("jaxattn", "jaxattn-last", "jaxattn-general", "jaxattn-lanes64"):
         if impl in ok:
             res[f"{impl}_vs_torch"] = round(ok["torch"] / ok[impl], 2) if "torch" in ok else None
             compiled = ok.get("torch.compile")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, NonFiniteWarning
 
 from .subprocess_env import one_device_env
 
@@ -257,6 +257,20 @@ def test_unfinished_chunks_read_as_nan(tmp_path):
 
 
 # ---------------------------------------------------------------- runs that overflow say so
+@pytest.mark.parametrize("lanes", [64, 1024])
+def test_a_blown_up_configuration_has_a_nan_diameter_at_every_width(lanes):
+    """XLA's vectorised max over the pairs dropped the NaNs of a blown-up configuration at 1024 lanes on a CPU (the
+    one-head default): its diameter read 0, exact consensus. It is NaN at every block width."""
+    model = ja.random_model(jax.random.key(0), 4, heads=1, depth=2, dtype="float32")
+    X0 = ja.init_tokens(jax.random.key(1), 4, 3, 4, dtype="float32")
+    with pytest.warns(NonFiniteWarning):
+        res = ja.simulate(model, X0, 10, alpha=1e39, batch=ja.Batch(size=lanes), dtype="float32")
+    assert np.isnan(np.asarray(res.final)).all()
+    assert np.isnan(np.asarray(res.observables["diameter"])[:, -1]).all()
+    assert np.isnan(np.asarray(ja.metrics.diameter(jnp.full((3, 2), jnp.nan)))) and \
+        np.isnan(np.asarray(ja.metrics.diameter(jnp.asarray([[0.0, 1.0], [jnp.inf, 0.0]]))))
+
+
 def test_simulate_says_when_conditions_become_non_finite(tmp_path, capsys):
     from jaxattn.cli import main
 

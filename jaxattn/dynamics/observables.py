@@ -67,10 +67,13 @@ def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
         blocks = jax.lax.map(lambda b: _max_squared_distance(b[0], Y, b[1], s),
                              (Yp.reshape(-1, r, d), sp.reshape(-1, r)))
         mx = blocks.max()
-    # sqrt has an infinite derivative at 0 (all tokens at one point): differentiate only a positive max
-    # (a NaN max, a configuration that blew up, stays NaN: 0 would read as exact consensus)
+    # sqrt has an infinite derivative at 0 (all tokens at one point): differentiate only a positive max.
+    # A configuration that blew up is NaN, never 0 (which would read as exact consensus): asked of the tokens
+    # themselves (O(n d)), because XLA's vectorised max over the pairs can drop NaNs (seen on a CPU at 1024 lanes).
     pos = mx > 0
-    return jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), jnp.where(jnp.isnan(mx), mx, 0.0))
+    blown = ~jnp.isfinite(Y).all()
+    out = jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
+    return jnp.where(blown | jnp.isnan(mx), jnp.nan, out).astype(out.dtype)
 
 
 def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
