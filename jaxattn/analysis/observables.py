@@ -24,7 +24,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
 
 from jaxattn.analysis.metrics import cos_consensus, diameter, first_token_consensus, numerical_rank, rho_subspace
 from jaxattn.model.nn import l2
@@ -45,7 +45,7 @@ def hemisphere(X: Float[Array, "n d"], w: Float[Array, " d"]) -> Float[Array, ""
 
 
 def energy(X: Float[Array, "n d"], q: Float[Array, "d_h d"], k: Float[Array, "d_h d"],
-           beta_s: Float[ArrayLike, ""]) -> Float[Array, ""]:
+           beta_s: float | Float[Array, ""]) -> Float[Array, ""]:
     G = (X @ q.T) @ (X @ k.T).T
     return jnp.sum(jnp.exp(beta_s * G)) / (2 * beta_s)
 

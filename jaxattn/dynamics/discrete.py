@@ -205,8 +205,7 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
 @full_precision
 def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta,
           S: Float[ArrayLike, "d d"] | None = None, return_probs: bool = False,
-          probs: Float[Array, "H n n"] | None = None,
-          form: Form | None = None) -> Float[Array, "n d"] | tuple[Float[Array, "n d"], Float[Array, "H n n"]]:
+          probs: Float[Array, "H n n"] | None = None, form: Form | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
     ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them. ``form``: how

@@ -268,8 +268,7 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: 
 
 @full_precision
 def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
-           return_probs: bool = False, rope=None,
-           form: Form | None = None) -> Float[Array, "n d"] | tuple[Float[Array, "n d"], Float[Array, "H n n"]]:
+           return_probs: bool = False, rope=None, form: Form | None = None):
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``.
 
     With ``form.key_chunk`` (and not ``return_probs``) the update is evaluated over chunks of keys without

@@ -27,7 +27,7 @@ import math
 from typing import Any
 
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError, real
 
@@ -127,8 +127,8 @@ def cos_sin(rope: Rope, n: int) -> tuple[Float[np.ndarray, "n dim"], Float[np.nd
     return np.cos(emb) * rope.attention_factor, np.sin(emb) * rope.attention_factor
 
 
-def rotate(x: Float[Array, "*B n d_h"], cos: Float[ArrayLike, "n dim"],
-           sin: Float[ArrayLike, "n dim"]) -> Float[Array, "*B n d_h"]:
+def rotate(x: Float[Array, "*B n d_h"], cos: Float[Array | np.ndarray, "n dim"],
+           sin: Float[Array | np.ndarray, "n dim"]) -> Float[Array, "*B n d_h"]:
     """RoPE of ``x: [..., n, d_h]`` with tables ``[n, dim]`` (first ``dim`` coordinates rotated)."""
     import jax.numpy as jnp
 
