@@ -12,6 +12,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
 from jaxattn.analysis._equilibria import System, check_configurations, padded, residual
 from jaxattn.analysis.spectral import eig_sorted
@@ -71,8 +72,8 @@ def _updates(kind, model, Xs, beta):
     return jax.vmap(one)(Xs)
 
 
-def classify(system: System, X, *, tol: float = 1e-7, cluster_tol: float = 1e-4, align_tol: float = 1e-4,
-             residual_tol: float | None = None) -> list[Terminal]:
+def classify(system: System, X: Float[ArrayLike, "*K n d"], *, tol: float = 1e-7, cluster_tol: float = 1e-4,
+             align_tol: float = 1e-4, residual_tol: float | None = None) -> list[Terminal]:
     """Label end states ``X: [K, n, d]`` (see :class:`Terminal`).
 
     Not converged: residual above ``residual_tol`` (default ``tol``). Tokens closer than
@@ -119,8 +120,8 @@ def _silent(t, X, ctx=None):
     return jnp.zeros((), X.dtype)
 
 
-def settle(system: System, X0, *, steps: int = 500, t1: float = 100.0, batch_size: int = 64,
-           rtol: float = 1e-10, atol: float = 1e-12) -> np.ndarray:
+def settle(system: System, X0: Float[ArrayLike, "B n d"], *, steps: int = 500, t1: float = 100.0, batch_size: int = 64,
+           rtol: float = 1e-10, atol: float = 1e-12) -> Float[np.ndarray, "B n d"]:
     """End states ``[B, n, d]`` (float64) after ``steps`` maps or at time ``t1`` of the flow.
 
     ``batch_size`` is the compiled width: a condition's end state does not depend on how the batch
@@ -150,8 +151,8 @@ class Basins:
     num: int
 
 
-def basins(system: System, num: int, n: int, key, *, chunk: int = 256, steps: int = 500, t1: float = 100.0,
-           batch_size: int = 64, tol: float = 1e-7, progress=None, **classify_kw) -> Basins:
+def basins(system: System, num: int, n: int, key: PRNGKeyArray, *, chunk: int = 256, steps: int = 500,
+           t1: float = 100.0, batch_size: int = 64, tol: float = 1e-7, progress=None, **classify_kw) -> Basins:
     """Run ``num`` random initial conditions (uniform on the sphere, condition ``i`` from
     ``fold_in(key, i)``) to their end, ``chunk`` at a time, and count where they end.
 

@@ -10,6 +10,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.analysis._inputs import real_array, tolerance
 from jaxattn.analysis.metrics import boolean_distance, numerical_rank
@@ -21,7 +22,7 @@ class BooleanAttention(NamedTuple):
     rank: jax.Array  # [...] int32 singular values above rtol × the largest
 
 
-def boolean_attention(A, rtol: float = 1e-6) -> BooleanAttention:
+def boolean_attention(A: Float[ArrayLike, "*B n n"], rtol: float = 1e-6) -> BooleanAttention:
     """Distance of ``A: [..., n, n]`` to the nearest Boolean matrix (entrywise rounding, max norm)
     and its numerical rank (singular values ``> rtol · σ_max``)."""
     A = real_array(A, "A")

@@ -8,13 +8,15 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from jaxtyping import ArrayLike, Complex, Shaped
 
 from jaxattn.analysis._equilibria import System
 from jaxattn.analysis.spectral import eig_sorted
 from jaxattn.errors import ConfigError
 
 
-def consensus_eigenvalues(eigvals, k: int, n: int, *, alpha: float | None = None) -> np.ndarray:
+def consensus_eigenvalues(eigvals: Shaped[ArrayLike, " d"], k: int, n: int, *,
+                          alpha: float | None = None) -> Complex[np.ndarray, " m"]:
     """Intrinsic Jacobian eigenvalues at consensus on the real eigenvector ``v_k`` (closed form).
 
     Map (``alpha`` given): ``1/(1 + αλ_k)`` × ``(n−1)(d−1)`` and ``(1 + αλ_m)/(1 + αλ_k)``, ``m ≠ k``.
@@ -29,7 +31,7 @@ def consensus_eigenvalues(eigvals, k: int, n: int, *, alpha: float | None = None
     return np.concatenate([np.full(mult, 1.0 / (1 + alpha * lk)), (1 + alpha * others) / (1 + alpha * lk)])
 
 
-def consensus_step_bound(eigvals) -> float:
+def consensus_step_bound(eigvals: Shaped[ArrayLike, " d"]) -> float:
     """Largest step for which the principal consensus of a map is stable: ``2/(|λ_d| − λ_1)`` when the
     most negative eigenvalue has ``|λ_d| > λ_1`` (real spectrum), else ``inf``."""
     lam = np.sort(np.asarray(eigvals).real)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.analysis.metrics import numerical_rank
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices
@@ -87,13 +88,13 @@ def system_defect(kind: Kind, model: Model, X, alpha, beta):
 
 # ------------------------------------------------------------------ constructors
 
-def consensus(v, n: int, sign: int = 1) -> jax.Array:
+def consensus(v: Float[ArrayLike, " d"], n: int, sign: int = 1) -> Float[Array, "n d"]:
     """Every token at ``sign · v`` (``v`` normalised): ``[n, d]``."""
     v = _unit(v)
     return jnp.broadcast_to(sign * v, (n, v.shape[0]))
 
 
-def bipartite(v, signs: Sequence[int]) -> jax.Array:
+def bipartite(v: Float[ArrayLike, " d"], signs: Sequence[int]) -> Float[Array, "n d"]:
     """Token i at ``signs[i] · v``: ``[n, d]`` (all signs equal is consensus)."""
     s = jnp.asarray(signs, dtype=jnp.result_type(float))
     if s.ndim != 1 or not bool(jnp.all(jnp.abs(s) == 1)):
@@ -102,7 +103,7 @@ def bipartite(v, signs: Sequence[int]) -> jax.Array:
     return s[:, None] * v[None, :]
 
 
-def sign_patterns(n: int) -> np.ndarray:
+def sign_patterns(n: int) -> Int[np.ndarray, "P n"]:
     """Every sign pattern with ``s_1 = +1`` (one per antipodal pair): ``[2^(n−1), n]``; row 0 is consensus."""
     if n < 1:
         raise ConfigError(f"n must be >= 1, got {n}")
@@ -110,12 +111,12 @@ def sign_patterns(n: int) -> np.ndarray:
     return np.concatenate([np.ones((rest.shape[0], 1), np.int64), rest], axis=1)
 
 
-def clustering(points, assignment: Sequence[int]) -> jax.Array:
+def clustering(points: Float[ArrayLike, "k d"], assignment: Sequence[int]) -> Float[Array, "n d"]:
     """Token i at ``points[assignment[i]]`` (rows normalised): ``[n, d]``."""
     return l2(jnp.asarray(points))[jnp.asarray(assignment)]
 
 
-def polygon(n: int, U, phase: float = 0.0) -> jax.Array:
+def polygon(n: int, U: Float[ArrayLike, "d 2"], phase: float = 0.0) -> Float[Array, "n d"]:
     """``n`` tokens evenly spaced on the great circle spanned by the two columns of ``U: [d, 2]``
     (orthonormalised). For ``n ≥ 2`` their mean vanishes: a polygonal equilibrium of D3 / C2_OJA."""
     U = np.linalg.qr(np.asarray(U, np.float64))[0]
@@ -138,7 +139,8 @@ class Candidates:
         return np.all(self.signs == self.signs[:, :1], axis=1)
 
 
-def eigen_equilibria(F, n: int, *, patterns: np.ndarray | None = None, imag_tol: float = 1e-10) -> Candidates:
+def eigen_equilibria(F: Float[ArrayLike, "d d"], n: int, *, patterns: Int[np.ndarray, "P n"] | None = None,
+                     imag_tol: float = 1e-10) -> Candidates:
     """Consensus and bipartite consensus at every real eigenvector of ``F: [d, d]`` and every sign
     pattern (default :func:`sign_patterns`; give ``patterns [P, n]`` to sample them instead)."""
     F = np.asarray(F, np.float64)
@@ -169,7 +171,8 @@ def _unit(v) -> jax.Array:
 
 # ------------------------------------------------------------------ checks and residuals
 
-def check_configurations(X, d: int, *, sphere_tol: float = 1e-8) -> np.ndarray:
+def check_configurations(X: Float[ArrayLike, "*K n d"], d: int, *,
+                         sphere_tol: float = 1e-8) -> Float[np.ndarray, "K n d"]:
     """``X`` as float64 ``[K, n, d]`` (``[n, d]`` is ``K = 1``), refused unless finite and on the sphere."""
     A = np.asarray(X)
     if A.dtype.kind not in "fi":
@@ -201,7 +204,7 @@ def padded(A: np.ndarray) -> jax.Array:
     return jnp.asarray(np.concatenate([A, np.broadcast_to(A[:1], (width - K, *A.shape[1:]))]))
 
 
-def residual(system: System, X) -> np.ndarray:
+def residual(system: System, X: Float[ArrayLike, "*K n d"]) -> Float[np.ndarray, " K"]:
     """``||map(X) − X||`` (maps) or ``||f(X)||`` (flows), Frobenius norm, per configuration: ``[K]``."""
     A = check_configurations(X, system.d)
     r = _residuals(system.kind, system.model.astype(jnp.float64), padded(A), system.alpha, system.beta)
@@ -210,7 +213,7 @@ def residual(system: System, X) -> np.ndarray:
 
 # ------------------------------------------------------------------ tangent spaces
 
-def tangent_basis(X: jax.Array) -> jax.Array:
+def tangent_basis(X: Float[Array, "n d"]) -> Float[Array, "n d d-1"]:
     """Orthonormal basis of ``x_i^⊥`` for every token: ``[n, d] -> [n, d, d−1]``.
 
     The QR factorisation of ``[x_i | I]`` puts ``±x_i`` in its first column; the others span its
@@ -225,7 +228,7 @@ def tangent_basis(X: jax.Array) -> jax.Array:
     return jax.vmap(one)(X)
 
 
-def attention_rank(system: System, X, *, rtol: float = 1e-8) -> np.ndarray:
+def attention_rank(system: System, X: Float[ArrayLike, "n d"], *, rtol: float = 1e-8) -> Int[np.ndarray, " H"]:
     """Numerical rank of every head's attention matrix at ``X: [n, d]`` (singular values above
     ``rtol`` times the largest): ``[H]`` ints. 1 at consensus, 2 at bipartite consensus."""
     A = check_configurations(X, system.d)[0]

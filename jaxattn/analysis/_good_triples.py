@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int, PRNGKeyArray
 
 from jaxattn.analysis.stats import wilson
 from jaxattn.errors import ConfigError, positive_int
@@ -20,7 +21,7 @@ TOP_CLASSES = ("good", "complex", "negative", "repeated")
 ENSEMBLES = ("ginibre", "symmetric", "positive", "uniform")
 
 
-def classify_top(V, rtol: float = 1e-9) -> np.ndarray:
+def classify_top(V: Float[ArrayLike, "*B d d"], rtol: float = 1e-9) -> Int[np.ndarray, "*B"]:
     """Class of the top-modulus eigenvalue of every ``V: [..., d, d]`` (float64, LAPACK), ``[...]`` int:
 
     0 ``good`` (real, positive, simple in modulus: ``λ_1 > |λ_2|``), 1 ``complex`` (a conjugate pair
@@ -59,7 +60,8 @@ class Estimate(NamedTuple):
     classes: dict  # counts of every class of TOP_CLASSES
 
 
-def random_matrices(key, d: int, count: int, ensemble: str = "ginibre", dtype=None) -> jax.Array:
+def random_matrices(key: PRNGKeyArray, d: int, count: int, ensemble: str = "ginibre",
+                    dtype=None) -> Float[Array, "count d d"]:
     """``count`` random ``[d, d]`` matrices of an ensemble (on the default device), ``[count, d, d]``:
     ``'ginibre'`` entries N(0, 1/d); ``'symmetric'`` (G + Gᵀ)/√2 of a Ginibre G (the orthogonal
     ensemble); ``'positive'`` the absolute values of a Ginibre matrix (Perron–Frobenius: always
@@ -77,8 +79,8 @@ def random_matrices(key, d: int, count: int, ensemble: str = "ginibre", dtype=No
     return g
 
 
-def good_triple_fraction(key, d: int, samples: int, *, ensemble: str = "ginibre", confidence: float = 0.95,
-                         chunk: int = 4096) -> Estimate:
+def good_triple_fraction(key: PRNGKeyArray, d: int, samples: int, *, ensemble: str = "ginibre",
+                         confidence: float = 0.95, chunk: int = 4096) -> Estimate:
     """Fraction of random ``d × d`` matrices whose top-modulus eigenvalue is real, positive and simple
     (the spectral half of a good triple; with ``Q = K = I`` it is the whole condition).
 

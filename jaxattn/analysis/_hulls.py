@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from jaxtyping import ArrayLike, Bool, Float
 
 from jaxattn.analysis._inputs import real_array, tolerance
 from jaxattn.analysis._linkage import clusters
@@ -28,7 +29,7 @@ def _in_hull_lp(P: np.ndarray, x: np.ndarray) -> float:
     return float(res.fun)
 
 
-def hull_vertices(P, tol: float = 1e-9) -> np.ndarray:
+def hull_vertices(P: Float[ArrayLike, "m d"], tol: float = 1e-9) -> Bool[np.ndarray, " m"]:
     """Which rows of ``P: [m, d]`` are vertices of their convex hull, ``[m]`` bool.
 
     A point is a vertex when it lies farther than ``tol`` (L1, relative to the size of the set)
@@ -51,13 +52,13 @@ def hull_vertices(P, tol: float = 1e-9) -> np.ndarray:
     return np.asarray([_in_hull_lp(np.delete(P, i, axis=0), P[i]) > tol * scale for i in range(m)])
 
 
-def hull_distance(vertices, X) -> np.ndarray:
+def hull_distance(vertices: Float[ArrayLike, "m d"], X: Float[ArrayLike, "k d"]) -> Float[np.ndarray, " k"]:
     """L1 distance from each row of ``X: [k, d]`` to the convex hull of ``vertices: [m, d]``, ``[k]``."""
     V = np.asarray(vertices, np.float64)
     return np.asarray([_in_hull_lp(V, x) for x in np.asarray(X, np.float64)])
 
 
-def outside_distance(vertices: np.ndarray, X: np.ndarray) -> np.ndarray:
+def outside_distance(vertices: Float[np.ndarray, "m d"], X: Float[np.ndarray, "k d"]) -> Float[np.ndarray, " k"]:
     """How far each row of ``X`` lies outside the hull of ``vertices`` (0 inside): the largest
     signed facet distance when the hull is full-dimensional (Qhull), else the LP's L1 distance."""
     m, d = vertices.shape
@@ -80,7 +81,7 @@ class Polytope(NamedTuple):
     max_outside: float  # how far the farthest non-vertex token lies outside that hull (0 inside)
 
 
-def polytope(X, tol: float) -> Polytope:
+def polytope(X: Float[ArrayLike, "n d"], tol: float) -> Polytope:
     """Clusters of ``X: [n, d]`` at ``tol``, how many of their centres are vertices of the convex hull
     of the centres, and whether the remaining tokens lie inside the hull of those vertices."""
     tol = tolerance(tol)

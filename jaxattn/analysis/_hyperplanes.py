@@ -10,6 +10,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.analysis._inputs import real_array, tolerance
 from jaxattn.analysis._linkage import count_clusters, gap_clusters
@@ -25,7 +26,7 @@ class TopEigen(NamedTuple):
     left: np.ndarray  # [d] left eigenvector ψ_1 with <ψ_1, φ_1> = 1
 
 
-def top_eigen(V) -> TopEigen:
+def top_eigen(V: Float[ArrayLike, "d d"]) -> TopEigen:
     """Top-modulus eigenpair of ``V: [d, d]``; ``φ_1`` is real with its largest entry positive when
     the eigenvalue is real."""
     V = check_value_matrix(V)
@@ -45,7 +46,7 @@ def top_eigen(V) -> TopEigen:
     return TopEigen(complex(lam[i]), phi, psi)
 
 
-def coordinate(X, V) -> jax.Array:
+def coordinate(X: Float[ArrayLike, "*B n d"], V: Float[ArrayLike, "d d"]) -> Float[Array, "*B n"]:
     """Coordinate of every token along the top eigenvector ``φ_1`` of ``V``: ``⟨ψ_1, x_i⟩``.
 
     ``X: [..., n, d]`` -> ``[..., n]``. Needs a real top eigenvalue (else :class:`ConfigError`).
@@ -65,7 +66,7 @@ class Hyperplanes(NamedTuple):
     values: jax.Array  # [..., n] the coordinates
 
 
-def hyperplanes(X, V, tol) -> Hyperplanes:
+def hyperplanes(X: Float[ArrayLike, "*B n d"], V: Float[ArrayLike, "d d"], tol) -> Hyperplanes:
     """How many parallel hyperplanes ``{⟨ψ_1, x⟩ = c}`` hold the tokens ``X: [..., n, d]``."""
     tol = tolerance(tol)
     c = coordinate(X, V)

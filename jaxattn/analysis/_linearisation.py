@@ -10,6 +10,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.analysis._equilibria import (
     System,
@@ -60,7 +61,7 @@ def linearisation_bytes(num: int, n: int, d: int) -> int:
     return 8 * num * (nd * nd + ni * ni + 2 * ni + 2 * nd + nd + n)
 
 
-def linearise(system: System, X, *, residual_tol: float = 1e-8, margin: float = 1e-9,
+def linearise(system: System, X: Float[ArrayLike, "*K n d"], *, residual_tol: float = 1e-8, margin: float = 1e-9,
               chunk: int = 1024) -> Linearisation:
     """Jacobians (ambient and intrinsic) at equilibria ``X: [K, n, d]`` and their stability.
 

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.analysis._inputs import batched, real_array, tolerance
 
@@ -46,7 +47,7 @@ def _labels_one(X: jax.Array, tol) -> jax.Array:
     return lab
 
 
-def cluster_labels(X, tol) -> jax.Array:
+def cluster_labels(X: Float[ArrayLike, "*B n d"], tol) -> Int[Array, "*B n"]:
     """Single-linkage cluster labels at distance ``tol``: ``X: [..., n, d]`` -> ``[..., n]`` int32.
 
     Tokens ``i`` and ``j`` are in one cluster when a chain of tokens joins them with steps of
@@ -79,13 +80,13 @@ def _clusters_one(X: jax.Array, tol) -> tuple:
     return jnp.sum(sizes > 0).astype(jnp.int32), lab, sizes, centres
 
 
-def clusters(X, tol) -> Clusters:
+def clusters(X: Float[ArrayLike, "*B n d"], tol) -> Clusters:
     """Clusters at distance ``tol`` with their centres and sizes; ``X: [..., n, d]``."""
     X = real_array(X)
     return Clusters(*batched(_clusters_one, X, 2, jnp.asarray(tolerance(tol), X.dtype)))
 
 
-def count_clusters(X, tol) -> jax.Array:
+def count_clusters(X: Float[ArrayLike, "*B n d"], tol) -> Int[Array, "*B"]:
     """Number of single-linkage clusters at distance ``tol``: ``[..., n, d]`` -> ``[...]`` int32."""
     return clusters(X, tol).count
 
@@ -109,7 +110,7 @@ def _merge_heights_one(X: jax.Array) -> jax.Array:
     return jnp.sort(heights)
 
 
-def merge_heights(X) -> jax.Array:
+def merge_heights(X: Float[ArrayLike, "*B n d"]) -> Float[Array, "*B n-1"]:
     """Single-linkage merge heights, ascending: ``X: [..., n, d]`` -> ``[..., n - 1]``."""
     X = real_array(X)
     return batched(_merge_heights_one, X, 2)
@@ -143,7 +144,7 @@ def _gap_one(X: jax.Array) -> tuple:
     return count, thr, gaps[k]
 
 
-def gap_clusters(X) -> GapCount:
+def gap_clusters(X: Float[ArrayLike, "*B n d"]) -> GapCount:
     """Tolerance-free number of clusters: cut the single-linkage hierarchy at its largest gap.
 
     The gaps are ratios between consecutive merge heights (log scale), the last one between the

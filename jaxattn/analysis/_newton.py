@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import lineax as lx
 import numpy as np
 import optimistix as optx
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.analysis._equilibria import System, check_configurations, residual, system_defect, tangent_basis
 from jaxattn.errors import ConfigError
@@ -27,7 +28,7 @@ class Refined:
     method: str  # 'newton', or 'newton+levenberg-marquardt' where Newton stalled
 
 
-def refine(system: System, X0, *, tol: float = 1e-12, max_steps: int = 50) -> Refined:
+def refine(system: System, X0: Float[ArrayLike, "n d"], *, tol: float = 1e-12, max_steps: int = 50) -> Refined:
     """Newton's method (optimistix ``Newton`` with lineax's SVD) for an equilibrium near ``X0: [n, d]``,
     falling back to optimistix's Levenberg-Marquardt where Newton stalls (a continuum of equilibria).
 

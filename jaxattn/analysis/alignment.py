@@ -8,6 +8,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.analysis.observables import alignment_observables, alignment_tables
 from jaxattn.analysis.spectral import Spectrum, cumulative_products, layer_matrices, spectrum
@@ -48,8 +49,9 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
     return rows
 
 
-def alignment(model: Model, X0, steps: int | None = None, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
-              order: str = "real", batch: Batch = Batch(), dtype=None, run: str = "main") -> list[dict]:
+def alignment(model: Model, X0: Float[ArrayLike, "B n d"], steps: int | None = None, *, dynamics: Dynamics = D1,
+              alpha=1.0, beta=1.0, order: str = "real", batch: Batch = Batch(), dtype=None,
+              run: str = "main") -> list[dict]:
     """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
     eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
 

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.analysis.spectral import spectrum
 from jaxattn.dynamics.discrete import D1, Dynamics, simulate
@@ -48,8 +49,8 @@ def _correlations(X: np.ndarray, basis: np.ndarray, groups: np.ndarray, n_dirs: 
     return np.sqrt(p @ onehot) / np.linalg.norm(X, axis=-1, keepdims=True)
 
 
-def direction_increments(model, X0, steps: int | None = None, *, dynamics: Dynamics = D1, alpha: float = 1.0,
-                         beta: float = 1.0, order: str = "real", chunk: int = 64, dtype=None,
+def direction_increments(model, X0: Float[ArrayLike, "B n d"], steps: int | None = None, *, dynamics: Dynamics = D1,
+                         alpha: float = 1.0, beta: float = 1.0, order: str = "real", chunk: int = 64, dtype=None,
                          precision: str = "highest") -> DirectionIncrements:
     """``P_k`` and ``Δρ_k`` of every eigendirection of every layer, from the initial conditions ``X0: [B, n, d]``
     run through ``steps`` steps (default: the depth) of ``dynamics``.

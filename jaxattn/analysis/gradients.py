@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.analysis import metrics
 from jaxattn.analysis.spectral import spectrum
@@ -47,7 +48,8 @@ def _bare(model: Model) -> Model:
 
 
 # ------------------------------------------------------------------ which layer matters
-def principal_basis(model: Model, *, block: int = -1, order: str = "real", alpha: float = 1.0) -> np.ndarray:
+def principal_basis(model: Model, *, block: int = -1, order: str = "real",
+                    alpha: float = 1.0) -> Float[np.ndarray, "d 2"]:
     """``[d, 2]``: (Re v1, Im v1) of the principal eigenvector of ``block``'s layer matrix (host, float64).
 
     ``||[Re v1, Im v1]ᵀ x|| / ||x||`` is ``|v1ᴴ x| / ||x||``: the power-method study's ρ1 (``Im v1 = 0``
@@ -58,8 +60,8 @@ def principal_basis(model: Model, *, block: int = -1, order: str = "real", alpha
     return np.stack([v.real, v.imag], axis=-1)
 
 
-def mean_rho1(model: Model, X0, basis, *, steps: int | None = None, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
-              batch: Batch = Batch(), dtype=None) -> jax.Array:
+def mean_rho1(model: Model, X0: Float[ArrayLike, "B n d"], basis: Float[ArrayLike, "d r"], *, steps: int | None = None,
+              dynamics: Dynamics = D1, alpha=1.0, beta=1.0, batch: Batch = Batch(), dtype=None) -> Float[Array, ""]:
     """Mean over conditions and tokens of ``||basisᵀ x|| / ||x||`` after ``steps`` blocks (default: the
     depth) from ``X0: [B, n, d]``; differentiable in the model, ``X0``, α and β (``basis`` is data)."""
     steps = model.depth if steps is None else steps
@@ -69,8 +71,8 @@ def mean_rho1(model: Model, X0, basis, *, steps: int | None = None, dynamics: Dy
 
 
 @full_precision
-def layer_sensitivity(model: Model, X0, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, order: str = "real",
-                      batch: Batch = Batch(), dtype=None) -> list[dict]:
+def layer_sensitivity(model: Model, X0: Float[ArrayLike, "B n d"], *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
+                      order: str = "real", batch: Batch = Batch(), dtype=None) -> list[dict]:
     """Which layer matters for the power-method alignment: the sensitivity of ``R`` = mean ρ1 after the
     last block (the alignment of every final token with the principal eigenvector ``v1`` of the last
     block's ``F = Σ_h O_h V_h``, as ``analyze`` measures it) to every block's weights.
@@ -129,7 +131,7 @@ def layer_sensitivity(model: Model, X0, *, dynamics: Dynamics = D1, alpha=1.0, b
 
 
 # ------------------------------------------------------------------ steering by gradient
-def final_alignment(X: jax.Array, u) -> jax.Array:
+def final_alignment(X: Float[Array, "*B n d"], u: Float[ArrayLike, " d"]) -> Float[Array, "*B n"]:
     """``|<x, u>| / ||x||`` of every token of ``X: [..., n, d]`` (``u`` a unit vector)."""
     return jnp.abs(X @ u) / jnp.linalg.norm(X, axis=-1)
 
@@ -159,7 +161,7 @@ class GradientSteer:
         return float(np.quantile(self.alignment, 0.01))
 
 
-def apply_delta_o(model: Model, delta, *, block: int = -1) -> Model:
+def apply_delta_o(model: Model, delta: Float[ArrayLike, "H d d_h"], *, block: int = -1) -> Model:
     """``model`` with ``O`` of ``block`` replaced by ``O + delta`` (``delta: [H, d, d_h]``); a new weight
     set for that block alone when its set is shared with other blocks (as :func:`jaxattn.steer` does)."""
     b = block % model.depth
@@ -174,9 +176,10 @@ def apply_delta_o(model: Model, delta, *, block: int = -1) -> Model:
 
 
 @full_precision
-def gradient_steer(model: Model, u, X0, target: float = 0.99, *, block: int = -1, dynamics: Dynamics = D1,
-                   alpha=1.0, beta=1.0, dtype=None, iterations: int = 150, lr: float = 0.05, rtol: float = 0.01,
-                   radius0: float | None = None, radius_max: float = 1e9, init=None) -> GradientSteer:
+def gradient_steer(model: Model, u: Float[ArrayLike, " d"], X0: Float[ArrayLike, "B n d"], target: float = 0.99, *,
+                   block: int = -1, dynamics: Dynamics = D1, alpha=1.0, beta=1.0, dtype=None, iterations: int = 150,
+                   lr: float = 0.05, rtol: float = 0.01, radius0: float | None = None, radius_max: float = 1e9,
+                   init=None) -> GradientSteer:
     """The smallest change ``ΔO`` of ``block``'s output weights (default: the last block) found by gradient
     ascent whose mean alignment ``|<x, u>| / ||x||`` of the final tokens from ``X0: [B, n, d]`` reaches
     ``target``.
@@ -328,9 +331,9 @@ class CriticalBeta:
     success: bool  # optimistix's verdict (converged within max_steps)
 
 
-def batch_observable(model: Model, X0, steps: int | None = None, observable: str | Callable = "cos_consensus", *,
-                     dynamics: Dynamics = D1, alpha=1.0, batch: Batch = Batch(),
-                     dtype=None) -> Callable[[Any], jax.Array]:
+def batch_observable(model: Model, X0: Float[ArrayLike, "B n d"], steps: int | None = None,
+                     observable: str | Callable = "cos_consensus", *, dynamics: Dynamics = D1, alpha=1.0,
+                     batch: Batch = Batch(), dtype=None) -> Callable[[Any], Float[Array, ""]]:
     """``β ↦`` the batch mean of ``observable`` (a name in :data:`OBSERVABLES` or a function of one
     configuration ``[n, d]``) after ``steps`` blocks (default: the depth) from ``X0``: a smooth scalar
     function of β to differentiate, solve or ``vmap``."""
@@ -349,10 +352,10 @@ def batch_observable(model: Model, X0, steps: int | None = None, observable: str
 
 
 @full_precision
-def critical_beta(model: Model, X0, level: float, *, observable: str | Callable = "cos_consensus",
-                  steps: int | None = None, beta0: float = 1.0, dynamics: Dynamics = D1, alpha=1.0,
-                  rtol: float | None = None, atol: float | None = None, max_steps: int = 50,
-                  batch: Batch = Batch(), dtype=None) -> CriticalBeta:
+def critical_beta(model: Model, X0: Float[ArrayLike, "B n d"], level: float, *,
+                  observable: str | Callable = "cos_consensus", steps: int | None = None, beta0: float = 1.0,
+                  dynamics: Dynamics = D1, alpha=1.0, rtol: float | None = None, atol: float | None = None,
+                  max_steps: int = 50, batch: Batch = Batch(), dtype=None) -> CriticalBeta:
     """The inverse temperature β at which the batch mean of ``observable`` after ``steps`` blocks from
     ``X0`` equals ``level``, by Newton's method (``optimistix.Newton``; derivatives by forward-mode
     differentiation through the whole simulation) from ``beta0``.
@@ -398,7 +401,8 @@ def critical_beta(model: Model, X0, level: float, *, observable: str | Callable 
 
 
 # ------------------------------------------------------------------ a whole grid in one call
-def beta_grid(model: Model, X0, betas, steps: int | None = None, **kwargs) -> Simulation:
+def beta_grid(model: Model, X0: Float[ArrayLike, "B n d"], betas: Float[ArrayLike, " G"], steps: int | None = None,
+              **kwargs) -> Simulation:
     """:func:`jaxattn.simulate` at every β of ``betas`` in one ``jax.vmap``-ed call: observables
     ``[G, B, T, ...]`` and final states ``[G, B, n, d]`` (``G = len(betas)``). Other options are
     :func:`jaxattn.simulate`'s. The numbers are those of ``sweep_grid`` with ``dynamics.beta`` as an

@@ -11,7 +11,7 @@ import dataclasses
 import os
 
 import numpy as np
-from jaxtyping import Float
+from jaxtyping import ArrayLike, Complex, Float
 
 from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, repeat_kv
@@ -55,7 +55,8 @@ def _canonical_sign(v: np.ndarray) -> np.ndarray:
     return v * (np.abs(piv) / np.where(piv == 0, 1, piv))
 
 
-def eig_sorted(F: np.ndarray, order: str = "real", alpha: float = 1.0):
+def eig_sorted(F: Float[ArrayLike, "*G d d"], order: str = "real",
+               alpha: float = 1.0) -> tuple[Complex[np.ndarray, "*G d"], Complex[np.ndarray, "*G d d"]]:
     """Eigenpairs of ``F: [..., d, d]`` sorted by ``order`` (descending), unit eigenvectors.
 
     Ties in the key (a conjugate pair) put the eigenvalue with positive imaginary part first,
@@ -203,7 +204,8 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
                     order=order)
 
 
-def cumulative_products(Fs: np.ndarray, order: str = "real", alpha: float = 1.0):
+def cumulative_products(Fs: Float[ArrayLike, "T d d"], order: str = "real",
+                        alpha: float = 1.0) -> tuple[Float[np.ndarray, "T d d"], Complex[np.ndarray, "T d"]]:
     """``Φ(k) = F(k) ⋯ F(1)`` for the sequence ``Fs: [T, d, d]``, renormalised at each step
     (scale does not change eigenvectors), and the principal eigenvector ``u1(k)`` of each.
 
@@ -231,7 +233,7 @@ def cumulative_products(Fs: np.ndarray, order: str = "real", alpha: float = 1.0)
     return Phi, vec[:, :, 0]
 
 
-def lyapunov_exponents(Fs: np.ndarray, *, affine_alpha: float | None = None) -> np.ndarray:
+def lyapunov_exponents(Fs: Float[ArrayLike, "T d d"], *, affine_alpha: float | None = None) -> Float[np.ndarray, " d"]:
     """Lyapunov exponents of the product ``F(T) ⋯ F(1)`` by repeated QR (Oseledets), sorted
     descending: ``(1/T) Σ_k log |diag R_k|``. With ``affine_alpha`` the factors are ``I + α F``.
 

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
 from jaxattn.dynamics import check_scalar, traced
@@ -69,7 +70,8 @@ def _plan(model: Model, g: int, w, host: bool):
     return jnp.abs(ev[jnp.argmax(ev.real)]), zt, jnp.linalg.norm(Vs.T @ zt - w)
 
 
-def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> tuple[Model, SteerInfo]:
+def steer(model: Model, u: Float[ArrayLike, " d"], gamma: float = 10.0, w: Float[ArrayLike, " d"] | None = None, *,
+          block: int = -1) -> tuple[Model, SteerInfo]:
     """Return a model whose block ``block`` (default: the last) has layer matrix ``F + β u wᵀ``.
 
     ``u`` is normalised; ``w`` (default ``u``) is used as given; ``β = γ |λ1(F)|``.
@@ -144,8 +146,8 @@ def steer(model: Model, u, gamma: float = 10.0, w=None, *, block: int = -1) -> t
 
 
 @full_precision
-def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: float = 0.05, seed: int = 0,
-                  layernorm: bool = True) -> np.ndarray:
+def precompensate(model: Model, u: Float[ArrayLike, " d"], *, block: int = -1, steps: int = 400, lr: float = 0.05,
+                  seed: int = 0, layernorm: bool = True) -> Float[np.ndarray, " d"]:
     """A direction ``u'`` to steer the attention of ``block`` towards when the FFN is kept, so
     that the block's output points along ``u`` (the paper's pre-compensation, by numerical
     inversion).
@@ -192,8 +194,8 @@ def precompensate(model: Model, u, *, block: int = -1, steps: int = 400, lr: flo
     return out / np.linalg.norm(out)
 
 
-def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1.0, beta=1.0, dtype=None,
-                    precision: str = "highest"):
+def entering_states(model: Model, X0: Float[ArrayLike, "B n d"], *, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
+                    dtype=None, precision: str = "highest") -> Float[Array, "B n d"]:
     """The states ``[B, n, d]`` entering ``block`` from ``X0``: the blocks before the steered one do not
     depend on the gain, so a sweep over gains runs them once (``X0`` itself for the first block)."""
     b = block % model.depth
@@ -203,9 +205,11 @@ def entering_states(model: Model, X0, *, block: int = -1, dynamics=None, alpha=1
                     dtype=dtype, batch=Batch(precision=precision)).final
 
 
-def steered_alignment(model: Model, u, gamma: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
-                      beta=1.0, dtype=None, entering=None, along=None,
-                      precision: str = "highest") -> tuple[np.ndarray, Model, SteerInfo]:
+def steered_alignment(model: Model, u: Float[ArrayLike, " d"], gamma: float, X0: Float[ArrayLike, "B n d"], *,
+                      w: Float[ArrayLike, " d"] | None = None, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
+                      dtype=None, entering: Float[ArrayLike, "B n d"] | None = None,
+                      along: Float[ArrayLike, " d"] | None = None,
+                      precision: str = "highest") -> tuple[Float[np.ndarray, "B n"], Model, SteerInfo]:
     """Steer ``block`` with gain ``gamma`` and run the dynamics of the steered model from ``X0: [B, n, d]``
     through all its blocks; return ``|<x, a>| / ||x||`` for every final token (``[B, n]``) with ``a`` the
     unit direction ``along`` (default ``u``), the model and the steering information. ``dynamics``
@@ -244,8 +248,9 @@ class SteerTarget:
         return float(self.alignment.mean())
 
 
-def steer_to_target(model: Model, u, target: float, X0, *, w=None, block: int = -1, dynamics=None, alpha=1.0,
-                    beta=1.0, dtype=None, gamma0: float = 1.0, rtol: float = 0.01, gamma_min: float = 1e-6,
+def steer_to_target(model: Model, u: Float[ArrayLike, " d"], target: float, X0: Float[ArrayLike, "B n d"], *,
+                    w: Float[ArrayLike, " d"] | None = None, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
+                    dtype=None, gamma0: float = 1.0, rtol: float = 0.01, gamma_min: float = 1e-6,
                     gamma_max: float = 1e9, precision: str = "highest") -> SteerTarget:
     """The smallest gain ``γ`` whose mean alignment with ``u`` (measured by running the steered model's
     dynamics from ``X0``) reaches ``target``, by bisection in ``log γ``.

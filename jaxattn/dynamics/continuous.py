@@ -23,7 +23,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.dynamics._runner import (
     Context,
@@ -61,7 +61,7 @@ def adaptive(solver: str) -> bool:
 RESULT_NAMES = ("successful", "max_steps_reached", "dt_min_reached", "nonfinite", "max_steps_rejected", "other")
 
 
-def result_code(result) -> jax.Array:
+def result_code(result) -> Int[Array, "*B"]:
     """A diffrax result as an int32 code (index in :data:`RESULT_NAMES`), through diffrax's public
     ``RESULTS`` items rather than their private values."""
     known = [result == getattr(diffrax.RESULTS, name) for name in RESULT_NAMES[:-1]]
@@ -201,10 +201,10 @@ class _FlowProgram:
 
 
 @moved
-def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, t0=0.0, beta=1.0, S=None,
-          save: Save = Save(), batch: Batch = Batch(), dtype=None, solver="tsit5", rtol=None, atol=None, dt=None,
-          max_steps: int = 100_000, layer_time=1.0, weights_fn: Callable | None = None,
-          stepsize_controller=None, adjoint=None) -> Solution:
+def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, t0=0.0, beta=1.0,
+          S: Float[ArrayLike, "d d"] | None = None, save: Save = Save(), batch: Batch = Batch(), dtype=None,
+          solver="tsit5", rtol=None, atol=None, dt=None, max_steps: int = 100_000, layer_time=1.0,
+          weights_fn: Callable | None = None, stepsize_controller=None, adjoint=None) -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.
 
     Args:

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.dynamics._kernels import choose_path, fused_simulate
 from jaxattn.dynamics._runner import (
@@ -117,7 +117,8 @@ FAITHFUL = Dynamics(norm="layernorm", ffn=True, pre_ln=True, biases=True, rope="
 NO_FFN = Dynamics(norm="layernorm", ffn=False, pre_ln=True, biases=True, drop_ln2=True, rope="model")
 
 
-def check_dynamics(model: Model, dyn: Dynamics, S=None):
+def check_dynamics(model: Model, dyn: Dynamics,
+                   S: Float[ArrayLike, "d d"] | None = None) -> Float[ArrayLike, "d d"] | None:
     """Refuse combinations the model cannot run, with one clear line; return ``S`` checked (for the
     ellipsoid; a traced ``S`` carries its value check into the program)."""
     if dyn.ffn and model.layers.w1 is None:
@@ -167,20 +168,20 @@ def _rope_tables(model: Model, dyn: Dynamics, n: int):
     return None if r is None else cos_sin(r, n)
 
 
-def geometry_of(dyn: Dynamics, S=None) -> Geometry | None:
+def geometry_of(dyn: Dynamics, S: Float[ArrayLike, "d d"] | None = None) -> Geometry | None:
     """The token space a dynamics retracts onto (``None`` for the affine LayerNorm)."""
     return {"l2": SPHERE, "none": FLAT, "ellipsoid": Geometry("ellipsoid", S)}.get(dyn.norm)
 
 
-def attention_input(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics) -> jax.Array:
+def attention_input(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics) -> Float[Array, "n d"]:
     """What attention reads: ``X``, or ``Norm1(X)`` for a pre-norm model with ``pre_ln``."""
     if model.norm_style == "pre" and dyn.pre_ln:
         return _norm(X, lw.ln1_w, lw.ln1_b, model, dyn)
     return X
 
 
-def attention_weights(X: jax.Array, lw: Layers, model: Model, dyn: Dynamics, beta,
-                      form: Form | None = None) -> jax.Array:
+def attention_weights(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, beta,
+                      form: Form | None = None) -> Float[Array, "H n n"]:
     """The attention weights ``[H, n, n]`` the block applies at state ``X`` (``form``: how the products are
     arranged, see :mod:`jaxattn.model.forms`; the weights are formed whatever its ``key_chunk``)."""
     return with_heads(_weights_at(X, lw, model, dyn, beta, form))
@@ -202,8 +203,9 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
 
 
 @full_precision
-def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta, S=None,
-          return_probs: bool = False, probs: Float[Array, "H n n"] | None = None, form: Form | None = None):
+def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta,
+          S: Float[ArrayLike, "d d"] | None = None, return_probs: bool = False,
+          probs: Float[Array, "H n n"] | None = None, form: Form | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
     ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them. ``form``: how
@@ -265,7 +267,7 @@ def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto
                   dtype=dtype, budget=block_budget())
 
 
-def layer_index(model: Model, k) -> jax.Array:
+def layer_index(model: Model, k: Int[ArrayLike, ""]) -> Int[Array, ""]:
     """Weight set used by step ``k`` (``k -> k+1``); cycles through the schedule.
 
     Examples:
@@ -278,8 +280,8 @@ def layer_index(model: Model, k) -> jax.Array:
     return sched[jnp.mod(k, model.depth)]
 
 
-def step(X: Float[Array, "n d"], k, model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
-         S=None) -> Float[Array, "n d"]:
+def step(X: Float[Array, "n d"], k: Int[ArrayLike, ""], model: Model, dyn: Dynamics = D1, alpha=1.0, beta=1.0,
+         S: Float[ArrayLike, "d d"] | None = None) -> Float[Array, "n d"]:
     """The step map ``X(k) -> X(k+1)`` of the model at (possibly traced) step ``k``."""
     return block(X, model.layers.take(layer_index(model, k)), model, dyn, alpha, beta, S)
 
@@ -299,7 +301,7 @@ class Simulation(NamedTuple):
         return jnp.all(jnp.isfinite(self.final), axis=(-2, -1))
 
 
-def saved_steps(steps: int, every=None) -> np.ndarray:
+def saved_steps(steps: int, every=None) -> Int[np.ndarray, " T"]:
     """Step indices at which a map evaluates observables for ``Save(every=...)``: ``None`` every step
     ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'`` the last step only.
 
@@ -446,8 +448,9 @@ def check_steps(steps) -> int:
 
 @full_precision
 @moved
-def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0,
-                 beta=1.0, S=None, save: Save = Save(), start=0, pass_norm: bool = False) -> Simulation:
+def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
+                 S: Float[ArrayLike, "d d"] | None = None, save: Save = Save(), start=0,
+                 pass_norm: bool = False) -> Simulation:
     """The map of one configuration ``X0: [n, d]``: the pure core that :func:`simulate`,
     :func:`jaxattn.dynamics.faithful.forward` and :func:`jaxattn.repeated_passes` run for every condition.
 
@@ -493,8 +496,9 @@ def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynam
 
 
 @moved
-def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0,
-             beta=1.0, S=None, save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Simulation:
+def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynamics: Dynamics = D1, alpha=1.0, beta=1.0,
+             S: Float[ArrayLike, "d d"] | None = None, save: Save = Save(), batch: Batch = Batch(),
+             dtype=None) -> Simulation:
     """Run ``steps`` block maps from every initial configuration, under ``jit``.
 
     Args:

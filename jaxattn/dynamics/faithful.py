@@ -13,6 +13,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.dynamics._runner import check_scalar, resolve_dtype
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _evolve, check_dynamics, check_steps
@@ -23,7 +24,8 @@ from jaxattn.model.precision import full_precision
 
 
 @full_precision
-def embed(model: Model, ids, token_type_ids=None) -> jax.Array:
+def embed(model: Model, ids: Int[ArrayLike, " n"],
+          token_type_ids: Int[ArrayLike, " n"] | None = None) -> Float[Array, "n d"]:
     """Token ids ``[n]`` -> hidden states ``[n, d]`` (token + position (+ type) embeddings,
     the embedding LayerNorm where the family has one, ALBERT's projection to d). Models with rotary
     positions (Llama, GPT-NeoX...) add no position embedding here: RoPE acts inside attention, by token
@@ -78,8 +80,8 @@ def _forward(X, model, alpha, beta, *, dyn, steps, final_norm):
 
 
 @full_precision
-def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None = None, alpha=1.0, beta=1.0,
-            final_norm: bool = True, dtype=None):
+def forward(model: Model, X: Float[ArrayLike, "n d"], *, dynamics: Dynamics = FAITHFUL, steps: int | None = None,
+            alpha=1.0, beta=1.0, final_norm: bool = True, dtype=None):
     """All hidden states of one configuration.
 
     Runs :func:`jaxattn.simulate_one` (the map core) keeping every state. Composes with ``jax.jit``,
@@ -107,7 +109,8 @@ def forward(model: Model, X, *, dynamics: Dynamics = FAITHFUL, steps: int | None
                     steps=int(steps), final_norm=final_norm)
 
 
-def hidden_states(model: Model, ids, token_type_ids=None, dtype=None):
+def hidden_states(model: Model, ids: Int[ArrayLike, " n"], token_type_ids: Int[ArrayLike, " n"] | None = None,
+                  dtype=None):
     """transformers-style ``(hidden_states, attentions)`` for token ids ``[n]``."""
     m = model if dtype is None else model.astype(dtype)
     return forward(m, embed(m, ids, token_type_ids), dtype=dtype)

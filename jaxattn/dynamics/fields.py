@@ -42,7 +42,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, ArrayLike, Float
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
@@ -77,7 +77,7 @@ C3 = Flow(space="flat")
 C3_RESCALED = Flow(space="flat", rescaled=True)
 
 
-def set_index(model: Model, t, layer_time=1.0) -> jax.Array:
+def set_index(model: Model, t, layer_time=1.0) -> Int[Array, ""]:
     """Weight set of a layered model at time ``t``: ``schedule[floor(t / layer_time) mod depth]``."""
     sched = jnp.asarray(model.schedule, dtype=jnp.int32)
     k = jnp.floor(t / layer_time).astype(jnp.int32)
@@ -95,7 +95,7 @@ def weights_at(model: Model, t, layer_time=1.0, weights_fn: Callable | None = No
     return model.layers.take(set_index(model, t, layer_time))
 
 
-def layer_matrix(lw: Layers) -> jax.Array:
+def layer_matrix(lw: Layers) -> Float[Array, "d d"]:
     """``F = Σ_h O_h V_{g(h)}`` of one weight set, ``[d, d]`` (``g``: the GQA grouping, identity without)."""
     return jnp.einsum("hdk,hke->de", lw.o, repeat_kv(lw).v)
 
@@ -105,7 +105,7 @@ def layer_matrix(lw: Layers) -> jax.Array:
 _TAYLOR_DEGREE, _THETA, MAX_SQUARINGS = 20, 1.4, 16
 
 
-def expm(A: jax.Array) -> jax.Array:
+def expm(A: Float[Array, "*B d d"]) -> Float[Array, "*B d d"]:
     """``e^A`` of ``A: [..., d, d]`` by scaling and squaring a degree-20 Taylor polynomial.
 
     Matrix products only (no LAPACK custom call, unlike ``jax.scipy.linalg.expm``, whose batched LU
@@ -165,7 +165,8 @@ def _rescaled(t, Z: jax.Array, lw: Layers, flow: Flow, beta) -> jax.Array:
     return out
 
 
-def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry, form: Form | None = None) -> jax.Array:
+def field(t, X: Float[Array, "n d"], lw: Layers, flow: Flow, beta, geom: Geometry,
+          form: Form | None = None) -> Float[Array, "n d"]:
     """``dX/dt`` for one configuration ``X: [n, d]`` with the weight set ``lw`` in force at ``t``.
 
     For the rescaled flow ``X`` is ``Z`` (the rescaled tokens) and ``lw`` must be the only weight set.
@@ -177,7 +178,8 @@ def field(t, X: jax.Array, lw: Layers, flow: Flow, beta, geom: Geometry, form: F
     return geom.project(X, U)
 
 
-def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta, form: Form | None = None) -> jax.Array:
+def attention_at(t, X: Float[Array, "n d"], lw: Layers, flow: Flow, beta,
+                 form: Form | None = None) -> Float[Array, "H n n"]:
     """The attention weights ``[H, n, n]`` of the flow at ``(t, X)`` (rescaled: at ``x = e^{tF} z``)."""
     if flow.rescaled:
         return probabilities(X @ expm(t * layer_matrix(lw)).T, lw, beta, biases=flow.biases, attention=flow.attention)
@@ -185,7 +187,8 @@ def attention_at(t, X: jax.Array, lw: Layers, flow: Flow, beta, form: Form | Non
 
 
 @full_precision
-def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2, beta=1.0, S=None, layer_time=1.0,
+def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2, beta=1.0,
+             S: Float[ArrayLike, "d d"] | None = None, layer_time=1.0,
              weights_fn: Callable | None = None) -> Float[Array, "n d"]:
     """The vector field of ``flow`` at time ``t`` for one configuration ``X: [n, d]``, shape ``[n, d]``.
 

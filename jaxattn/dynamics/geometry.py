@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.errors import ConfigError
 
@@ -69,7 +70,7 @@ SPHERE = Geometry("sphere")
 FLAT = Geometry("flat")
 
 
-def check_spd(S, d: int) -> Any:
+def check_spd(S: Float[ArrayLike, "d d"], d: int) -> Any:
     """``S`` as a float64 array, refused unless it is a finite symmetric positive definite ``[d, d]``."""
     if S is None:
         raise ConfigError("the ellipsoid needs the matrix S")
@@ -94,13 +95,13 @@ def check_spd(S, d: int) -> Any:
     return S
 
 
-def ellipsoid(S, dtype=None) -> Geometry:
+def ellipsoid(S: Float[ArrayLike, "d d"], dtype=None) -> Geometry:
     """The ellipsoid ``E_S = {x : xᵀ S x = 1}`` (``S`` symmetric positive definite, checked)."""
     S = check_spd(S, np.shape(S)[0] if np.ndim(S) == 2 else -1)
     return Geometry("ellipsoid", jnp.asarray(S, dtype))
 
 
-def geometry(kind: str, S=None, d: int | None = None, dtype=None) -> Geometry:
+def geometry(kind: str, S: Float[ArrayLike, "d d"] | None = None, d: int | None = None, dtype=None) -> Geometry:
     """The geometry named ``kind`` (``'sphere'``, ``'ellipsoid'`` with ``S``, ``'flat'``)."""
     if kind not in SPACES:
         raise ConfigError(f"space must be one of {SPACES}, got {kind!r}")

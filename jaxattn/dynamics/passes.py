@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import ArrayLike, Float, PRNGKeyArray
 
 from jaxattn.dynamics._runner import cast_floats, check_weights, resolve_dtype, run, working_bytes
 from jaxattn.dynamics.discrete import FAITHFUL, Dynamics, _MapProgram, check_dynamics, saved_steps
@@ -46,7 +46,7 @@ class Passes(NamedTuple):
     trajectory: jax.Array | None = None
 
 
-def redraw_weights(model: Model, key, std: float = 0.02) -> Model:
+def redraw_weights(model: Model, key: PRNGKeyArray, std: float = 0.02) -> Model:
     """The model with every block's weights drawn afresh from its family's initialisation.
 
     Weight matrices ``N(0, std²)`` (``std`` is transformers' ``initializer_range``, 0.02 for GPT-2 and
@@ -80,8 +80,9 @@ def with_mask(model: Model, mask: str) -> Model:
 
 @moved
 def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *, dynamics: Dynamics = FAITHFUL,
-                    final_norm: bool = True, redraw: bool = False, key=None, init_std: float = 0.02,
-                    mask: str | None = None, save: Save = Save(), batch: Batch = Batch(), dtype=None) -> Passes:
+                    final_norm: bool = True, redraw: bool = False, key: PRNGKeyArray | None = None,
+                    init_std: float = 0.02, mask: str | None = None, save: Save = Save(), batch: Batch = Batch(),
+                    dtype=None) -> Passes:
     """Run ``passes`` passes of ``model`` from every configuration of ``X0: [B, n, d]``.
 
     ``X0`` is the input of the first block (e.g. :func:`jaxattn.dynamics.prompts.embed_prompts`). Calling the

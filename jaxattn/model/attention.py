@@ -14,6 +14,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
+from jaxtyping import Array, Bool, Float
 
 from jaxattn.errors import ConfigError
 from jaxattn.model.forms import GENERAL, Form
@@ -65,7 +66,7 @@ def _pairs(i: jax.Array, j: jax.Array, causal, window) -> jax.Array:
     return ok & jnp.where(window > 0, jnp.abs(i - j) < window, True)
 
 
-def allowed(n: int, causal, window) -> jax.Array:
+def allowed(n: int, causal, window) -> Bool[Array, "n n"]:
     """Boolean ``[n, n]`` mask, ``True`` where token i may attend to token j.
 
     causal: ``j <= i``; window ``w > 0``: ``|i - j| < w`` (with causal, GPT-Neo's
@@ -104,8 +105,8 @@ def _queries_keys(X: jax.Array, lw: Layers, *, biases: bool, rope, form: Form):
 
 
 @full_precision
-def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
-                  rope=None, form: Form | None = None) -> jax.Array:
+def probabilities(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
+                  rope=None, form: Form | None = None) -> Float[Array, "H n n"]:
     """Attention weights ``A: [H, n, n]`` (``A[h, i, j] = a^h_ij``) of one configuration ``X: [n, d]``.
 
     Scores are ``e^h_ij = beta * s * <Q_h x_i + b^q_h, K_h x_j + b^k_h>`` on the allowed pairs (with
@@ -132,7 +133,7 @@ def probabilities(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, a
     return with_heads(weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form))
 
 
-def with_heads(A: jax.Array) -> jax.Array:
+def with_heads(A: Float[Array, "*H n n"]) -> Float[Array, "H n n"]:
     """Weights as :func:`weights` gives them, ``[H, n, n]`` in every case (a single head's ``[n, n]`` gets its
     axis back): what every caller outside the step sees."""
     return A[None] if A.ndim == 2 else A
@@ -145,7 +146,8 @@ def _single(lw: Layers) -> bool:
     return lw.q.shape[0] == 1 and lw.k.shape[0] == 1
 
 
-def weights(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: str, rope, form: Form | None) -> jax.Array:
+def weights(X: Float[Array, "n d"], lw: Layers, beta, *, biases: bool, attention: str, rope,
+            form: Form | None) -> Float[Array, "*H n n"]:
     """:func:`probabilities`, ``[n, n]`` for a single head (:func:`_single`), ``[H, n, n]`` otherwise."""
     if attention not in ATTENTIONS:
         raise ConfigError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
@@ -198,7 +200,8 @@ def _output(heads: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Ar
     return out
 
 
-def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False, form: Form | None = None) -> jax.Array:
+def apply(X: Float[Array, "n d"], A: Float[Array, "H n n"], lw: Layers, *, biases: bool = False,
+          form: Form | None = None) -> Float[Array, "n d"]:
     """``Σ_h O_h Σ_j A[h, i, j] (V_{g(h)} x_j + b^v_{g(h)}) (+ b^o)`` for given weights ``A: [H, n, n]``
     (``g(h) = h`` without GQA)."""
     if A.ndim == 3 and A.shape[0] == 1 and _single(lw):
@@ -206,7 +209,8 @@ def apply(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool = False, form:
     return apply_weights(X, A, lw, biases=biases, form=form)
 
 
-def apply_weights(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool, form: Form | None) -> jax.Array:
+def apply_weights(X: Float[Array, "n d"], A: Float[Array, "*H n n"], lw: Layers, *, biases: bool,
+                  form: Form | None) -> Float[Array, "n d"]:
     """:func:`apply` for weights as :func:`weights` gives them (``[n, n]`` for a single head)."""
     form = GENERAL if form is None else form
     v = _values(X, lw, biases=biases, form=form)
@@ -263,7 +267,7 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: 
 
 
 @full_precision
-def attend(X: jax.Array, lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
+def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
            return_probs: bool = False, rope=None, form: Form | None = None):
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``.
 

@@ -3,29 +3,28 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
+from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.params import Layers  # no cycle: params does not import this module
 from jaxattn.model.precision import full_precision
 
-if TYPE_CHECKING:  # annotations only: params does not import this module back
-    from jaxattn.model.params import Layers
 
-
-def l2(y: jax.Array) -> jax.Array:
+def l2(y: Float[Array, "*B d"]) -> Float[Array, "*B d"]:
     """``N(y) = y / ||y||`` over the last axis."""
     return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
 
 
-def ellipsoid(y: jax.Array, S: jax.Array) -> jax.Array:
+def ellipsoid(y: Float[Array, "*B d"], S: Float[Array, "d d"]) -> Float[Array, "*B d"]:
     """``N_S(y) = y / sqrt(yᵀ S y)`` over the last axis (S symmetric positive definite)."""
     return y / jnp.sqrt(jnp.einsum("...d,de,...e->...", y, S, y))[..., None]
 
 
-def layer_norm(y: jax.Array, w, b, eps: float) -> jax.Array:
+def layer_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, b: Float[Array, " d"] | None,
+               eps: float) -> Float[Array, "*B d"]:
     """Affine LayerNorm over the last axis, biased variance, as ``torch.nn.LayerNorm``."""
     mu = y.mean(-1, keepdims=True)
     var = ((y - mu) ** 2).mean(-1, keepdims=True)
@@ -38,7 +37,7 @@ def layer_norm(y: jax.Array, w, b, eps: float) -> jax.Array:
     return out
 
 
-def rms_norm(y: jax.Array, w, eps: float) -> jax.Array:
+def rms_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, eps: float) -> Float[Array, "*B d"]:
     """RMSNorm over the last axis, as Llama's: ``w ⊙ y / sqrt(mean(y²) + eps)``.
 
     Up to ``eps`` this is ``w ⊙ sqrt(d) · y / ||y||``: the L2 normalisation onto the sphere of
@@ -51,7 +50,8 @@ def rms_norm(y: jax.Array, w, eps: float) -> jax.Array:
     return out
 
 
-def affine_norm(y: jax.Array, w, b, eps: float, kind: str = "layernorm") -> jax.Array:
+def affine_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, b: Float[Array, " d"] | None, eps: float,
+                kind: str = "layernorm") -> Float[Array, "*B d"]:
     """The model's own norm: LayerNorm (``kind='layernorm'``) or RMSNorm (``'rmsnorm'``, ``b`` unused)."""
     return rms_norm(y, w, eps) if kind == "rmsnorm" else layer_norm(y, w, b, eps)
 
@@ -83,7 +83,7 @@ def activation(name: str):
 
 
 @full_precision
-def ffn(y: jax.Array, lw: Layers, act: str, *, biases: bool = True) -> jax.Array:
+def ffn(y: Float[Array, "*B d"], lw: Layers, act: str, *, biases: bool = True) -> Float[Array, "*B d"]:
     """The feed-forward sublayer ``W2 act(W1 y + b1) + b2`` of one weight set, ``[..., d] -> [..., d]``;
     with a gate (Llama's SwiGLU, Gemma's GeGLU) ``W2 (act(Wg y + bg) ⊙ (W1 y + b1)) + b2``.
 

@@ -4,12 +4,13 @@ output the identity, score scale 1."""
 from __future__ import annotations
 
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.errors import ConfigError
 from jaxattn.model.params import Model, from_heads
 
 
-def check_value_matrix(V, d: int | None = None) -> np.ndarray:
+def check_value_matrix(V: Float[ArrayLike, "d d"], d: int | None = None) -> Float[np.ndarray, "d d"]:
     """``V`` as a finite real ``[d, d]`` float64 array (``d`` checked when given), else one clear line."""
     a = np.asarray(V)
     if np.iscomplexobj(a) or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
@@ -23,7 +24,8 @@ def check_value_matrix(V, d: int | None = None) -> np.ndarray:
     return a.astype(np.float64)
 
 
-def paper_model(V, Q=None, K=None) -> Model:
+def paper_model(V: Float[ArrayLike, "d d"], Q: Float[ArrayLike, "d d"] | None = None,
+                K: Float[ArrayLike, "d d"] | None = None) -> Model:
     """The clustering paper's single-head model: value ``V``, query ``Q`` and key ``K`` (default
     the identity), all ``[d, d]``, output ``O = I`` and score scale 1 (scores ``β <Q x_i, K x_j>``,
     as in the paper and its code, not BERT's ``1/√d_h``). A shared-weight :class:`jaxattn.Model`

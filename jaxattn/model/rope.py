@@ -27,6 +27,7 @@ import math
 from typing import Any
 
 import numpy as np
+from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError, real
 
@@ -81,7 +82,7 @@ def _base_inv_freq(theta: float, dim: int) -> np.ndarray:
     return 1.0 / (theta ** (np.arange(0, dim, 2, dtype=np.int64).astype(np.float64) / dim))
 
 
-def inv_freq(rope: Rope, n: int) -> np.ndarray:
+def inv_freq(rope: Rope, n: int) -> Float[np.ndarray, " k"]:
     """Inverse frequencies ``[dim / 2]`` (float64) for a sequence of ``n`` tokens."""
     dim, theta = rope.dim, rope.theta
     if rope.kind == "default":
@@ -119,14 +120,15 @@ def inv_freq(rope: Rope, n: int) -> np.ndarray:
     return inter * (1 - keep) + extra * keep
 
 
-def cos_sin(rope: Rope, n: int) -> tuple[np.ndarray, np.ndarray]:
+def cos_sin(rope: Rope, n: int) -> tuple[Float[np.ndarray, "n dim"], Float[np.ndarray, "n dim"]]:
     """``cos, sin: [n, dim]`` (float64) for tokens at positions ``0 .. n-1``."""
     freqs = np.arange(n, dtype=np.float64)[:, None] * inv_freq(rope, n)[None, :]
     emb = np.concatenate([freqs, freqs], axis=-1)
     return np.cos(emb) * rope.attention_factor, np.sin(emb) * rope.attention_factor
 
 
-def rotate(x, cos, sin):
+def rotate(x: Float[Array, "*B n d_h"], cos: Float[Array | np.ndarray, "n dim"],
+           sin: Float[Array | np.ndarray, "n dim"]) -> Float[Array, "*B n d_h"]:
     """RoPE of ``x: [..., n, d_h]`` with tables ``[n, dim]`` (first ``dim`` coordinates rotated)."""
     import jax.numpy as jnp
 

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
 from jaxattn.errors import ConfigError, positive_int
 from jaxattn.model.params import Model, from_heads
@@ -43,7 +43,7 @@ MAX_CONDITIONS = 2**32
 MODEL_INDEX = 2**31 - 1
 
 
-def check_key(key) -> jax.Array:
+def check_key(key: PRNGKeyArray) -> PRNGKeyArray:
     """One PRNG key (``jax.random.key(seed)`` or a raw ``uint32[2]`` key), else one clear error."""
     if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape == ():
@@ -94,7 +94,8 @@ def _orthogonal(key, d: int, dtype) -> jax.Array:
     return q * jnp.sign(jnp.diag(r))[None, :]
 
 
-def symmetric_with_spectrum(key, spectrum: Sequence[float] | np.ndarray, dtype=None) -> jax.Array:
+def symmetric_with_spectrum(key: PRNGKeyArray, spectrum: Sequence[float] | Float[np.ndarray, " d"],
+                            dtype=None) -> Float[Array, "d d"]:
     """``U diag(spectrum) Uᵀ`` with ``U`` Haar-orthogonal: a symmetric ``[d, d]`` matrix.
 
     Examples:
@@ -114,11 +115,11 @@ def symmetric_with_spectrum(key, spectrum: Sequence[float] | np.ndarray, dtype=N
     return (u * lam[None, :]) @ u.T
 
 
-def random_model(key, d: int, heads: int = 1, depth: int = 1, *, shared: bool = True,
-                 weights: str = "gaussian", value: str = "random", spectrum: Sequence[float] | np.ndarray | None = None,
-                 mask: str = "full", scale: float | None = None, biases: bool = False,
-                 bias_std: float = 0.1, unit_output: bool = False, uniform_range=(-1.0, 1.0),
-                 dtype=None) -> Model:
+def random_model(key: PRNGKeyArray, d: int, heads: int = 1, depth: int = 1, *, shared: bool = True,
+                 weights: str = "gaussian", value: str = "random",
+                 spectrum: Sequence[float] | Float[np.ndarray, " d"] | None = None, mask: str = "full",
+                 scale: float | None = None, biases: bool = False, bias_std: float = 0.1, unit_output: bool = False,
+                 uniform_range=(-1.0, 1.0), dtype=None) -> Model:
     """A synthetic attention-only model (the D1/D2 setting).
 
     Args:
@@ -222,7 +223,8 @@ def seeded_model(seed: int, d: int, heads: int = 1, depth: int = 1, **options) -
                         **options)
 
 
-def init_tokens(key, batch: int, n: int, d: int, *, kind: str = "sphere", S=None, start: int = 0,
+def init_tokens(key: PRNGKeyArray, batch: int, n: int, d: int, *, kind: str = "sphere",
+                S: Float[ArrayLike, "d d"] | None = None, start: int = 0,
                 dtype=jnp.float32) -> Float[Array, "batch n d"]:
     """Random initial configurations ``X0: [batch, n, d]``.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import ArrayLike, Float
 
 from jaxattn.dynamics import check_scalar, default_lanes, lanes_for, memory_limit, resolve_dtype, working_bytes
 from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, simulate
@@ -81,11 +82,10 @@ def check_kept(num_init: int, n: int, d: int, steps: int, dtype, keep_final: boo
 
 
 @moved
-def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None,
-          chunk: int | None = None, init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S=None,
-          save: Save = Save(), batch: Batch = Batch(), dtype="float32", keep_final: bool = True,
-          progress: bool = True, fingerprint: dict | None = None, stats: dict | None = None,
-          overwrite: bool = False) -> dict[str, np.ndarray]:
+def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out_dir=None, chunk: int | None = None,
+          init: str = "sphere", dynamics: Dynamics = D1, alpha=1.0, beta=1.0, S: Float[ArrayLike, "d d"] | None = None,
+          save: Save = Save(), batch: Batch = Batch(), dtype="float32", keep_final: bool = True, progress: bool = True,
+          fingerprint: dict | None = None, stats: dict | None = None, overwrite: bool = False) -> dict[str, np.ndarray]:
     """Simulate ``num_init`` random initial conditions of ``n`` tokens, chunk by chunk.
 
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
