@@ -200,7 +200,7 @@ def entering_states(model: Model, X0: Float[ArrayLike, "B n d"], *, block: int =
     depend on the gain, so a sweep over gains runs them once (``X0`` itself for the first block)."""
     b = block % model.depth
     if b == 0:
-        return X0
+        return jnp.asarray(X0)
     return simulate(model, X0, b, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
                     dtype=dtype, batch=Batch(precision=precision)).final
 

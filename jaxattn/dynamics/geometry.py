@@ -70,7 +70,7 @@ SPHERE = Geometry("sphere")
 FLAT = Geometry("flat")
 
 
-def check_spd(S: Float[ArrayLike, "d d"], d: int) -> Any:
+def check_spd(S: Float[ArrayLike, "d d"] | None, d: int) -> Any:
     """``S`` as a float64 array, refused unless it is a finite symmetric positive definite ``[d, d]``."""
     if S is None:
         raise ConfigError("the ellipsoid needs the matrix S")
@@ -106,6 +106,8 @@ def geometry(kind: str, S: Float[ArrayLike, "d d"] | None = None, d: int | None 
     if kind not in SPACES:
         raise ConfigError(f"space must be one of {SPACES}, got {kind!r}")
     if kind == "ellipsoid":
+        if S is None:
+            raise ConfigError("the ellipsoid needs the matrix S")
         if d is not None:
             check_spd(S, d)
         return ellipsoid(S, dtype)

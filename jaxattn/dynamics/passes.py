@@ -142,6 +142,7 @@ def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *,
     if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
         rec, X, traj = run(program(passes * depth), X, params(base, 0), batch=batch, condition_bytes=cost)
     else:
+        assert key is not None  # refused above: redraw needs a key
         parts = []
         for p in range(passes):  # new weights before each pass; its first record repeats the pass before's last
             m = redraw_weights(base, jax.random.fold_in(key, p), init_std)

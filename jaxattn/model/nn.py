@@ -6,6 +6,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError
@@ -23,8 +24,8 @@ def ellipsoid(y: Float[Array, "*B d"], S: Float[Array, "d d"]) -> Float[Array, "
     return y / jnp.sqrt(jnp.einsum("...d,de,...e->...", y, S, y))[..., None]
 
 
-def layer_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, b: Float[Array, " d"] | None,
-               eps: float) -> Float[Array, "*B d"]:
+def layer_norm(y: Float[Array, "*B d"], w: Float[Array | np.ndarray, " d"] | None,
+               b: Float[Array | np.ndarray, " d"] | None, eps: float) -> Float[Array, "*B d"]:
     """Affine LayerNorm over the last axis, biased variance, as ``torch.nn.LayerNorm``."""
     mu = y.mean(-1, keepdims=True)
     var = ((y - mu) ** 2).mean(-1, keepdims=True)
@@ -37,7 +38,7 @@ def layer_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, b: Float[A
     return out
 
 
-def rms_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, eps: float) -> Float[Array, "*B d"]:
+def rms_norm(y: Float[Array, "*B d"], w: Float[Array | np.ndarray, " d"] | None, eps: float) -> Float[Array, "*B d"]:
     """RMSNorm over the last axis, as Llama's: ``w ⊙ y / sqrt(mean(y²) + eps)``.
 
     Up to ``eps`` this is ``w ⊙ sqrt(d) · y / ||y||``: the L2 normalisation onto the sphere of
@@ -50,7 +51,8 @@ def rms_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, eps: float) 
     return out
 
 
-def affine_norm(y: Float[Array, "*B d"], w: Float[Array, " d"] | None, b: Float[Array, " d"] | None, eps: float,
+def affine_norm(y: Float[Array, "*B d"], w: Float[Array | np.ndarray, " d"] | None,
+                b: Float[Array | np.ndarray, " d"] | None, eps: float,
                 kind: str = "layernorm") -> Float[Array, "*B d"]:
     """The model's own norm: LayerNorm (``kind='layernorm'``) or RMSNorm (``'rmsnorm'``, ``b`` unused)."""
     return rms_norm(y, w, eps) if kind == "rmsnorm" else layer_norm(y, w, b, eps)
