@@ -586,16 +586,21 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
     cost = working_bytes(X0.shape[1], model.d_model, model.n_heads, dtype, hidden=hidden,
                          saved=len(saved_steps(steps, save.every)) if save.trajectory else 0, key_chunk=form.key_chunk)
-    # the papers' one-head models run in wider blocks (runner.default_lanes); a step's working set, not the
-    # trajectory, sizes them
-    one_head = working_bytes(X0.shape[1], model.d_model, 1, dtype, hidden=hidden, key_chunk=form.key_chunk) \
-        if model.n_heads == 1 else None
     obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost,
-                           one_head_bytes=one_head)
+                           one_head_bytes=one_head_bytes(model, X0.shape[1], dtype, form.key_chunk))
     res = Simulation(obs, final, traj)
     if not traced(res.final):
         _warn_non_finite(res)
     return res
+
+
+def one_head_bytes(model: Model, n: int, dtype, key_chunk: int | None = None) -> int | None:
+    """What widens a one-head map's default block (runner.default_lanes): one step's working set of a condition of
+    ``n`` tokens, not its trajectory; ``None`` for several heads. :func:`simulate` and the sweeps' pieces use it."""
+    if model.n_heads != 1:
+        return None
+    hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
+    return working_bytes(n, model.d_model, 1, dtype, hidden=hidden, key_chunk=key_chunk)
 
 
 def _warn_non_finite(res: Simulation) -> None:

@@ -73,7 +73,7 @@ def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
     pos = mx > 0
     blown = ~jnp.isfinite(Y).all()
     out = jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
-    return jnp.where(blown | jnp.isnan(mx), jnp.nan, out).astype(out.dtype)
+    return jnp.where(blown | jnp.isnan(mx), jnp.nan, out)
 
 
 def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:

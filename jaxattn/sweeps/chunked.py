@@ -26,7 +26,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from jaxattn.dynamics import check_scalar, default_lanes, lanes_for, memory_limit, resolve_dtype, working_bytes
-from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, simulate
+from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, one_head_bytes, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import config_hash, flatten, weights_sha256
@@ -138,9 +138,8 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
     # fixed lane width keeps every condition's numbers independent of the split
     span = min(chunk, num_init)  # a chunk larger than the run computes only the run's conditions
-    if batch.size is None and model.n_heads == 1 and isinstance(n, int):  # simulate's wider one-head blocks
-        hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
-        lanes = lanes_for(None, None, working_bytes(n, d, 1, dtype, hidden=hidden)) * (
+    if batch.size is None and model.n_heads == 1:  # simulate's wider one-head blocks
+        lanes = lanes_for(None, None, one_head_bytes(model, n, dtype)) * (
             1 if batch.devices is None else len(batch.devices))
     piece = min(span, -(-span // (PIECES * lanes)) * lanes)  # whole lane blocks (no padded lanes computed)
     held = jnp.dtype(dtype).itemsize * piece * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
