@@ -108,7 +108,7 @@ RUNS: tuple[Run, ...] = (
          "1"), extra="architecture"),
     Run("clusters",
         ("clusters", "--n", "40", "--n-1d", "40", "--t1", "15", "--num", "64", "--table-n", "10,20,40",
-         "--table-d", "2,3", "--table-beta", "1", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "20000",
+         "--table-d", "2,3", "--table-beta", "1", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "60000",
          "--ensembles", "ginibre", "--check-num", "32", "--rate-n", "10,20,40,80", "--high-dim-n", "256",
          "--high-dim-d", "128"),
         ("clusters", "--n", "6", "--n-1d", "6", "--t1", "3", "--num", "8", "--table-n", "5", "--table-d", "2",

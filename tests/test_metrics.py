@@ -165,6 +165,36 @@ def test_pairwise_distances_accurate_near_consensus(dtype, eps):
 
 
 @pytest.mark.strict_dtypes
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 20])
+def test_diameter_in_each_form_is_the_largest_exact_distance(d):
+    """Every form of the diameter (squared differences at d ≤ DIRECT_MAX_D, the centred Gram summed over the
+    coordinates, the centred Gram as a dot product) against the NumPy maximum of the pairwise distances: float64 to
+    1e-14, float32 near consensus to a small relative error, NaN for a blown-up configuration, and the row-chunked
+    evaluation of many tokens equal to the whole one."""
+    from jaxattn.dynamics import observables as ob
+
+    rng = np.random.default_rng(d)
+    X = rng.normal(size=(9, d))
+    want = np.linalg.norm(X[:, None] - X[None], axis=-1).max()
+    assert float(metrics.diameter(jnp.asarray(X))) == pytest.approx(want, abs=1e-14)
+    near = (X[:1] + 1e-4 * rng.normal(size=(9, d))).astype(np.float32)  # the float32 values the function sees
+    exact = np.linalg.norm(near[:, None].astype(np.float64) - near[None], axis=-1).max()
+    assert float(metrics.diameter(jnp.asarray(near))) == pytest.approx(exact, rel=1e-2)
+    blown = X.copy()
+    blown[4, 0] = np.inf
+    assert np.isnan(float(metrics.diameter(jnp.asarray(blown))))
+    many = rng.normal(size=(300, d))
+    whole = float(metrics.diameter(jnp.asarray(many)))
+    assert whole == pytest.approx(np.linalg.norm(many[:, None] - many[None], axis=-1).max(), abs=1e-13)
+    old = ob.DIAMETER_BYTES
+    try:
+        ob.DIAMETER_BYTES = 8 * 300 * 64  # rows in chunks of 64 (the last one padded)
+        assert float(metrics.diameter(jnp.asarray(many))) == pytest.approx(whole, abs=1e-13)
+    finally:
+        ob.DIAMETER_BYTES = old
+
+
+@pytest.mark.strict_dtypes
 def test_strict_dtype_marker_is_in_force():
     with pytest.raises(jax.dtypes.TypePromotionError):
         jnp.ones(2, jnp.int32) + jnp.ones(2, jnp.int64)

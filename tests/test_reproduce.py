@@ -246,8 +246,8 @@ def pm2(d, ok):
 
 def pm3(d, ok):
     lo, hi = dict(rho1=0.01, drho1=-0.01, P1=0.1), dict(rho1=0.5, drho1=0.1, P1=0.9)
-    _edit(d, "layers.csv", lambda t: (_main(t, **hi), _set(t, lambda r: r["run"] == "ffn_layernorm",
-                                                               **(lo if ok else hi)), None)[-1])
+    _edit(d, "layers.csv", lambda t: (_main(t, **(hi if ok else lo)), _set(t, lambda r: r["run"] == "ffn_layernorm",
+                                                                           **(lo if ok else hi)), None)[-1])
 
 
 def pm4(d, ok):
@@ -404,7 +404,7 @@ def cl4(d, ok):
     def fn(t):
         top = max((r for r in t if r["ensemble"] == "ginibre"), key=lambda r: int(r["d"]))
         top.update(d="128", fraction="0.141" if ok else "0.205", ci_low="0.137" if ok else "0.2",
-                   ci_high="0.146" if ok else "0.21")
+                   ci_high="0.144" if ok else "0.21")
     _edit(d, "good_triples.csv", fn)
 
 
@@ -580,6 +580,59 @@ def test_st4_judges_the_basin_not_the_ends_of_its_grid(tmp_path_factory, tmp_pat
     res = c.measure(tmp_path / "run")
     assert res.verdict == "reproduced" and len(res.checks) == 1, res.why
     assert "no size where every perturbation returns" in res.value
+
+
+def _measured(tmp_path_factory, tmp_path, claim: str, *edits):
+    """Claim ``claim`` measured on a copy of its run with ``edits`` (``(file, fn)`` pairs for :func:`_edit`) applied."""
+    c = next(c for c in rep.CLAIMS if c.id == claim)
+    shutil.copytree(_run_dir(tmp_path_factory, c.run), tmp_path / "run")
+    for name, fn in edits:
+        _edit(tmp_path / "run", name, fn)
+    return c.measure(tmp_path / "run")
+
+
+def test_cl4_is_undecided_when_the_interval_straddles_the_band(tmp_path_factory, tmp_path):
+    """"About 14%" holds when the whole 95% interval lies in the band, fails when it misses it, and an interval
+    across an edge of the band cannot tell (it used to pass as soon as it touched the band)."""
+    def top(lo, hi):
+        def fn(t):
+            r = max((r for r in t if r["ensemble"] == "ginibre"), key=lambda r: int(r["d"]))
+            r.update(d="128", fraction=str((lo + hi) / 2), ci_low=str(lo), ci_high=str(hi))
+        return fn
+    edge = _measured(tmp_path_factory, tmp_path / "edge", "CL4", ("good_triples.csv", top(0.142, 0.150)))
+    assert edge.verdict == "inconclusive", edge.why
+    inside = _measured(tmp_path_factory, tmp_path / "inside", "CL4", ("good_triples.csv", top(0.137, 0.144)))
+    assert inside.verdict == "reproduced", inside.why
+
+
+def test_cl7_counts_unconverged_draws_as_neither_clusters_nor_counterexamples(tmp_path_factory, tmp_path):
+    """A draw still moving at t1 has no final rank: with every converged draw of rank ≤ 2, unconverged draws make
+    the claim undecided (run longer), never "differs", and the rank fraction is over the converged draws only."""
+    def draws(unconverged):
+        return lambda t: [{"draw": i, "solver_ok": True, "rank_end": 7 if i < unconverged else 2,
+                           "boolean_distance_end": 0.3 if i < unconverged else 0.0, "v_lambda1": 1.0,
+                           "v_lambda2": 0.1} for i in range(100)]
+    for unconverged in (10, 60):
+        res = _measured(tmp_path_factory, tmp_path / str(unconverged), "CL7", ("qk_cloud.csv", draws(unconverged)))
+        assert res.verdict == "inconclusive", res.why
+        assert f"converged draws of rank ≤ 2 {100 - unconverged}/{100 - unconverged}" in res.why, res.why
+    done = _measured(tmp_path_factory, tmp_path / "done", "CL7", ("qk_cloud.csv", draws(0)))
+    assert done.verdict == "reproduced", done.why
+
+
+def test_pm3_is_undecided_when_the_ffn_effect_is_within_the_noise(tmp_path_factory, tmp_path):
+    """"Degraded" is a difference of means over tokens: a difference smaller than its 95% interval decides
+    nothing, the same difference with a tenth of the spread does."""
+    def edit(std):
+        def fn(t):
+            _set(t, lambda r: True, rho1_std=std, drho1_std=std)
+            _set(t, lambda r: r["run"] == "main", rho1=0.30, drho1=0.05, P1=0.70)
+            _set(t, lambda r: r["run"] == "ffn_layernorm", rho1=0.29, drho1=0.04, P1=0.69)
+        return fn
+    noisy = _measured(tmp_path_factory, tmp_path / "noisy", "PM3", ("layers.csv", edit(50.0)))
+    assert noisy.verdict == "inconclusive", noisy.why
+    sharp = _measured(tmp_path_factory, tmp_path / "sharp", "PM3", ("layers.csv", edit(0.001)))
+    assert [c.ok for c in sharp.checks][:2] == [True, True], sharp.why
 
 
 def test_every_claim_has_a_flip_case():

@@ -31,14 +31,23 @@ def pairwise_distances(X: Float[Array, "n d"]) -> Float[Array, "n n"]:
 
 #: Bytes of pairwise terms one configuration's :func:`diameter` may form at once; more tokens go in row chunks.
 DIAMETER_BYTES = 2**27
+#: Largest d for which :func:`diameter` sums the squared coordinate differences directly (elementwise, one loop
+#: that XLA fuses with the max).
+DIRECT_MAX_D = 2
 #: Largest d for which :func:`diameter` writes the Gram products as a sum over the d coordinates (elementwise,
 #: fused by XLA with the max into one loop) rather than a dot product (a call with a fixed cost per block).
 UNROLLED_MAX_D = 4
 
 
 def _max_squared_distance(X: jax.Array, Y: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
-    """``max ||x_i - y_j||²`` over pairs of ``X: [r, d]`` and ``Y: [n, d]``, ``rows``/``cols`` their squared norms."""
+    """``max ||x_i - y_j||²`` over pairs of ``X: [r, d]`` and ``Y: [n, d]``, ``rows``/``cols`` their squared norms
+    (unused at d ≤ :data:`DIRECT_MAX_D`, where the differences themselves are squared)."""
     d = X.shape[-1]
+    if d <= DIRECT_MAX_D:
+        D = (X[:, None, 0] - Y[None, :, 0]) ** 2
+        for k in range(1, d):
+            D = D + (X[:, None, k] - Y[None, :, k]) ** 2
+        return D.max()
     G = sum(X[:, None, k] * Y[None, :, k] for k in range(d)) if d <= UNROLLED_MAX_D else X @ Y.T
     return (rows[:, None] + cols[None, :] - 2.0 * G).max()
 
@@ -46,17 +55,17 @@ def _max_squared_distance(X: jax.Array, Y: jax.Array, rows: jax.Array, cols: jax
 def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
     """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus).
 
-    From the Gram form of :func:`pairwise_distances` on centred tokens: the largest squared distance is the
-    squared spread itself, so the form's round-off (relative to the spread) stays relative to the result, at
-    any distance to consensus. It is also the cheapest form measured on a CPU: the squared differences summed
-    directly cost up to twice as much at d = 2 (at d ≤ :data:`UNROLLED_MAX_D` the products are summed over
-    the coordinates, so that the whole evaluation is one fused loop). The square root is taken of the largest
-    squared distance only (``sqrt`` is monotone). Many tokens are compared in row chunks, so memory stays
-    linear in ``n``.
+    At d ≤ :data:`DIRECT_MAX_D` from the squared differences themselves: exact, and measured inside the
+    simulation loop on a CPU at d = 2 the cheapest form (the Gram form below costs 3-4x as much there). Above, from
+    the Gram form of :func:`pairwise_distances` on centred tokens: the largest squared distance is the squared
+    spread itself, so the form's round-off (relative to the spread) stays relative to the result, at any distance
+    to consensus, and the products go through one loop (d ≤ :data:`UNROLLED_MAX_D`, summed over the coordinates)
+    or a dot product. The square root is taken of the largest squared distance only (``sqrt`` is monotone). Many
+    tokens are compared in row chunks, so memory stays linear in ``n``.
     """
     n, d = X.shape
-    Y = X - X.mean(axis=0, keepdims=True)
-    s = jnp.sum(Y * Y, axis=-1)
+    Y = X - X.mean(axis=0, keepdims=True) if d > DIRECT_MAX_D else X
+    s = jnp.sum(Y * Y, axis=-1)  # unused (and dropped by XLA) where the differences are squared directly
     r = max(1, min(n, DIAMETER_BYTES // (X.dtype.itemsize * n)))
     if r == n:
         mx = _max_squared_distance(Y, Y, s, s)
