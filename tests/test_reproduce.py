@@ -635,6 +635,20 @@ def test_pm3_is_undecided_when_the_ffn_effect_is_within_the_noise(tmp_path_facto
     assert [c.ok for c in sharp.checks][:2] == [True, True], sharp.why
 
 
+def test_cl6_needs_the_divergence_along_the_negative_direction_too(tmp_path_factory, tmp_path):
+    """Clear clusters along the positive eigendirections are half of the claim: where the spread along the negative
+    eigendirection shrinks instead of growing, the claim differs, on that check alone."""
+    def shrinking(t):
+        rows = _mixed_rows(ok_gap=True)
+        for r in rows:
+            r.update(negative_spread_end=0.5, negative_rate=-0.1)
+        return rows
+    res = _measured(tmp_path_factory, tmp_path, "CL6", ("mixed.csv", shrinking))
+    assert res.verdict == "differs", res.why
+    failed = [c.text for c in res.checks if c.ok is False]
+    assert failed and all("negative eigendirection grows" in f for f in failed), res.why
+
+
 def test_every_claim_has_a_flip_case():
     assert set(FLIPS) == {c.id for c in rep.CLAIMS}
 
