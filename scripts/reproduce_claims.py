@@ -362,10 +362,11 @@ def pm_ffn(d: Path) -> Result:
     mean = lambda rr, k: float(np.mean([num(r[k]) for r in rr]))
     N = max(_tokens(d), 1)
 
-    def se(rr, k):  # standard error of the mean over layers of the per-layer token means (layers independent)
+    def se(rr, k):  # standard error of the mean over layers of the per-layer token means: the layers see the same
+        # tokens, so their errors are not independent; the mean of the per-layer errors bounds it at any correlation
         var = ([num(r[k]) * (1 - num(r[k])) / N for r in rr] if k == "P1"  # a per-layer fraction of the tokens
                else [num(r[f"{k}_std"]) ** 2 / N for r in rr])
-        return math.sqrt(sum(var)) / len(rr)
+        return float(np.mean(np.sqrt(var)))
 
     checks = [below(f"mean {name} with FFN + LayerNorm − under D1 (95% interval over {N} tokens per layer)",
                     mean(ffn, k) - mean(main, k), math.hypot(se(ffn, k), se(main, k)), 0.0, "paper §5: degraded")
@@ -821,7 +822,9 @@ def cl_qk(d: Path) -> Result:
                        T("almost-all"), "almost-all")
     if settled.ok is False:
         settled = undecided(settled.text + ": too few converged, run longer (a larger t1)")
-    checks = [fraction("converged draws of rank ≤ 2", low, len(conv), ">=", T("almost-all"), "almost-all"), settled]
+    rank = (fraction("converged draws of rank ≤ 2", low, len(conv), ">=", T("almost-all"), "almost-all") if conv
+            else undecided("no draw converged by t1: no final rank to judge"))
+    checks = [rank, settled]
     return Result(f"{len(rs)} draws at t = {fmt(s['t1'])}: rank ≤ 2 and converged {low}; converged with rank > 2 "
                   f"(counterexamples) {counter}; not converged {len(rs) - len(conv)} (largest rank {s['rank_max']})",
                   checks, ["qk_cloud.csv", "qk_summary.csv"])
