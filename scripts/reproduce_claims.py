@@ -823,7 +823,7 @@ def cl_qk(d: Path) -> Result:
     if settled.ok is False:
         settled = undecided(settled.text + ": too few converged, run longer (a larger t1)")
     rank = (fraction("converged draws of rank ≤ 2", low, len(conv), ">=", T("almost-all"), "almost-all") if conv
-            else undecided("no draw converged by t1: no final rank to judge"))
+            else undecided(f"no draw at a Boolean P(t1) (distance < {fmt(T('zero'))} [zero]): no final rank to judge"))
     checks = [rank, settled]
     return Result(f"{len(rs)} draws at t = {fmt(s['t1'])}: rank ≤ 2 and converged {low}; converged with rank > 2 "
                   f"(counterexamples) {counter}; not converged {len(rs) - len(conv)} (largest rank {s['rank_max']})",
