@@ -622,7 +622,7 @@ def test_cl7_counts_unconverged_draws_as_neither_clusters_nor_counterexamples(tm
 
 def test_pm3_is_undecided_when_the_ffn_effect_is_within_the_noise(tmp_path_factory, tmp_path):
     """"Degraded" is a difference of means over tokens: a difference smaller than its 95% interval decides
-    nothing, the same difference with a tenth of the spread does."""
+    nothing; the same difference with a small spread over the tokens decides it."""
     def edit(std):
         def fn(t):
             _set(t, lambda r: True, rho1_std=std, drho1_std=std)
