@@ -189,16 +189,30 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
     return time.perf_counter() - start
 
 
+def default_runs(reduced: bool) -> str:
+    """Where the runs go unless ``--runs`` says otherwise (relative to the repository)."""
+    return "runs/reproduce-reduced" if reduced else "runs/reproduce"
+
+
+def portable(command: str, runs: Path, reduced: bool) -> str:
+    """``command`` with the run directory ``runs`` (as given, or absolute) written as the default one."""
+    for form in {str(runs.resolve()), str(runs)} - {default_runs(reduced)}:
+        command = command.replace(f"{form}/", f"{default_runs(reduced)}/").replace(f"--runs {form} ",
+                                                                                   f"--runs {default_runs(reduced)} ")
+    return command
+
+
 def record_timing(runs: Path, run: Run, wall: float, reduced: bool) -> None:
     """Add ``run``'s wall time to ``runs/timings.json``: read, changed and replaced under a lock, so that several
-    reproduce processes sharing the directory (``--only`` in parallel) keep each other's entries."""
+    reproduce processes sharing the directory (``--only`` in parallel) keep each other's entries. The command is
+    recorded as a reader of the page would type it, with the default run directory: never this machine's path."""
     from filelock import FileLock
 
     path = runs / "timings.json"
     with FileLock(str(path) + ".lock"):
         timings = json.loads(path.read_text()) if path.exists() else {}
         timings[run.name] = {"wall_s": round(wall, 1), "reduced": reduced,
-                             "command": run.command(reduced, str(runs / run.name))}
+                             "command": run.command(reduced, f"{default_runs(reduced)}/{run.name}")}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(timings, indent=1) + "\n")
         tmp.replace(path)
@@ -338,7 +352,11 @@ def _present(d: Path) -> bool:
 def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
     """Every claim's cells (with the run files they were read from) and the run metadata."""
     recorded = json.loads((runs / "timings.json").read_text()) if (runs / "timings.json").exists() else {}
-    timings = {r.name: recorded[r.name] for r in RUNS if r.name in recorded}  # the registry's order, however run
+    # the registry's order, however run; a command recorded with this machine's run directory (by an older
+    # reproduce.py) shown with the default one
+    timings = {r.name: {**recorded[r.name], "command": portable(recorded[r.name]["command"], runs,
+                                                                bool(recorded[r.name].get("reduced")))}
+               for r in RUNS if r.name in recorded}
     cells = []
     missing = sorted({c.run for c in CLAIMS if not _present(runs / c.run)})
     for c in CLAIMS:
@@ -514,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "read, then write the page")
     parser.add_argument("--page-only", action="store_true", help="write the page from the runs already there")
     args = parser.parse_args(argv)
-    runs = Path(args.runs or ("runs/reproduce-reduced" if args.reduced else "runs/reproduce"))
+    runs = Path(args.runs or default_runs(args.reduced))
     only = [s for s in args.only.split(",") if s]
     unknown = sorted(set(only) - set(RUN_BY_NAME))
     if unknown:

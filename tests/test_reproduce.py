@@ -123,6 +123,26 @@ def test_the_page_follows_the_csv_files(reduced, tmp_path):
     assert "0.141 [0.138, 0.143]" in (tmp_path / "page.md").read_text()
 
 
+def test_recorded_commands_name_no_path_of_this_machine(tmp_path):
+    """The page shows each run's command as a reader would type it: the default run directory, whatever directory
+    (absolute, or another) the run was made in, also for a timing recorded that way by an older reproduce.py."""
+    runs = tmp_path / "elsewhere"
+    runs.mkdir()
+    for run in rep.RUNS:
+        rep.record_timing(runs, run, 1.0, reduced=False)
+    recorded = json.loads((runs / "timings.json").read_text())
+    assert all(str(tmp_path) not in t["command"] for t in recorded.values()), recorded
+    assert recorded["qk_cloud"]["command"] == "python scripts/reproduce.py --runs runs/reproduce --only qk_cloud"
+    assert recorded["clusters"]["command"].endswith("--out runs/reproduce/clusters")
+    recorded["qk_cloud"]["command"] = f"python scripts/reproduce.py --runs {runs} --only qk_cloud"  # the old way
+    recorded["clusters"]["command"] = recorded["clusters"]["command"].replace("runs/reproduce/", f"{runs}/")
+    (runs / "timings.json").write_text(json.dumps(recorded))
+    _, meta = rep.build(runs)
+    want = "python scripts/reproduce.py --runs runs/reproduce --only qk_cloud"
+    assert meta["timings"]["qk_cloud"]["command"] == want
+    assert meta["timings"]["clusters"]["command"].endswith("--out runs/reproduce/clusters")
+
+
 def test_unknown_run_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         rep.main(["--only", "nope"])
