@@ -87,7 +87,9 @@ def test_renamed_keywords_are_gone():
     for fn in (attention.probabilities, attention.attend):
         params = inspect.signature(fn).parameters
         assert "attention" in params and "kernel" not in params, fn
+    from jaxattn.analysis import stability
+
     for fn in (jaxattn.alignment, jaxattn.layer_sensitivity, jaxattn.critical_beta, gradients.batch_observable,
-               gradients.mean_rho1):
+               gradients.mean_rho1, stability.settle, stability.basins):
         params = inspect.signature(fn).parameters
         assert "batch" in params and "batch_size" not in params and "precision" not in params, fn

@@ -116,26 +116,30 @@ def classify(system: System, X: Float[ArrayLike, "*K n d"], *, tol: float = 1e-7
     return out
 
 
+#: The width :func:`settle` and :func:`basins` compile unless given a :class:`jaxattn.Batch`.
+SETTLE_BATCH = Batch(size=64)
+
+
 def _silent(t, X, ctx=None):
     return jnp.zeros((), X.dtype)
 
 
-def settle(system: System, X0: Float[ArrayLike, "B n d"], *, steps: int = 500, t1: float = 100.0, batch_size: int = 64,
-           rtol: float = 1e-10, atol: float = 1e-12) -> Float[np.ndarray, "B n d"]:
+def settle(system: System, X0: Float[ArrayLike, "B n d"], *, steps: int = 500, t1: float = 100.0,
+           batch: Batch = SETTLE_BATCH, rtol: float = 1e-10, atol: float = 1e-12) -> Float[np.ndarray, "B n d"]:
     """End states ``[B, n, d]`` (float64) after ``steps`` maps or at time ``t1`` of the flow.
 
-    ``batch_size`` is the compiled width: a condition's end state does not depend on how the batch
-    is split into calls.
+    ``batch`` (:class:`jaxattn.Batch`) as the drivers take it; maps run on the plain path (the classification
+    reads float64 end states). A condition's end state does not depend on how the batch is split into calls.
     """
     X0 = jnp.asarray(X0, jnp.float64)
     if isinstance(system.kind, Dynamics):
         sim = simulate(system.model, X0, int(steps), dynamics=system.kind, alpha=system.alpha, beta=system.beta,
-                       save=Save(every="last", observe=_silent), batch=Batch(size=batch_size, path="plain"),
+                       save=Save(every="last", observe=_silent), batch=dataclasses.replace(batch, path="plain"),
                        dtype=jnp.float64)
         return np.asarray(sim.final)
     assert isinstance(system.kind, Flow)
     sol = solve(system.model, X0, float(t1), flow=system.kind, beta=system.beta,
-                save=Save(ts=np.asarray([float(t1)]), observe=_silent), batch=Batch(size=batch_size),
+                save=Save(ts=np.asarray([float(t1)]), observe=_silent), batch=batch,
                 rtol=rtol, atol=atol, dtype=jnp.float64, max_steps=200_000)
     final = np.array(sol.final)
     final[np.asarray(sol.result) != 0] = np.nan  # a failed solve is reported as not converged
@@ -152,20 +156,21 @@ class Basins:
 
 
 def basins(system: System, num: int, n: int, key: PRNGKeyArray, *, chunk: int = 256, steps: int = 500,
-           t1: float = 100.0, batch_size: int = 64, tol: float = 1e-7, progress=None, **classify_kw) -> Basins:
+           t1: float = 100.0, batch: Batch = SETTLE_BATCH, tol: float = 1e-7, progress=None,
+           **classify_kw) -> Basins:
     """Run ``num`` random initial conditions (uniform on the sphere, condition ``i`` from
     ``fold_in(key, i)``) to their end, ``chunk`` at a time, and count where they end.
 
     The counts do not depend on ``chunk``: every condition is drawn and run the same way whatever
     call it falls in. Each row of the table gives the basin fraction with its Wilson 95% interval.
     """
-    for name, v in (("num", num), ("n", n), ("chunk", chunk), ("steps", steps), ("batch_size", batch_size)):
+    for name, v in (("num", num), ("n", n), ("chunk", chunk), ("steps", steps)):
         positive_int(name, v)
     terms: list = []
     for start in range(0, num, chunk):
         b = min(chunk, num - start)
         X0 = init_tokens(key, b, n, system.d, start=start, dtype=jnp.float64)
-        final = settle(system, X0, steps=steps, t1=t1, batch_size=batch_size)
+        final = settle(system, X0, steps=steps, t1=t1, batch=batch)
         ok = np.all(np.isfinite(final), axis=(1, 2))
         safe = np.where(ok[:, None, None], final, np.asarray(X0))
         tm = classify(system, safe / np.linalg.norm(safe, axis=-1, keepdims=True), tol=tol, **classify_kw)
