@@ -87,9 +87,10 @@ def test_renamed_keywords_are_gone():
     for fn in (attention.probabilities, attention.attend):
         params = inspect.signature(fn).parameters
         assert "attention" in params and "kernel" not in params, fn
-    from jaxattn.analysis import stability
+    from jaxattn.analysis import directions, stability, steering
 
     for fn in (jaxattn.alignment, jaxattn.layer_sensitivity, jaxattn.critical_beta, gradients.batch_observable,
-               gradients.mean_rho1, stability.settle, stability.basins):
+               gradients.mean_rho1, stability.settle, stability.basins, steering.entering_states,
+               steering.steered_alignment, steering.steer_to_target, directions.direction_increments):
         params = inspect.signature(fn).parameters
         assert "batch" in params and "batch_size" not in params and "precision" not in params, fn

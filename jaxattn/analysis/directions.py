@@ -51,7 +51,7 @@ def _correlations(X: np.ndarray, basis: np.ndarray, groups: np.ndarray, n_dirs: 
 
 def direction_increments(model, X0: Float[ArrayLike, "B n d"], steps: int | None = None, *, dynamics: Dynamics = D1,
                          alpha: float = 1.0, beta: float = 1.0, order: str = "real", chunk: int = 64, dtype=None,
-                         precision: str = "highest") -> DirectionIncrements:
+                         batch: Batch = Batch()) -> DirectionIncrements:
     """``P_k`` and ``Δρ_k`` of every eigendirection of every layer, from the initial conditions ``X0: [B, n, d]``
     run through ``steps`` steps (default: the depth) of ``dynamics``.
 
@@ -80,7 +80,7 @@ def direction_increments(model, X0: Float[ArrayLike, "B n d"], steps: int | None
     for start in range(0, X0.shape[0], chunk):
         Xc = jnp.asarray(X0[start:start + chunk])
         res = simulate(model, Xc, steps, dynamics=dynamics, alpha=alpha, beta=beta,
-                       save=Save(trajectory=True, observe=_nothing), batch=Batch(precision=precision), dtype=dtype)
+                       save=Save(trajectory=True, observe=_nothing), batch=batch, dtype=dtype)
         traj = np.asarray(jax.device_get(res.trajectory), np.float64)  # [b, steps + 1, n, d]
         for k, g in enumerate(sets):
             nd = int(spec.n_directions[g])

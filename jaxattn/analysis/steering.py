@@ -195,35 +195,36 @@ def precompensate(model: Model, u: Float[ArrayLike, " d"], *, block: int = -1, s
 
 
 def entering_states(model: Model, X0: Float[ArrayLike, "B n d"], *, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
-                    dtype=None, precision: str = "highest") -> Float[Array, "B n d"]:
+                    dtype=None, batch: Batch = Batch()) -> Float[Array, "B n d"]:
     """The states ``[B, n, d]`` entering ``block`` from ``X0``: the blocks before the steered one do not
-    depend on the gain, so a sweep over gains runs them once (``X0`` itself for the first block)."""
+    depend on the gain, so a sweep over gains runs them once (``X0`` itself for the first block). ``batch``:
+    :func:`jaxattn.simulate`'s."""
     b = block % model.depth
     if b == 0:
         return jnp.asarray(X0)
     return simulate(model, X0, b, dynamics=D1 if dynamics is None else dynamics, alpha=alpha, beta=beta,
-                    dtype=dtype, batch=Batch(precision=precision)).final
+                    dtype=dtype, batch=batch).final
 
 
 def steered_alignment(model: Model, u: Float[ArrayLike, " d"], gamma: float, X0: Float[ArrayLike, "B n d"], *,
                       w: Float[ArrayLike, " d"] | None = None, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
                       dtype=None, entering: Float[ArrayLike, "B n d"] | None = None,
                       along: Float[ArrayLike, " d"] | None = None,
-                      precision: str = "highest") -> tuple[Float[np.ndarray, "B n"], Model, SteerInfo]:
+                      batch: Batch = Batch()) -> tuple[Float[np.ndarray, "B n"], Model, SteerInfo]:
     """Steer ``block`` with gain ``gamma`` and run the dynamics of the steered model from ``X0: [B, n, d]``
     through all its blocks; return ``|<x, a>| / ||x||`` for every final token (``[B, n]``) with ``a`` the
     unit direction ``along`` (default ``u``), the model and the steering information. ``dynamics``
     defaults to D1. ``entering``: the states entering ``block`` (:func:`entering_states`), when several
-    gains share them; only the blocks from ``block`` on then run. ``precision``: :func:`jaxattn.simulate`'s."""
+    gains share them; only the blocks from ``block`` on then run. ``batch``: :func:`jaxattn.simulate`'s."""
     u_n = _unit(u, model.d_model, "u")
     ms, info = steer(model, u_n, gamma, w, block=block)
     b = block % ms.depth
     if entering is None:
         entering = entering_states(ms, X0, block=b, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype,
-                                   precision=precision)
+                                   batch=batch)
     tail = ms.replace(schedule=ms.schedule[b:])  # the steered block and those after it
     res = simulate(tail, entering, tail.depth, dynamics=D1 if dynamics is None else dynamics, alpha=alpha,
-                   beta=beta, dtype=dtype, batch=Batch(precision=precision))
+                   beta=beta, dtype=dtype, batch=batch)
     F = np.asarray(res.final, np.float64)
     a = u_n if along is None else _unit(along, model.d_model, "along")
     return np.abs(F @ a) / np.linalg.norm(F, axis=-1), ms, info
@@ -251,7 +252,7 @@ class SteerTarget:
 def steer_to_target(model: Model, u: Float[ArrayLike, " d"], target: float, X0: Float[ArrayLike, "B n d"], *,
                     w: Float[ArrayLike, " d"] | None = None, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
                     dtype=None, gamma0: float = 1.0, rtol: float = 0.01, gamma_min: float = 1e-6,
-                    gamma_max: float = 1e9, precision: str = "highest") -> SteerTarget:
+                    gamma_max: float = 1e9, batch: Batch = Batch()) -> SteerTarget:
     """The smallest gain ``γ`` whose mean alignment with ``u`` (measured by running the steered model's
     dynamics from ``X0``) reaches ``target``, by bisection in ``log γ``.
 
@@ -268,12 +269,12 @@ def steer_to_target(model: Model, u: Float[ArrayLike, " d"], target: float, X0: 
     evals = []
     cache = {}
     entering = entering_states(model, X0, block=block, dynamics=dynamics, alpha=alpha, beta=beta, dtype=dtype,
-                               precision=precision)
+                               batch=batch)
 
     def mean_at(g):
         if g not in cache:
             a, ms, info = steered_alignment(model, u, g, X0, w=w, block=block, dynamics=dynamics, alpha=alpha,
-                                            beta=beta, dtype=dtype, entering=entering, precision=precision)
+                                            beta=beta, dtype=dtype, entering=entering, batch=batch)
             cache[g] = (a, ms, info)
             evals.append((float(g), float(a.mean())))
         return float(cache[g][0].mean())
