@@ -544,6 +544,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown claim(s) {', '.join(unknown)}; known: {', '.join(by_id)}")
     if claims and only:
         parser.error("--claims and --only choose the runs two ways: give one of them")
+    if args.page_only and not runs.is_dir():
+        parser.error(f"--page-only reads the runs in {runs}, which does not exist: run them first")
     if not args.page_only:
         run_all(runs, args.reduced, only or list(dict.fromkeys(by_id[c].run for c in claims)))
     if only and not args.page_only:

@@ -143,6 +143,14 @@ def test_recorded_commands_name_no_path_of_this_machine(tmp_path):
     assert meta["timings"]["clusters"]["command"].endswith("--out runs/reproduce/clusters")
 
 
+def test_page_only_without_runs_is_one_line_and_writes_nothing(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        rep.main(["--page-only", "--runs", str(tmp_path / "none"), "--page", str(tmp_path / "page.md")])
+    assert e.value.code == 2
+    assert "which does not exist" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_unknown_run_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         rep.main(["--only", "nope"])
