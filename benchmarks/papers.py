@@ -11,6 +11,9 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
 * ``jax-floor``: the same loop in JAX, 15 lines (``lax.scan`` of einsum, softmax, einsum), under ``jit``:
   the in-house floor of what the overhead of :func:`jaxattn.simulate` should be measured against;
 * ``jax-floor-bcast``: the floor written with broadcast products (what XLA's CPU backend fuses best at small d);
+* ``jax-floor-blocks``: the floor run over blocks of conditions of the width :func:`jaxattn.simulate` chooses
+  (``lax.map`` over the blocks, each block the loop above): at large ``B`` the whole-batch loops stream arrays of
+  hundreds of MB through memory at every step, so the floor for a blocked simulator is the blocked floor;
 * ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
 * ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``);
 * ``jaxattn-general``: ``jaxattn`` with the general form forced (``Batch(form=ja.model.forms.GENERAL)``: four
@@ -56,8 +59,8 @@ import numpy as np
 #: max abs difference of the states after CHECK_STEPS steps allowed against the torch loop before anything is timed
 AGREE = {"float32": 1e-4, "float64": 1e-12}
 CHECK_STEPS = 10
-IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jaxattn", "jaxattn-last", "jaxattn-general",
-         "jaxattn-lanes64")
+IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jax-floor-blocks", "jaxattn", "jaxattn-last",
+         "jaxattn-general", "jaxattn-lanes64")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
     "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
@@ -112,7 +115,8 @@ def make_torch(X0, V, steps, beta, compiled: bool):
     return run
 
 
-def make_floor(X0, V, steps, beta, bcast: bool):
+def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None):
+    """The floor; ``lanes``: run it over blocks of that many conditions (padded with copies of the first)."""
     import jax
     import jax.numpy as jnp
 
@@ -134,7 +138,23 @@ def make_floor(X0, V, steps, beta, bcast: bool):
         return jax.lax.scan(f, X, None, length=k)[0]
 
     Xj = jnp.asarray(X0)
-    return lambda k=steps: np.asarray(loop(Xj, k))
+    if lanes is None:
+        return lambda k=steps: np.asarray(loop(Xj, k))
+    B = Xj.shape[0]
+    pad = (-B) % lanes
+    Xp = jnp.concatenate([Xj, jnp.broadcast_to(Xj[:1], (pad, *Xj.shape[1:]))]) if pad else Xj
+    blocks = Xp.reshape(-1, lanes, *Xj.shape[1:])
+    by_block = jax.jit(lambda Xb, k: jax.lax.map(lambda x: loop(x, k), Xb), static_argnums=1)
+    return lambda k=steps: np.asarray(by_block(blocks, k).reshape(-1, *Xj.shape[1:])[:B])
+
+
+def lanes_of(model, n: int, dtype) -> int:
+    """The block width :func:`jaxattn.simulate` chooses for this model's conditions of ``n`` tokens (``Batch()``)."""
+    import jaxattn as ja
+    from jaxattn.dynamics.discrete import one_head_bytes
+
+    return ja.dynamics.lanes_for(None, ja.dynamics.working_bytes(n, model.d_model, model.n_heads, dtype),
+                                 one_head_bytes(model, n, dtype))
 
 
 def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None):
@@ -182,6 +202,7 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "torch.compile": lambda: make_torch(X0, V, steps, beta, compiled=True),
         "jax-floor": lambda: make_floor(X0, V, steps, beta, bcast=False),
         "jax-floor-bcast": lambda: make_floor(X0, V, steps, beta, bcast=True),
+        "jax-floor-blocks": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype)),
         "jaxattn": lambda: make_jaxattn(model, X0, steps, beta, last=False),
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
         "jaxattn-general": lambda: make_jaxattn(model, X0, steps, beta, last=False, general=True),
@@ -212,7 +233,7 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         res["results"][impl] = row
         print(f"  {name} {dtype} {impl:16s} {row['seconds']:.3f} s", flush=True)
     ok = {k: v["seconds"] for k, v in res["results"].items() if "seconds" in v}
-    floor = min((ok[k] for k in ("jax-floor", "jax-floor-bcast") if k in ok), default=None)
+    floor = min((ok[k] for k in ("jax-floor", "jax-floor-bcast", "jax-floor-blocks") if k in ok), default=None)
     for impl in ("jaxattn", "jaxattn-last", "jaxattn-general", "jaxattn-lanes64"):
         if impl in ok:
             res[f"{impl}_vs_torch"] = round(ok["torch"] / ok[impl], 2) if "torch" in ok else None
