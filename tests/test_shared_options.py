@@ -54,6 +54,8 @@ def _spy(monkeypatch, module, name, seen):
 
 
 def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
+    import jaxattn.analysis.directions as directions
+    import jaxattn.analysis.gradients as gradients
     import jaxattn.analysis.steering as steering
     import jaxattn.dynamics.discrete as discrete
     import jaxattn.sweeps.chunked as chunked
@@ -62,13 +64,19 @@ def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypat
     seen: list = []
     _spy(monkeypatch, chunked, "simulate", seen)  # the chunked runs
     _spy(monkeypatch, discrete, "simulate", seen)
-    _spy(monkeypatch, steering, "simulate", seen)  # steering's own name for it
+    # the analysis modules' own names for it: steering, every eigendirection's increment, and the layer sensitivity
+    # (which once ran at the default precision whatever the study asked for)
+    by_module: dict = {}
+    for mod in (steering, directions, gradients):
+        by_module[mod.__name__] = []
+        _spy(monkeypatch, mod, "simulate", by_module[mod.__name__])
     out = tmp_path / "a"
     args = ["analyze", "random", "--d", "4", "--heads", "1", "--depth", "2", "--num-init", "8", "--n", "3",
             "--prolong", "1", "--gammas", "10", "--steer-target", "0", "--no-figures", "--no-progress"]
     assert main([*args, "--matmul-precision", "bf16", "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["config"]["matmul_precision"] == "bf16"
-    assert len(seen) >= 3 and set(seen) == {"bf16"}
+    assert len(seen) >= 1 and set(seen) == {"bf16"}
+    assert all(v and set(v) == {"bf16"} for v in by_module.values()), by_module
     (tmp_path / "c.json").write_text('{"matmul_precision": "fp8"}')
     assert main([*args, "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
