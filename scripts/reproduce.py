@@ -390,7 +390,9 @@ def _counts(cells: list[dict]) -> list[str]:
     for paper, title in PAPERS.items():
         cs = [c for c in cells if c["paper"] == paper]
         if cs:
-            out.append(f"| {title.split(',')[0].split('*')[0].strip() or title} ({paper}) | {len(cs)} | "
+            label = title.split(',')[0].split('*')[0].strip() or title  # the authors, or the title if it has none
+            label += "" if label.endswith(f"({paper})") else f" ({paper})"
+            out.append(f"| {label} | {len(cs)} | "
                        + " | ".join(str(sum(c["verdict"] == v for c in cs)) for v in VERDICTS) + " |")
     out.append(f"| all | {len(cells)} | " + " | ".join(str(sum(c["verdict"] == v for c in cells)) for v in VERDICTS)
                + " |")

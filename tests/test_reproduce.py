@@ -158,6 +158,16 @@ def test_unknown_run_is_one_line(capsys):
     assert "unknown run(s) nope" in capsys.readouterr().err
 
 
+def test_the_counts_name_each_paper_once():
+    """The first table's row of each paper: its authors (or its title when the name starts with it) and its tag,
+    once (the consensus paper's row used to read "... (consensus) (consensus)")."""
+    cells = [{"paper": p, "verdict": "reproduced"} for p in rep.PAPERS]
+    rows = [r for r in rep._counts(cells) if r.startswith("| ") and not r.startswith("| paper") and "| all |" not in r]
+    assert len(rows) == len(rep.PAPERS)
+    for paper, row in zip(rep.PAPERS, rows, strict=True):
+        assert row.split(" | ")[0].count(f"({paper})") == 1, row
+
+
 def test_unknown_claim_is_one_line(capsys):
     with pytest.raises(SystemExit) as e:
         rep.main(["--claims", "PM1,XX9"])
