@@ -117,6 +117,76 @@ def test_every_option_of_a_dynamics_is_reachable_everywhere():
             assert "--" + f.name.replace("_", "-") in flags[command], (command, f.name)
 
 
+#: The configuration keys that a point's objects hold under another name (jaxattn.sweeps._point): every other key is
+#: a field of the same name of one of them. A key added to the schema without a home fails the test below.
+MAPPED = {"name": None, "chunk": None,  # the sweep's label and its unit of storage: not a point's
+          "matmul_precision": "batch.precision", "path": "batch.path", "model.source": "model",
+          "dynamics.kind": "run", "dynamics.save": "save.every", "init.kind": "init"}
+
+
+def _other_value(spec, default):
+    """A valid value of a key other than its default."""
+    if spec.choices:
+        return next(c for c in spec.choices if c != default and c != [default])
+    if spec.types == (bool,):
+        return not default
+    if default is None:
+        return 7
+    return default + ("-other" if isinstance(default, str) else 3 if isinstance(default, int) else 0.375)
+
+
+def test_every_key_of_a_point_reaches_the_field_of_its_name():
+    """A grid point is the drivers' objects (Dynamics or Flow, Save, Batch, the random model's law), built in one
+    place: each key given a value other than its default, alone, comes out in the field of the same name of one of
+    those objects (or where MAPPED says)."""
+    from jaxattn.sweeps.grid import FlowRun, MapRun, expand, point_of
+
+    def homes(pt):
+        run = pt.run
+        inner = run.dynamics if isinstance(run, MapRun) else run.flow
+        return [pt, run, inner, pt.model, pt.save, pt.batch]
+
+    def find(pt, name):
+        for obj in homes(pt):
+            if dataclasses.is_dataclass(obj) and name in {f.name for f in dataclasses.fields(obj)}:
+                return getattr(obj, name)
+        raise AssertionError(f"no object of the point has a field {name!r}")
+
+    base = {kind: expand(validate_config({"dynamics": {"kind": kind}}))[0] for kind in ("discrete", "continuous")}
+    checked = 0
+    for sec, keys in SCHEMA.items():
+        for key, spec in keys.items():
+            flat = f"{sec}.{key}" if sec else key
+            if MAPPED.get(flat, "") is None or key == "observables":
+                continue
+            kinds = (["continuous"] if spec.help.startswith("continuous") else ["discrete"]
+                     if spec.help.startswith("discrete:") else ["discrete", "continuous"])
+            for kind in kinds:
+                if flat == "dynamics.kind":
+                    assert isinstance(point_of(base[kind]).run, MapRun if kind == "discrete" else FlowRun)
+                    continue
+                p = {**base[kind], flat: _other_value(spec, base[kind][flat])}
+                if flat == "dynamics.rescaled":
+                    p["dynamics.space"] = "flat"
+                pt, ref = point_of(p), point_of(base[kind])  # ref: the default is not the value given
+                where = MAPPED.get(flat)
+                if where == "model":
+                    got = pt.model
+                elif where == "run" or where == "init":
+                    got = getattr(pt, where)
+                elif where:
+                    obj, attr = where.split(".")
+                    got = getattr(getattr(pt, obj), attr)
+                elif flat == "dynamics.unit_output":  # D2: the dynamics, and the random model drawn with O = I
+                    assert pt.run.dynamics.unit_output and pt.model.unit_output
+                    got = True
+                else:
+                    got = find(pt, key)
+                assert got == p[flat] != find(ref, key) if not where else got == p[flat], (flat, kind, got)
+                checked += 1
+    assert checked >= 40
+
+
 #: Fingerprints of sweep stores written before the schema was derived from dataclasses (computed with that
 #: code): a store written then still resumes.
 OLD_FINGERPRINTS = [

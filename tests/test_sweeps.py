@@ -419,7 +419,7 @@ def test_a_grid_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
         want.append({f"observables/{k}": np.asarray(ref.observables[k]) for k in ("diameter", "cos_consensus")})
         for c, start in enumerate(range(0, 10, 4)):
             store.write_chunk(i, c, start, {k: v[start:start + 4] for k, v in want[i].items()}, 10, 4, {"process": 0})
-    monkeypatch.setattr(grid, "_run_chunk", lambda *a, **k: pytest.fail("a finished chunk was computed again"))
+    monkeypatch.setattr(grid.Point, "evolve", lambda *a, **k: pytest.fail("a finished chunk was computed again"))
     sw = grid.sweep_grid(cfg, out, progress=False)
     assert (sw.summary["computed"], sw.summary["resumed"], sw.summary["nonfinite_per_point"]) == (0, 20, [0, 0])
     _assert_same(_arrays(out), [{k.replace("/", "."): v for k, v in w.items()} for w in want])

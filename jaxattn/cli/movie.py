@@ -22,9 +22,7 @@ import numpy as np
 from jaxattn.cli._shared import dtype_arg, load_model_arg
 from jaxattn.cli._study import formatter
 from jaxattn.config import Spec, add_argument, option, specs
-from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import simulate
-from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError
 from jaxattn.io import rundir
@@ -32,7 +30,7 @@ from jaxattn.io.results import load_arrays, weights_sha256
 from jaxattn.io.store import open_sweep
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies.movie import NO_ENCODER, encoder_available, load_trajectory, movie, save_trajectory
-from jaxattn.sweeps.grid import dynamics_of, expand, model_of, options_of
+from jaxattn.sweeps.grid import FlowRun, dynamics_of, expand, point_of
 
 TRAJECTORY = "trajectory.safetensors"
 #: Conditions drawn side by side when a run's trajectory is recomputed.
@@ -191,30 +189,26 @@ def _simulate(run_dir: Path, cfg: dict, K: int) -> dict:
 
 
 def _solve(run_dir: Path, cfg: dict, K: int) -> dict:
-    p = expand(cfg)[0]
-    K = min(K, int(p["num_init"]))
-    dtype = dtype_arg(p["dtype"])
-    model = model_of(p, {})
-    X0 = init_tokens(jax.random.key(p["seed"]), K, p["init.n"], model.d_model, kind=p["init.kind"], dtype=dtype)
-    save, batch = options_of(p, Batch())
-    every = max(1, math.ceil(FRAMES / (p["dynamics.saves"] - 1)))  # the run's saved times are every `every`-th frame
-    ts = np.linspace(0.0, p["dynamics.t1"], (p["dynamics.saves"] - 1) * every + 1)
-    flow = Flow(space=p["dynamics.space"], rescaled=p["dynamics.rescaled"], attention=p["dynamics.attention"],
-                biases=p["dynamics.biases"])
-    sol = solve(model, X0, p["dynamics.t1"], flow=flow, beta=p["dynamics.beta"],
-                save=Save(ts=ts, observe=save.observe, trajectory=True), batch=batch, dtype=dtype,
-                solver=p["dynamics.solver"], rtol=p["dynamics.rtol"], atol=p["dynamics.atol"], dt=p["dynamics.dt"],
-                max_steps=p["dynamics.max_steps"], layer_time=p["dynamics.layer_time"])
+    p = point_of(expand(cfg)[0])
+    if not isinstance(p.run, FlowRun):  # jaxattn solve writes flows only: the record was edited
+        raise ConfigError(f"the solve run in {run_dir} records dynamics.kind = 'discrete': nothing to recompute")
+    K = min(K, p.num_init)
+    dtype = dtype_arg(p.dtype)
+    model = p.build_model({})
+    X0 = init_tokens(jax.random.key(p.seed), K, p.n, model.d_model, kind=p.init, dtype=dtype)
+    every = max(1, math.ceil(FRAMES / (p.run.saves - 1)))  # the run's saved times are every `every`-th frame
+    ts = np.linspace(0.0, p.run.t1, (p.run.saves - 1) * every + 1)
+    sol = p.run.run(model, X0, Save(ts=ts, observe=p.save.observe, trajectory=True), p.batch, dtype)
     arrays = open_sweep(run_dir).arrays(0)
-    traj = np.asarray(sol.trajectory, np.float64)
+    traj = np.asarray(sol["trajectory"], np.float64)
     if not np.all(np.isfinite(traj)):
         raise ConfigError(f"the recomputed trajectories of {run_dir} are not finite (failed solves): nothing to draw")
-    space = p["dynamics.space"] + (" rescaled" if p["dynamics.rescaled"] else "")
-    return {"trajectory": list(traj), "ts": ts, "observables": _scalars(sol.observables, K),
+    space = p.run.flow.space + (" rescaled" if p.run.flow.rescaled else "")
+    return {"trajectory": list(traj), "ts": ts, "observables": _scalars(sol["observables"], K),
             "titles": [f"condition {i} ({space})" for i in range(K)], "time_label": "t",
             "note": f"jaxattn solve: conditions 0-{K - 1} recomputed",
             "stored": {k.split(".", 1)[1]: v[:K] for k, v in arrays.items() if k.startswith("observables.")},
-            "every": every, "dtype": p["dtype"]}
+            "every": every, "dtype": p.dtype}
 
 
 def _scalars(observables, K: int) -> dict:

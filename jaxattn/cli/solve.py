@@ -20,7 +20,7 @@ from jaxattn.io.checkpoints import load_any
 from jaxattn.io.results import provenance, write_json
 from jaxattn.io.rundir import dir_out
 from jaxattn.io.store import nonfinite_conditions
-from jaxattn.sweeps.grid import RENAMED, SCHEMA, expand, validate_config
+from jaxattn.sweeps.grid import RENAMED, SCHEMA, FlowRun, expand, point_of, validate_config
 
 #: Schema keys that ``solve`` exposes, by section (the discrete-only ones are left out).
 KEYS = {
@@ -140,7 +140,9 @@ def run(args, cfg) -> int:
         raise ConfigError(_as_flags(str(e))) from None
     out = dir_out("runs/solve" if args.out is None else args.out)
     sw = execute(point, out, args)
-    p = expand(resolved)[0]
+    p = point_of(expand(resolved)[0])
+    flow = p.run
+    assert isinstance(flow, FlowRun)  # solve's points are flows (dynamics.kind is fixed to 'continuous')
     arrays = sw.arrays(0)
     ts = np.asarray(sw.points[0]["times"])
     res = arrays.get("result")
@@ -148,19 +150,19 @@ def run(args, cfg) -> int:
     write_json(out / "config.json", {"command": "solve", "config": recorded, **dims, "summary": sw.summary,
                                      **provenance()})
     lines = ["jaxattn solve",
-             f"flow         space={p['dynamics.space']}{' rescaled' if p['dynamics.rescaled'] else ''} "
-             f"attention={p['dynamics.attention']} beta={p['dynamics.beta']:g}  t in [0, {p['dynamics.t1']:g}]  "
-             f"solver={p['dynamics.solver']} " + (f"dt={p['dynamics.dt']:g}" if p["dynamics.dt"] else
-                                                  f"rtol={p['dynamics.rtol']:g} atol={p['dynamics.atol']:g}"),
-             f"run          {p['num_init']} initial conditions x {p['init.n']} tokens, seed {p['seed']}, {p['dtype']}, "
+             f"flow         space={flow.flow.space}{' rescaled' if flow.flow.rescaled else ''} "
+             f"attention={flow.flow.attention} beta={flow.beta:g}  t in [0, {flow.t1:g}]  "
+             f"solver={flow.solver} " + (f"dt={flow.dt:g}" if flow.dt else
+                                         f"rtol={flow.rtol:g} atol={flow.atol:g}"),
+             f"run          {p.num_init} initial conditions x {p.n} tokens, seed {p.seed}, {p.dtype}, "
              f"{sw.summary['seconds']:.2f} s ({sw.summary['computed']} computed, {sw.summary['resumed']} resumed)"]
     if res is not None:
         bad = int(np.sum(res != 0))
         steps = arrays["num_steps"]
         lines.append(f"solver       {len(res) - bad} of {len(res)} solves succeeded; steps per condition median "
                      f"{int(np.median(steps))}, max {int(steps.max())}")
-    nonfinite = nonfinite_conditions(arrays, p["num_init"])
-    for name in p["observables"]:
+    nonfinite = nonfinite_conditions(arrays, p.num_init)
+    for name in p.observables:
         a = arrays.get(f"observables.{name}")
         if a is not None and a.ndim == 2 and not nonfinite.all():
             a = a[~nonfinite]

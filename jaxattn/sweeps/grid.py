@@ -49,8 +49,9 @@ from jaxattn.io.store import SweepStore, fingerprint, open_sweep
 from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
-from jaxattn.sweeps._execution import _kernel_choice, _rows, _run_chunk, model_of, options_of, saved_times
+from jaxattn.sweeps._execution import _kernel_choice, _rows
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
+from jaxattn.sweeps._point import FlowRun, MapRun, Point, RandomModel, point_of
 from jaxattn.sweeps._schema import (
     CONTINUOUS_ONLY,
     DISCRETE_ONLY,
@@ -67,23 +68,24 @@ from jaxattn.sweeps._schema import (
 from jaxattn.sweeps.chunked import check_fits
 
 #: the grid's face: :func:`sweep_grid`, and what the layers above (the command line, the scripts) take of the private
-#: schema, observables, execution and process start-up modules (renamed keys, a point's model and drivers' options)
-__all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA", "SECTIONS", "Key", "Observables",
-           "distributed_from_env", "dynamics_of", "expand", "inert_keys", "model_of", "options_of", "saved_times",
-           "sweep_grid", "validate_config"]
+#: schema, point, observables and process start-up modules (renamed keys, a point as the drivers' objects)
+__all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA", "SECTIONS", "FlowRun", "Key",
+           "MapRun", "Observables", "Point", "RandomModel", "distributed_from_env", "dynamics_of", "expand",
+           "inert_keys", "point_of", "sweep_grid", "validate_config"]
 
 
-def _refuse_same_path(points: list[dict], info: list[dict]) -> None:
+def _refuse_same_path(points: list[Point], info: list[dict]) -> None:
     """A ``path`` axis whose values take the same path at a point (``['plain', 'auto']`` where 'auto' means the
     plain path: every backend until the kernel is proven) would compute that point twice: refused."""
     seen: dict = {}
     for p, i in zip(points, info, strict=True):
-        if "path" not in p["params"]:
+        if "path" not in p.params:
             return
-        rest = json.dumps({k: v for k, v in p["params"].items() if k != "path"}, sort_keys=True, default=str)
-        other = seen.setdefault((rest, i["kernel"]), p["path"])
-        if other != p["path"]:
-            raise ConfigError(f"path is an axis but '{other}' and '{p['path']}' both take the {i['kernel']} path here "
+        rest = json.dumps({k: v for k, v in p.params.items() if k != "path"}, sort_keys=True, default=str)
+        path = p.batch.path
+        other = seen.setdefault((rest, i["kernel"]), path)
+        if other != path:
+            raise ConfigError(f"path is an axis but '{other}' and '{path}' both take the {i['kernel']} path here "
                               f"(on {jax.default_backend()}), which would run one point twice: give one of them")
 
 
@@ -119,10 +121,10 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
                           "path): give Batch(size=..., devices=...) only")
     cfg = validate_config(load_config(config))
-    points = expand(cfg)
-    if batch is not None and batch.size is not None and any(p["path"] == "fused" for p in points):
+    points = [point_of(p) for p in expand(cfg)]
+    if batch is not None and batch.size is not None and any(p.batch.path == "fused" for p in points):
         check_batch(dataclasses.replace(batch, path="fused"), "sweep_grid", fused=True)  # refused: the kernel's tiles
-    if any(p["dtype"] == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
+    if any(p.dtype == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
             return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
                               coordinator=coordinator, progress=progress, batch=batch, log=log, overwrite=overwrite)
@@ -138,10 +140,10 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     models: dict = {}
     point_info = []
     for p in points:
-        m = model_of(p, models)
-        check_fits(p["init.n"], m.d_model, m.n_heads, p["dtype"], batch.size)  # before the store is written
-        point_info.append({"params": p["params"], "num_init": p["num_init"], "n": p["init.n"], "d": m.d_model,
-                           "times": saved_times(p, m.depth).tolist(), "kernel": _kernel_choice(p, m)})
+        m = p.build_model(models)
+        check_fits(p.n, m.d_model, m.n_heads, p.dtype, batch.size)  # before the store is written
+        point_info.append({"params": p.params, "num_init": p.num_init, "n": p.n, "d": m.d_model,
+                           "times": p.times(m.depth).tolist(), "kernel": _kernel_choice(p, m)})
     _refuse_same_path(points, point_info)
     decides = {"config": decisive(cfg), "lanes": batch.size}
     manifest = {"fingerprint": fingerprint(decides), "decides": decides, "config": cfg, "chunk": chunk,
@@ -149,15 +151,15 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                                                     "processes": nproc}}
     existed = Path(out).exists()
     store = SweepStore.open(out, manifest, overwrite=overwrite)
-    mine = [w for j, w in enumerate(work_items([p["num_init"] for p in points], chunk)) if j % nproc == pid]
+    mine = [w for j, w in enumerate(work_items([p.num_init for p in points], chunk)) if j % nproc == pid]
     replicated: dict = {}
     failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed
 
     def compute(i: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
         nonlocal failed
         p = points[i]
-        m = model_of(p, models)
-        dtype = jnp.float64 if p["dtype"] == "float64" else jnp.float32
+        m = p.build_model(models)
+        dtype = jnp.float64 if p.dtype == "float64" else jnp.float32
         key = id(m), str(dtype)
         if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
             bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
@@ -165,11 +167,11 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         # every chunk of a point has one shape (the last one padded): one compiled program. A point with
         # fewer conditions than a chunk is padded only to the runner's block width, not to the chunk (a
         # solve of 8 conditions integrated 4096); the blocks, hence the numbers, are the same either way
-        X0 = init_tokens(jax.random.key(p["seed"]), _rows(chunk, p["num_init"], batch), p["init.n"],
-                         m.d_model, kind=p["init.kind"], start=start, dtype=dtype)
-        res = _run_chunk(p, replicated[key], X0, batch)
+        X0 = init_tokens(jax.random.key(p.seed), _rows(chunk, p.num_init, batch), p.n, m.d_model, kind=p.init,
+                         start=start, dtype=dtype)
+        res = p.evolve(replicated[key], X0, batch)
         arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
-        if p["keep_final"]:
+        if p.keep_final:
             arrays["final"] = np.asarray(res["final"])[:size]
         if "result" in res:
             arrays["result"] = np.asarray(res["result"])[:size]
@@ -177,10 +179,10 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
             failed += int(np.sum(arrays["result"] != 0))
         return arrays
 
-    ran = run_chunks(store, mine, compute, rows=[p["num_init"] for p in points], chunk=chunk, desc="sweep",
+    ran = run_chunks(store, mine, compute, rows=[p.num_init for p in points], chunk=chunk, desc="sweep",
                      progress=progress, process=pid, info={"process": pid}, discard_if_empty=not existed)
     computed, seconds = ran.computed, ran.seconds
-    summary = {"points": len(points), "conditions": sum(p["num_init"] for p in points), "computed": computed,
+    summary = {"points": len(points), "conditions": sum(p.num_init for p in points), "computed": computed,
                "resumed": ran.resumed, "failed": failed, "nonfinite": sum(ran.nonfinite),
                "nonfinite_per_point": ran.nonfinite, "seconds": round(seconds, 3),
                "conditions_per_second": round(computed / seconds, 1) if seconds > 0 and computed else None,

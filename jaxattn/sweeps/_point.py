@@ -1,0 +1,185 @@
+"""A grid point as the objects the drivers take.
+
+The configuration (:mod:`jaxattn.sweeps._schema`) is the serialised form: flat keys, checked one by one. A point
+of its grid becomes, once, in :func:`point_of`, what it describes: the model's law (:class:`RandomModel`) or its
+file, the dynamics (:class:`MapRun` around a :class:`jaxattn.Dynamics`, or :class:`FlowRun` around a
+:class:`jaxattn.Flow` and the solver's options), and the drivers' :class:`jaxattn.Save` and
+:class:`jaxattn.Batch`. Everything that runs a point (the chunk loop, the movie, the command's report) reads
+these objects, never the keys: the field names are the drivers' own (``dynamics_of`` and :func:`_fields` fill an
+object from the keys of the same name), so a key added to :class:`jaxattn.Dynamics` or :class:`jaxattn.Flow`
+reaches the run by its name, not through a line of translation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from jaxtyping import Float
+
+from jaxattn.dynamics.continuous import solve
+from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
+from jaxattn.dynamics.fields import Flow
+from jaxattn.dynamics.options import Batch, Save
+from jaxattn.errors import NonFiniteWarning
+from jaxattn.io.checkpoints import load_any
+from jaxattn.model.params import Model
+from jaxattn.model.sampling import seeded_model
+from jaxattn.sweeps._observables import Observables
+from jaxattn.sweeps._schema import dynamics_of
+
+#: The observables the drivers save by default (the fused kernel computes these on chip): named in a
+#: configuration, they are the drivers' default rather than a list of names.
+DEFAULT_OBSERVABLES = ("diameter", "cos_consensus")
+
+
+def _fields(cls, values: Mapping) -> dict:
+    """The keyword arguments of ``cls`` (a dataclass) that ``values`` names, by field name."""
+    return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+
+
+@dataclasses.dataclass(frozen=True)
+class RandomModel:
+    """A random model's law and shape (``model.source = 'random'``): :func:`jaxattn.model.sampling.seeded_model`'s
+    options. Hashable: one model per (seed, law) in a sweep."""
+
+    d: int
+    heads: int
+    depth: int
+    shared: bool
+    mask: str
+    weights: str
+    value: str
+    scale: float | None
+    unit_output: bool  # D2: drawn with O = I
+
+    def build(self, seed: int) -> Model:
+        return seeded_model(seed, self.d, self.heads, self.depth, shared=self.shared, weights=self.weights,
+                            value=self.value, mask=self.mask, scale=self.scale, unit_output=self.unit_output)
+
+
+@dataclasses.dataclass(frozen=True)
+class MapRun:
+    """A map (:func:`jaxattn.simulate`): its dynamics, step size, inverse temperature and number of steps
+    (``None``: the model's depth)."""
+
+    dynamics: Dynamics
+    alpha: float
+    beta: float
+    steps: int | None
+
+    def steps_of(self, model: Model) -> int:
+        return model.depth if self.steps is None else self.steps
+
+    def times(self, depth: int, save: Save) -> Float[np.ndarray, " T"]:
+        """The steps at which observables are saved, as floats."""
+        return saved_steps(depth if self.steps is None else self.steps, save.every).astype(np.float64)
+
+    def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
+        with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
+            warnings.simplefilter("ignore", NonFiniteWarning)
+            res = simulate(model, X0, self.steps_of(model), dynamics=self.dynamics, alpha=self.alpha, beta=self.beta,
+                           save=save, batch=batch, dtype=dtype)
+        return {"observables": res.observables, "final": res.final, "trajectory": res.trajectory}
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowRun:
+    """A flow (:func:`jaxattn.solve`): its :class:`jaxattn.Flow`, inverse temperature, final time, number of
+    equally spaced saved times and the solver's options (by :func:`jaxattn.solve`'s keyword names)."""
+
+    flow: Flow
+    beta: float
+    t1: float
+    saves: int
+    solver: str
+    rtol: float
+    atol: float
+    dt: float | None
+    max_steps: int
+    layer_time: float
+
+    def times(self, depth: int = 0, save: Save | None = None) -> Float[np.ndarray, " T"]:
+        """The saved times: ``saves`` equally spaced in ``[0, t1]``."""
+        return np.linspace(0.0, self.t1, self.saves)
+
+    def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
+        sol = solve(model, X0, self.t1, flow=self.flow, beta=self.beta, save=save, batch=batch, dtype=dtype,
+                    solver=self.solver, rtol=self.rtol, atol=self.atol, dt=self.dt, max_steps=self.max_steps,
+                    layer_time=self.layer_time)
+        return {"observables": sol.observables, "final": sol.final, "trajectory": sol.trajectory,
+                "result": sol.result, "num_steps": sol.num_steps}
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One grid point: what the drivers take, built once from the configuration's keys by :func:`point_of`.
+
+    ``params`` the values of the grid's axes at this point (what distinguishes it); ``model`` a
+    :class:`RandomModel` or the source a converted model is loaded from ('minilm' or a file); ``run`` a
+    :class:`MapRun` or :class:`FlowRun`; ``save`` and ``batch`` the drivers' options (the batch's precision
+    and path; its lane width and devices are the sweep's); ``observables`` the names saved."""
+
+    params: Mapping[str, Any]
+    num_init: int
+    seed: int
+    dtype: str
+    keep_final: bool
+    n: int
+    init: str
+    model: RandomModel | str
+    run: MapRun | FlowRun
+    save: Save
+    batch: Batch
+    observables: tuple[str, ...]
+
+    @property
+    def discrete(self) -> bool:
+        return isinstance(self.run, MapRun)
+
+    def build_model(self, cache: dict) -> Model:
+        """The point's model, built (random) or loaded once per ``cache``."""
+        key = (self.seed, self.model) if isinstance(self.model, RandomModel) else ("file", self.model)
+        if key not in cache:
+            cache[key] = self.model.build(self.seed) if isinstance(self.model, RandomModel) else load_any(self.model)
+        return cache[key]
+
+    def times(self, depth: int) -> Float[np.ndarray, " T"]:
+        """The times (maps: step indices) at which the point saves its observables."""
+        return self.run.times(depth, self.save)
+
+    def evolve(self, model: Model, X0, batch: Batch | None = None) -> dict[str, Any]:
+        """Run the map or the flow from ``X0`` (``batch``: the sweep's lane width and devices, under the point's
+        precision and path): the driver's observables, final states (and trajectory, solver results)."""
+        b = self.batch if batch is None else dataclasses.replace(batch, precision=self.batch.precision,
+                                                                  path=self.batch.path)
+        return self.run.run(model, X0, self.save, b, self.dtype)
+
+
+def point_of(p: Mapping) -> Point:
+    """The objects that a point of :func:`jaxattn.sweeps._schema.expand` names: the one place where the
+    configuration's keys become the drivers' options."""
+    sec = {s: {k.split(".", 1)[1]: v for k, v in p.items() if k.startswith(s + ".")} for s in ("model", "dynamics",
+                                                                                                "init")}
+    dyn, kind = sec["dynamics"], sec["dynamics"]["kind"]
+    obs = tuple(p["observables"])
+    observe = None if obs == DEFAULT_OBSERVABLES else Observables(obs)
+    run: MapRun | FlowRun
+    if kind == "discrete":
+        run = MapRun(dynamics_of(dyn), alpha=dyn["alpha"], beta=dyn["beta"], steps=dyn["steps"])
+        save = Save(every=dyn["save"], observe=observe)
+        batch = Batch(precision=p["matmul_precision"], path=p["path"])
+    else:
+        run = FlowRun(Flow(**_fields(Flow, dyn)), **_fields(FlowRun, {k: v for k, v in dyn.items() if k != "flow"}))
+        save = Save(ts=run.times(), observe=observe)
+        batch = Batch(precision=p["matmul_precision"])
+    model: RandomModel | str = sec["model"]["source"]
+    if model == "random":
+        model = RandomModel(**_fields(RandomModel, {**sec["model"], "unit_output": kind == "discrete"
+                                                    and dyn["unit_output"]}))
+    return Point(params=dict(p["params"]), num_init=p["num_init"], seed=p["seed"], dtype=p["dtype"],
+                 keep_final=p["keep_final"], n=sec["init"]["n"], init=sec["init"]["kind"], model=model, run=run,
+                 save=save, batch=batch, observables=obs)
