@@ -355,6 +355,31 @@ def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, head
             np.testing.assert_array_equal(out[f"observables.{name}"], np.asarray(ref.observables[name]), err_msg=name)
 
 
+def test_a_sweep_store_has_the_grid_layout(tmp_path):
+    """`sweep` and `sweep_grid` write one manifest layout (one fingerprint recipe, the same keys, the same entry
+    per point): a `sweep` store reads with `open_sweep` as a one-point grid, with the numbers `sweep` returned."""
+    import jaxattn.sweeps.chunked as chunked
+    from jaxattn.io.store import fingerprint
+
+    model = ja.random_model(jax.random.key(0), 8, 2, 3)
+    got = ja.sweep(model, num_init=10, n=5, steps=3, chunk=4, out_dir=tmp_path / "s", progress=False,
+                   save=ja.Save(every=2))
+    grid.sweep_grid(_cfg(num_init=10, chunk=4, seed=0, model__mask="full"), tmp_path / "g", progress=False)
+    s = json.loads((tmp_path / "s" / chunked.STORE / "manifest.json").read_text())
+    g = json.loads((tmp_path / "g" / "manifest.json").read_text())
+    assert sorted(s) == sorted(k for k in g if k != "config")  # the grid also keeps its validated configuration
+    assert sorted(s["points"][0]) == sorted(g["points"][0])
+    assert sorted(s["created_by"]) == sorted(g["created_by"])
+    for m in (s, g):
+        assert m["fingerprint"] == fingerprint(m["decides"])
+    assert s["points"][0]["times"] == [0.0, 2.0, 3.0] and (s["points"][0]["n"], s["points"][0]["d"]) == (5, 8)
+    sw = ja.open_sweep(tmp_path / "s" / chunked.STORE)
+    assert len(sw) == 1
+    for k, v in got.items():
+        np.testing.assert_array_equal(sw.arrays(0)[k], v, err_msg=k)
+    assert len(sw.table()) == 10 and sw.table()["finished"].all()
+
+
 def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     """A store as `sweep` wrote it before it ran on the chunk loop it shares with sweep_grid (written here with
     that code's calls of the store: its stamp, p0000/observables/<name> and p0000/final, markers without a

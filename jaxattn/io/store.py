@@ -441,5 +441,16 @@ def fingerprint(config: Mapping) -> str:
     return config_hash(config)
 
 
-__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "clear_store", "fingerprint", "nonfinite_conditions",
-           "open_sweep"]
+def manifest(decides: Mapping, *, chunk: int, points: list[dict], processes: int = 1, **extra) -> dict:
+    """The manifest of a store, one layout for both engines (:func:`jaxattn.sweep`, :func:`jaxattn.sweep_grid`):
+    ``decides`` what decides the numbers and its :func:`fingerprint`, the ``chunk`` size, one entry per grid point
+    (``params`` its axes' values, ``num_init``, ``n``, ``d``, the saved ``times``, the ``kernel`` path) and what
+    made the store (versions, device, processes); ``extra``: more keys (the grid's validated ``config``)."""
+    from jaxattn.io.results import device_info, versions
+
+    return {"fingerprint": fingerprint(decides), "decides": dict(decides), **extra, "chunk": chunk, "points": points,
+            "created_by": {"versions": versions(), "device": device_info(), "processes": processes}}
+
+
+__all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "clear_store", "fingerprint", "manifest",
+           "nonfinite_conditions", "open_sweep"]

@@ -25,12 +25,20 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from jaxattn.dynamics import check_scalar, default_lanes, lanes_for, memory_limit, resolve_dtype, working_bytes
-from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, one_head_bytes, simulate
+from jaxattn.dynamics import (
+    check_scalar,
+    choose_path,
+    default_lanes,
+    lanes_for,
+    memory_limit,
+    resolve_dtype,
+    working_bytes,
+)
+from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, one_head_bytes, saved_steps, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
-from jaxattn.io.results import config_hash, flatten, weights_sha256
-from jaxattn.io.store import SweepStore
+from jaxattn.io.results import flatten, weights_sha256
+from jaxattn.io.store import SweepStore, manifest
 from jaxattn.model.params import Model, validate
 from jaxattn.model.sampling import MAX_CONDITIONS, init_tokens  # one seed names 2^32 conditions (32-bit fold_in)
 from jaxattn.sweeps._chunks import run_chunks, work_items
@@ -161,9 +169,13 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
                  **({"lanes": batch.size} if batch.size is not None else {}),
                  **({"path": batch.path} if batch.path != "auto" else {})}
         existed = (Path(out_dir) / STORE).exists()
-        store = SweepStore.open(Path(out_dir) / STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
-                                                        "points": [{"num_init": num_init, "params": {}}],
-                                                        "stamp": stamp}, overwrite=overwrite)
+        # the grid's layout: a one-point grid whose `decides` is the stamp (its fingerprint is the stamp's hash,
+        # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
+        point = {"params": {}, "num_init": num_init, "n": n, "d": d,
+                 "times": saved_steps(steps, save.every).astype(np.float64).tolist(),
+                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n)}
+        store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[point]),
+                                overwrite=overwrite)
 
     def compute(point: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
         pieces = []

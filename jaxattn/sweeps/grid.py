@@ -44,8 +44,7 @@ from jaxattn.dynamics import mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
 from jaxattn.errors import ConfigError
 from jaxattn.io import load_config
-from jaxattn.io.results import device_info, versions
-from jaxattn.io.store import SweepStore, fingerprint, open_sweep
+from jaxattn.io.store import SweepStore, manifest, open_sweep
 from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
@@ -146,11 +145,9 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                            "times": p.times(m.depth).tolist(), "kernel": _kernel_choice(p, m)})
     _refuse_same_path(points, point_info)
     decides = {"config": decisive(cfg), "lanes": batch.size}
-    manifest = {"fingerprint": fingerprint(decides), "decides": decides, "config": cfg, "chunk": chunk,
-                "points": point_info, "created_by": {"versions": versions(), "device": device_info(),
-                                                    "processes": nproc}}
     existed = Path(out).exists()
-    store = SweepStore.open(out, manifest, overwrite=overwrite)
+    store = SweepStore.open(out, manifest(decides, chunk=chunk, points=point_info, processes=nproc, config=cfg),
+                            overwrite=overwrite)
     mine = [w for j, w in enumerate(work_items([p.num_init for p in points], chunk)) if j % nproc == pid]
     replicated: dict = {}
     failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed
