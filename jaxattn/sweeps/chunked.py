@@ -171,10 +171,10 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         existed = (Path(out_dir) / STORE).exists()
         # the grid's layout: a one-point grid whose `decides` is the stamp (its fingerprint is the stamp's hash,
         # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
-        point = {"params": {}, "num_init": num_init, "n": n, "d": d,
+        entry = {"params": {}, "num_init": num_init, "n": n, "d": d,
                  "times": saved_steps(steps, save.every).astype(np.float64).tolist(),
                  "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n)}
-        store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[point]),
+        store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[entry]),
                                 overwrite=overwrite)
 
     def compute(point: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
