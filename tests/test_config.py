@@ -185,6 +185,12 @@ def test_every_key_of_a_point_reaches_the_field_of_its_name():
                 assert got == p[flat] != find(ref, key) if not where else got == p[flat], (flat, kind, got)
                 checked += 1
     assert checked >= 40
+    # observables: the default pair is the drivers' default (None: the fused kernel computes it on chip), any other
+    # list the named observables
+    for kind in ("discrete", "continuous"):
+        assert point_of(base[kind]).save.observe is None
+        pt = point_of({**base[kind], "observables": ["mean_distance", "diameter"]})
+        assert pt.save.observe.names == ("mean_distance", "diameter") == pt.observables, kind
 
 
 #: Fingerprints of sweep stores written before the schema was derived from dataclasses (computed with that

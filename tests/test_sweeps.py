@@ -359,6 +359,7 @@ def test_a_sweep_store_has_the_grid_layout(tmp_path):
     """`sweep` and `sweep_grid` write one manifest layout (one fingerprint recipe, the same keys, the same entry
     per point): a `sweep` store reads with `open_sweep` as a one-point grid, with the numbers `sweep` returned."""
     import jaxattn.sweeps.chunked as chunked
+    from jaxattn.io.results import config_hash
     from jaxattn.io.store import fingerprint
 
     model = ja.random_model(jax.random.key(0), 8, 2, 3)
@@ -372,12 +373,23 @@ def test_a_sweep_store_has_the_grid_layout(tmp_path):
     assert sorted(s["created_by"]) == sorted(g["created_by"])
     for m in (s, g):
         assert m["fingerprint"] == fingerprint(m["decides"])
+    # the recipe of the stores written before the layouts were one (the hash of the stamp), pinned: a store of
+    # that code resumes by its fingerprint, not by the fallback that compares the values
+    assert s["fingerprint"] == config_hash(s["decides"])
     assert s["points"][0]["times"] == [0.0, 2.0, 3.0] and (s["points"][0]["n"], s["points"][0]["d"]) == (5, 8)
     sw = ja.open_sweep(tmp_path / "s" / chunked.STORE)
     assert len(sw) == 1
     for k, v in got.items():
         np.testing.assert_array_equal(sw.arrays(0)[k], v, err_msg=k)
     assert len(sw.table()) == 10 and sw.table()["finished"].all()
+
+
+def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):
+    """steps = 2.5 with a store: the store's manifest names the saved steps, which raised a TypeError."""
+    model = ja.random_model(jax.random.key(0), 4, 1, 1)
+    with pytest.raises(ja.ConfigError, match="steps must be a non-negative integer"):
+        ja.sweep(model, num_init=4, n=3, steps=2.5, chunk=4, out_dir=tmp_path / "s", progress=False)
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):

@@ -142,7 +142,8 @@ def run(args, cfg) -> int:
     sw = execute(point, out, args)
     p = point_of(expand(resolved)[0])
     flow = p.run
-    assert isinstance(flow, FlowRun)  # solve's points are flows (dynamics.kind is fixed to 'continuous')
+    if not isinstance(flow, FlowRun):  # solve sets dynamics.kind = 'continuous' itself
+        raise ConfigError("solve runs flows: its configuration must not set dynamics.kind")
     arrays = sw.arrays(0)
     ts = np.asarray(sw.points[0]["times"])
     res = arrays.get("result")

@@ -448,6 +448,9 @@ def manifest(decides: Mapping, *, chunk: int, points: list[dict], processes: int
     made the store (versions, device, processes); ``extra``: more keys (the grid's validated ``config``)."""
     from jaxattn.io.results import device_info, versions
 
+    taken = sorted(set(extra) & {"fingerprint", "decides", "chunk", "points", "created_by"})
+    if taken:
+        raise ValueError(f"manifest: {taken[0]} is the layout's own key, not an extra one")
     return {"fingerprint": fingerprint(decides), "decides": dict(decides), **extra, "chunk": chunk, "points": points,
             "created_by": {"versions": versions(), "device": device_info(), "processes": processes}}
 

@@ -34,7 +34,15 @@ from jaxattn.dynamics import (
     resolve_dtype,
     working_bytes,
 )
-from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, one_head_bytes, saved_steps, simulate
+from jaxattn.dynamics.discrete import (
+    D1,
+    Dynamics,
+    check_dynamics,
+    check_steps,
+    one_head_bytes,
+    saved_steps,
+    simulate,
+)
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
 from jaxattn.io.results import flatten, weights_sha256
@@ -135,6 +143,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
             if isinstance(n, int) and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
         positive_int(name, v)
+    steps = check_steps(steps)  # before the store's manifest names the saved steps
     if num_init > MAX_CONDITIONS:
         raise ConfigError(f"num_init = {num_init:,} is beyond the {MAX_CONDITIONS:,} (2^32) conditions one seed names; "
                           "split the run over several seeds")
