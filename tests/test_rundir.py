@@ -118,6 +118,33 @@ def test_overwrite_replaces_only_what_jaxattn_wrote(tmp_path, capsys):
     assert not (out / ".summary.txt.k3j4h5g6.tmp").exists()
 
 
+SOLVE = ["solve", "--d", "4", "--heads", "1", "--depth", "2", "--num-init", "4", "--n", "3", "--chunk", "4", "--t1",
+         "1", "--saves", "3", "--no-progress"]
+
+
+def test_overwrite_of_a_solve_removes_its_own_movie(tmp_path, capsys):
+    """`solve --movie` (and `jaxattn movie` of a finished solve) wrote movie.gif and trajectory.safetensors beside the
+    sweep store, which has no run marker: `--overwrite` then refused the run, calling jaxattn's own files foreign.
+    They are recorded in the store's manifest now and replaced with it; a file of the user's still is refused."""
+    out = tmp_path / "s"
+    assert main([*SOLVE, "--movie", "--out", str(out)]) == 0
+    made = {"movie.gif", "trajectory.safetensors"}
+    assert made <= {p.name for p in out.iterdir()}
+    assert made <= set(json.loads((out / "manifest.json").read_text())["files"])
+    capsys.readouterr()
+    assert main([*SOLVE, "--beta", "3", "--overwrite", "--out", str(out)]) == 0, _err(capsys)
+    assert not made & {p.name for p in out.iterdir()}  # the old run's movie went with it (no --movie this time)
+    assert json.loads((out / "config.json").read_text())["config"]["dynamics"]["beta"] == 3.0
+    assert main(["movie", str(out)]) == 0  # a movie of the finished run afterwards: recorded too
+    (out / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    assert main([*SOLVE, "--beta", "2", "--overwrite", "--out", str(out)]) == 2
+    assert "'notes.txt'" in _err(capsys) and (out / "notes.txt").exists() and (out / "movie.gif").exists()
+    (out / "notes.txt").unlink()
+    assert main([*SOLVE, "--beta", "2", "--overwrite", "--out", str(out)]) == 0
+    assert not (out / "movie.gif").exists()
+
+
 @pytest.mark.parametrize("name", [".notes.txt.k3j4h5g6.tmp", ".config.json.d.a1b2c3d4.tmp", "..x.tmp"])
 def test_overwrite_keeps_a_foreign_file_named_like_a_temporary(name, tmp_path, capsys):
     """A file of the user's whose name has the shape of jaxattn's temporaries (``.NAME.XXXXXXXX.tmp``) but whose NAME

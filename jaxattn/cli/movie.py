@@ -135,6 +135,7 @@ def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = Fal
     except ConfigError as e:
         print(f"jaxattn: warning: no movie: {e}", file=sys.stderr)
         return []
+    rundir.record(out / TRAJECTORY)  # jaxattn's, so that an --overwrite of the run removes it too
     save_trajectory(out / TRAJECTORY, tr["trajectory"], tr["ts"], observables=tr["observables"], titles=tr["titles"],
                     time_label=tr["time_label"], note=tr["note"])
     written = [render(tr, out / "movie.gif", progress=progress)]

@@ -217,11 +217,40 @@ _ENTRY = re.compile(r"^(manifest\.json|data\.zarr|done|locks|summary-\d+\.json|c
                     r"|\.jaxattn-write-test|\.manifest\.\d+\.tmp|\.(config\.json|summary\.txt|summary-\d+\.json)\..+\.tmp)$")
 
 
+def record_file(root, name: str) -> None:
+    """Record ``name`` in the manifest of the store ``root`` before jaxattn writes that file beside the store (a
+    movie of a finished ``solve``, its trajectory), so that replacing the store removes it too (:func:`clear_store`),
+    as a run directory's marker lists its files (:func:`jaxattn.io.rundir.record`)."""
+    from jaxattn.io._atomic import replace_bytes
+
+    path = Path(root) / "manifest.json"
+    m = _read_manifest(path)
+    files = sorted({*m.get("files", []), name})
+    if files != m.get("files"):
+        replace_bytes(path, (json.dumps({**m, "files": files}, indent=2, sort_keys=True) + "\n").encode())
+
+
+def _listed(root: Path) -> list[str]:
+    """The files jaxattn recorded beside the store ``root`` (:func:`record_file`); none if its manifest is
+    unreadable."""
+    try:
+        m = json.loads((root / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return []
+    files = m.get("files") if isinstance(m, dict) else None
+    return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
+
+
 def clear_store(root) -> None:
     """Remove the sweep store ``root``'s own entries (its manifest first, so that an interrupted removal leaves no
-    store half-trusted); refused, with nothing removed, if ``root`` holds anything a store does not."""
+    store half-trusted) and the files jaxattn recorded beside it (:func:`record_file`); refused, with nothing
+    removed, if ``root`` holds anything else."""
+    from jaxattn.io.rundir import is_ours
+
+    listed = _listed(Path(root))
     entries = sorted(Path(root).iterdir(), key=lambda q: (q.name != "manifest.json", q.name))
-    other = [p.name for p in entries if not _ENTRY.match(p.name)]
+    other = [p.name for p in entries if not _ENTRY.match(p.name)
+             and not (listed and p.name != ".jaxattn-run.json" and is_ours(p.name, listed))]
     if other:
         raise ConfigError(f"{root} holds {other[0]!r}, which is not part of a jaxattn sweep store: nothing is "
                           "deleted; choose another directory")
