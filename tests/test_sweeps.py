@@ -203,6 +203,7 @@ def test_points_differing_in_alpha_and_beta_compile_once(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("cfg,match", [
     ({"num_iit": 3}, "unknown key 'num_iit'"),
+    ({"dynamic": {"beta": 2.0}}, r"unknown key 'dynamic' \(known: .*\[dynamics\], \[init\]\)"),  # a table misspelt
     ({"model": {"dd": 3}}, r"unknown key 'model.dd'"),
     ({"dynamics": {"alpha": "fast"}}, r"dynamics.alpha: expected"),
     ({"dynamics": {"beta": [1.0, float("nan")]}}, r"dynamics.beta\[1\]: must be finite"),
@@ -382,6 +383,20 @@ def test_a_sweep_store_has_the_grid_layout(tmp_path):
     for k, v in got.items():
         np.testing.assert_array_equal(sw.arrays(0)[k], v, err_msg=k)
     assert len(sw.table()) == 10 and sw.table()["finished"].all()
+
+
+def test_open_sweep_of_a_finished_simulate_run_says_what_it_is(tmp_path):
+    """A finished `simulate` run keeps its results in its own files (its chunk store is removed at the end):
+    open_sweep of it said only 'no manifest.json'."""
+    from jaxattn.cli import main
+
+    out = tmp_path / "m"
+    assert main(["simulate", "--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "--depth", "2",
+                 "--no-progress", "--out", str(out)]) == 0
+    with pytest.raises(ConfigError, match=r"no manifest.json\): it is a run directory of `jaxattn simulate`"):
+        ja.open_sweep(out)
+    with pytest.raises(ConfigError, match=r"no manifest.json\)$"):  # any other folder: as before
+        ja.open_sweep(tmp_path)
 
 
 def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):

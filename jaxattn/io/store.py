@@ -76,7 +76,10 @@ class SweepStore:
             raise ConfigError(f"{root} exists and is not a directory")
         if manifest is None:
             if not path.is_file():
-                raise ConfigError(f"{root} is not a jaxattn sweep store (no manifest.json)")
+                command = _run_of(root) if root.is_dir() else None
+                raise ConfigError(f"{root} is not a jaxattn sweep store (no manifest.json)" + (
+                    f": it is a run directory of `jaxattn {command}`, whose results are its own files (config.json, "
+                    "*.safetensors, *.csv)" if command else ""))
             return cls(root, _read_manifest(path))
         if path.is_file():
             old = _read_manifest(path)

@@ -236,7 +236,8 @@ def _fill(out, sec, key, v, written: str | None = None):
     if key in out[sec]:  # num-init next to num_init, or kernel next to path: one key given twice
         raise ConfigError(f"{where} is given twice (under two spellings): give it once")
     if key not in SCHEMA[sec]:
-        known = ", ".join(k for k in SCHEMA[sec] if k)
+        # at the top level the sections are keys too: a misspelled [dynamic] is told the tables it may mean
+        known = ", ".join([k for k in SCHEMA[sec] if k] + ([f"[{k}]" for k in SCHEMA if k] if not sec else []))
         raise ConfigError(f"unknown key '{where}' (known{' in [' + sec + ']' if sec else ''}: {known})")
     spec = SCHEMA[sec][key]
     if isinstance(v, list) and not spec.is_list:
