@@ -5,7 +5,7 @@ of its grid becomes, once, in :func:`point_of`, what it describes: the model's l
 file, the dynamics (:class:`MapRun` around a :class:`jaxattn.Dynamics`, or :class:`FlowRun` around a
 :class:`jaxattn.Flow` and the solver's options), and the drivers' :class:`jaxattn.Save` and
 :class:`jaxattn.Batch`. Everything that runs a point (the chunk loop, the movie, the command's report) reads
-these objects, never the keys: the field names are the drivers' own (``dynamics_of`` and :func:`_fields` fill an
+these objects, never the keys: the field names are the drivers' own (``dynamics_of`` and ``fields_of`` fill an
 object from the keys of the same name), so a key added to :class:`jaxattn.Dynamics` or :class:`jaxattn.Flow`
 reaches the run by its name, not through a line of translation.
 """
@@ -29,16 +29,11 @@ from jaxattn.io.checkpoints import load_any
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import seeded_model
 from jaxattn.sweeps._observables import Observables
-from jaxattn.sweeps._schema import dynamics_of
+from jaxattn.sweeps._schema import dynamics_of, fields_of
 
 #: The observables the drivers save by default (the fused kernel computes these on chip): named in a
 #: configuration, they are the drivers' default rather than a list of names.
 DEFAULT_OBSERVABLES = ("diameter", "cos_consensus")
-
-
-def _fields(cls, values: Mapping) -> dict:
-    """The keyword arguments of ``cls`` (a dataclass) that ``values`` names, by field name."""
-    return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,10 +131,6 @@ class Point:
     batch: Batch
     observables: tuple[str, ...]
 
-    @property
-    def discrete(self) -> bool:
-        return isinstance(self.run, MapRun)
-
     def build_model(self, cache: dict) -> Model:
         """The point's model, built (random) or loaded once per ``cache``."""
         key = (self.seed, self.model) if isinstance(self.model, RandomModel) else ("file", self.model)
@@ -173,12 +164,12 @@ def point_of(p: Mapping) -> Point:
         save = Save(every=dyn["save"], observe=observe)
         batch = Batch(precision=p["matmul_precision"], path=p["path"])
     else:
-        run = FlowRun(Flow(**_fields(Flow, dyn)), **_fields(FlowRun, {k: v for k, v in dyn.items() if k != "flow"}))
+        run = FlowRun(Flow(**fields_of(Flow, dyn)), **fields_of(FlowRun, dyn))  # dyn names no "flow"
         save = Save(ts=run.times(), observe=observe)
         batch = Batch(precision=p["matmul_precision"])
     model: RandomModel | str = sec["model"]["source"]
     if model == "random":
-        model = RandomModel(**_fields(RandomModel, {**sec["model"], "unit_output": kind == "discrete"
+        model = RandomModel(**fields_of(RandomModel, {**sec["model"], "unit_output": kind == "discrete"
                                                     and dyn["unit_output"]}))
     return Point(params=dict(p["params"]), num_init=p["num_init"], seed=p["seed"], dtype=p["dtype"],
                  keep_final=p["keep_final"], n=sec["init"]["n"], init=sec["init"]["kind"], model=model, run=run,

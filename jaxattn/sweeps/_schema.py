@@ -138,10 +138,16 @@ RENAMED = {"kernel": "path"}
 ADDED = {("dynamics", "rope"): "none", ("dynamics", "drop_ln2"): False, ("dynamics", "unit_output"): False}
 
 
+def fields_of(cls, values: Mapping) -> dict:
+    """The keyword arguments of the dataclass ``cls`` that ``values`` names, by field name (a key reaches the field
+    of its name: nothing translates by hand)."""
+    return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+
+
 def dynamics_of(values: Mapping) -> Dynamics:
     """The :class:`~jaxattn.Dynamics` that options name (``values``: by field name, e.g. a command's resolved
     options or a point's ``dynamics.*`` keys without the prefix); the fields not given keep their defaults."""
-    return Dynamics(**{f.name: values[f.name] for f in dataclasses.fields(Dynamics) if f.name in values})
+    return Dynamics(**fields_of(Dynamics, values))
 
 
 def decisive(cfg: dict) -> dict:
