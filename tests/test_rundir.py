@@ -143,6 +143,12 @@ def test_overwrite_of_a_solve_removes_its_own_movie(tmp_path, capsys):
     (out / "notes.txt").unlink()
     assert main([*SOLVE, "--beta", "2", "--overwrite", "--out", str(out)]) == 0
     assert not (out / "movie.gif").exists()
+    # a movie written into a folder of the user's that has a manifest.json of its own: written, the file untouched
+    mine = tmp_path / "site"
+    mine.mkdir()
+    (mine / "manifest.json").write_text('{"name": "my web app"}')
+    assert main(["movie", str(out), "--out", str(mine / "flow.gif")]) == 0
+    assert (mine / "flow.gif").exists() and (mine / "manifest.json").read_text() == '{"name": "my web app"}'
 
 
 @pytest.mark.parametrize("name", [".notes.txt.k3j4h5g6.tmp", ".config.json.d.a1b2c3d4.tmp", "..x.tmp"])

@@ -223,11 +223,15 @@ _ENTRY = re.compile(r"^(manifest\.json|data\.zarr|done|locks|summary-\d+\.json|c
 def record_file(root, name: str) -> None:
     """Record ``name`` in the manifest of the store ``root`` before jaxattn writes that file beside the store (a
     movie of a finished ``solve``, its trajectory), so that replacing the store removes it too (:func:`clear_store`),
-    as a run directory's marker lists its files (:func:`jaxattn.io.rundir.record`)."""
+    as a run directory's marker lists its files (:func:`jaxattn.io.rundir.record`). A ``manifest.json`` that is not
+    a store's is left untouched."""
     from jaxattn.io._atomic import replace_bytes
 
     path = Path(root) / "manifest.json"
-    m = _read_manifest(path)
+    try:
+        m = _read_manifest(path)
+    except ConfigError:  # a folder of the user's with a manifest.json of its own is no store: nothing to record
+        return
     files = sorted({*m.get("files", []), name})
     if files != m.get("files"):
         replace_bytes(path, (json.dumps({**m, "files": files}, indent=2, sort_keys=True) + "\n").encode())
