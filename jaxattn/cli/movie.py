@@ -27,7 +27,7 @@ from jaxattn.dynamics.options import Batch, Save
 from jaxattn.errors import ConfigError
 from jaxattn.io import rundir
 from jaxattn.io.results import load_arrays, weights_sha256
-from jaxattn.io.store import open_sweep
+from jaxattn.io.store import open_sweep, record_file
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies.movie import NO_ENCODER, encoder_available, load_trajectory, movie, save_trajectory
 from jaxattn.sweeps.grid import FlowRun, dynamics_of, expand, point_of
@@ -120,9 +120,18 @@ def run(args, cfg) -> int:
 def render(tr: dict, target: Path, *, fps: float = 12.0, max_frames: int = 400, progress: bool = False) -> Path:
     """Write the trajectory ``tr`` (as :func:`jaxattn.studies.movie.load_trajectory` returns it) to ``target``; a
     file in a run directory is recorded in its marker first."""
-    rundir.record(target)
+    _record(target)
     return movie(tr["trajectory"], target, ts=tr["ts"], observables=tr["observables"], titles=tr["titles"],
                  time_label=tr["time_label"], fps=fps, max_frames=max_frames, progress=progress)
+
+
+def _record(path: Path) -> None:
+    """Record a file jaxattn is about to write into a run directory (its marker) or beside a sweep store without
+    one (its manifest: a ``solve`` run), so that an ``--overwrite`` of the run removes it too."""
+    if rundir.read_marker(path.parent) is None and (path.parent / "manifest.json").is_file():
+        record_file(path.parent, path.name)
+    else:
+        rundir.record(path)
 
 
 def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = False) -> list[Path]:
@@ -135,7 +144,7 @@ def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = Fal
     except ConfigError as e:
         print(f"jaxattn: warning: no movie: {e}", file=sys.stderr)
         return []
-    rundir.record(out / TRAJECTORY)  # jaxattn's, so that an --overwrite of the run removes it too
+    _record(out / TRAJECTORY)  # jaxattn's, so that an --overwrite of the run removes it too
     save_trajectory(out / TRAJECTORY, tr["trajectory"], tr["ts"], observables=tr["observables"], titles=tr["titles"],
                     time_label=tr["time_label"], note=tr["note"])
     written = [render(tr, out / "movie.gif", progress=progress)]

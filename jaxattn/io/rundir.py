@@ -239,16 +239,10 @@ def claim(path) -> None:
 
 def record(path) -> None:
     """Record ``path``'s name in its directory's marker before jaxattn writes it there, finished run or not (a
-    movie rendered from a finished run afterwards: an ``--overwrite`` of the run then removes it too). In a sweep
-    store without a marker (``jaxattn solve``'s output) the name goes in the store's manifest
-    (:func:`jaxattn.io.store.record_file`); elsewhere a no-op."""
+    movie rendered from a finished run afterwards: an ``--overwrite`` of the run then removes it too). A no-op
+    in a directory without a marker."""
     path = Path(path)
     marker = read_marker(path.parent)
-    if marker is None and (path.parent / "manifest.json").is_file():
-        from jaxattn.io.store import record_file
-
-        record_file(path.parent, path.name)
-        return
     if marker is None or path.name == MARKER or path.name in marker["files"]:
         return
     _write_marker(path.parent, {**marker, "files": sorted({*marker["files"], path.name})})

@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 
 from jaxattn.errors import ConfigError
-from jaxattn.io.results import config_hash, write_json
+from jaxattn.io._atomic import replace_bytes
+from jaxattn.io.results import config_hash, device_info, versions, write_json
+from jaxattn.io.rundir import is_ours
 
 FORMAT = "jaxattn-sweep-1"
 
@@ -223,10 +225,9 @@ _ENTRY = re.compile(r"^(manifest\.json|data\.zarr|done|locks|summary-\d+\.json|c
 def record_file(root, name: str) -> None:
     """Record ``name`` in the manifest of the store ``root`` before jaxattn writes that file beside the store (a
     movie of a finished ``solve``, its trajectory), so that replacing the store removes it too (:func:`clear_store`),
-    as a run directory's marker lists its files (:func:`jaxattn.io.rundir.record`). A ``manifest.json`` that is not
+    as a run directory's marker lists its files (:func:`jaxattn.io.rundir.record`; ``jaxattn movie`` picks
+    the one that applies). A ``manifest.json`` that is not
     a store's is left untouched."""
-    from jaxattn.io._atomic import replace_bytes
-
     path = Path(root) / "manifest.json"
     try:
         m = _read_manifest(path)
@@ -252,8 +253,6 @@ def clear_store(root) -> None:
     """Remove the sweep store ``root``'s own entries (its manifest first, so that an interrupted removal leaves no
     store half-trusted) and the files jaxattn recorded beside it (:func:`record_file`); refused, with nothing
     removed, if ``root`` holds anything else."""
-    from jaxattn.io.rundir import is_ours
-
     listed = _listed(Path(root))
     entries = sorted(Path(root).iterdir(), key=lambda q: (q.name != "manifest.json", q.name))
     other = [p.name for p in entries if not _ENTRY.match(p.name)
@@ -482,8 +481,6 @@ def manifest(decides: Mapping, *, chunk: int, points: list[dict], processes: int
     ``decides`` what decides the numbers and its :func:`fingerprint`, the ``chunk`` size, one entry per grid point
     (``params`` its axes' values, ``num_init``, ``n``, ``d``, the saved ``times``, the ``kernel`` path) and what
     made the store (versions, device, processes); ``extra``: more keys (the grid's validated ``config``)."""
-    from jaxattn.io.results import device_info, versions
-
     taken = sorted(set(extra) & {"fingerprint", "decides", "chunk", "points", "created_by"})
     if taken:
         raise ValueError(f"manifest: {taken[0]} is the layout's own key, not an extra one")
