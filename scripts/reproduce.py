@@ -95,9 +95,17 @@ RUNS: tuple[Run, ...] = (
          "--steps", "40"), extra="pm_cases"),
     Run("consensus",
         ("consensus", "minilm", "--prompts", "10", "--tokens", "200", "--passes", "100", "--until", "1e-3",
-         "--block", "10", "--synthetic-n", "10", "--synthetic-num", "128", "--t1", "40", "--gpt2-like-n", "200"),
+         "--block", "10", "--synthetic-n", "10", "--synthetic-num", "128", "--t1", "40"),
         ("consensus", "minilm", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1",
-         "--synthetic-num", "2", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
+         "--synthetic-num", "2", "--t1", "3")),
+    # Theorem 5.1 at GPT-2's size in a run of its own: its one float64 solve (4 conditions of 200 tokens in d = 768,
+    # rtol 1e-9) outlasts a session on two cores, and held the whole consensus run (computed in 1.5 h) hostage. The
+    # passes and the small theorem settings around it are the least the command runs.
+    Run("co_theorem51",
+        ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
+         "--synthetic-num", "1", "--t1", "40", "--gpt2-like-n", "200"),
+        ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
+         "--synthetic-num", "1", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
     Run("co_gpt2", ("--name", "gpt2", "--prompts", "2", "--tokens", "200", "--passes", "8", "--until", "1e-3",
                     "--block", "4"),
         ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
@@ -295,6 +303,9 @@ def scale(run: str, d: Path) -> str:
         return (f"{o.get('num')} Gaussian conditions × {o.get('n')} tokens; Case 3: d {o.get('d')}, depth "
                 f"{o.get('depth')} prolonged {o.get('prolong')}×; Theorem 1: d {o.get('theorem_d')}, {o.get('heads')} "
                 f"heads, {o.get('steps')} steps; float64")
+    if run == "co_theorem51":
+        return (f"{c.get('gpt2_like_n')} tokens × 4 conditions, d {c.get('gpt2_like_d')}, two causal heads, V = I, "
+                f"t ≤ {c.get('t1')}, float64")
     if run in ("consensus", "co_gpt2", "co_gptneo"):
         passes = max((int(r["passes"]) for r in rows(d / "summary.csv")), default=0)
         text = (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, up to {c.get('passes')} "

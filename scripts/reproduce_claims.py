@@ -1063,7 +1063,7 @@ CLAIMS: tuple[Claim, ...] = (
           "faster than random ones", "consensus", co_rates),
     Claim("CO12", CO, "Theorem 5.1, §6.1.2, Fig. 4", "Theorem 5.1 at GPT-2's size: causal attention, V = I, two heads, "
           "time-varying weights, n and d like GPT-2's; the first token stays and the others converge to it",
-          "consensus", co_gpt2_like),
+          "co_theorem51", co_gpt2_like),
     Claim("CL1", CL, "Theorem 3.1, Figs. 1, 5", "V = I: for almost all initial sequences the rescaled tokens converge "
           "to the vertices of a convex polytope", "clusters", cl_polytope, "polytope.png"),
     Claim("CL2", CL, "Theorem 4.1, Fig. 6", "Good triple (top eigenvalue real, positive, simple): the tokens converge "
