@@ -172,7 +172,7 @@ def test_every_key_of_a_point_reaches_the_field_of_its_name():
                 where = MAPPED.get(flat)
                 if where == "model":
                     got = pt.model
-                elif where == "run" or where == "init":
+                elif where == "init":
                     got = getattr(pt, where)
                 elif where:
                     obj, attr = where.split(".")
