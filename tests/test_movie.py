@@ -197,8 +197,10 @@ def test_a_run_whose_observables_differ_is_said(simulated, tmp_path, capsys):
     assert "differ from those" in capsys.readouterr().err
 
 
-def test_simulate_and_solve_with_movie(tmp_path):
+def test_simulate_and_solve_with_movie(tmp_path, capsys):
     assert main([*SIM, "--out", str(tmp_path / "s"), "--movie"]) == 0
+    said = capsys.readouterr().out  # the files written after the run's report are said
+    assert f"movie        {tmp_path / 's' / 'movie.gif'}" in said and "trajectory.safetensors" in said
     tr = mv.load_trajectory(tmp_path / "s" / "trajectory.safetensors")
     assert len(tr["trajectory"]) == 3 and tr["trajectory"][0].shape == (6, 4, 3) and tr["time_label"] == "step"
     assert main([*SOLVE, "--out", str(tmp_path / "v"), "--movie"]) == 0

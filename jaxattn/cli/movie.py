@@ -150,7 +150,10 @@ def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = Fal
     written = [render(tr, out / "movie.gif", progress=progress)]
     if encoder_available():
         written.append(render(tr, out / "movie.mp4", progress=progress))
-    else:
+    print(f"trajectory   {out / TRAJECTORY}")  # the run's report listed its files before these were written
+    for path in written:
+        print(f"movie        {path}")
+    if not encoder_available():
         print(f"movie.mp4    not written: {NO_ENCODER}")
     return written
 
