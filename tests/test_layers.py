@@ -223,7 +223,7 @@ def test_the_private_check_sees_what_it_checks():
     modules are not."""
     source = ("import _thread\nfrom __future__ import annotations\nfrom jaxattn.dynamics import _runner\n"
               "from ..analysis._hulls import polytope\nfrom jaxattn.cli._config import (\n    where,\n)\n"
-              "def f():\n    from jaxattn.sweeps._execution import saved_times\n"
+              "def f():\n    from jaxattn.sweeps._point import point_of\n"
               "    importlib.import_module('jaxattn.io._atomic')\n"
               "from jaxattn.studies.cluster_checks import _x\nfrom jaxattn.cli import __main__\n"
               "from jaxattn.analysis.steering import _unit\n")
@@ -231,7 +231,7 @@ def test_the_private_check_sees_what_it_checks():
     assert got == ["jaxattn/studies/x.py:3 imports jaxattn.dynamics._runner",
                    "jaxattn/studies/x.py:4 imports jaxattn.analysis._hulls",
                    "jaxattn/studies/x.py:5 imports jaxattn.cli._config",
-                   "jaxattn/studies/x.py:9 imports jaxattn.sweeps._execution",
+                   "jaxattn/studies/x.py:9 imports jaxattn.sweeps._point",
                    "jaxattn/studies/x.py:10 imports jaxattn.io._atomic",
                    "jaxattn/studies/x.py:13 imports jaxattn.analysis.steering._unit"], got
     inside = "from jaxattn.io.checkpoints._common import stack\nfrom jaxattn.io._atomic import replace_bytes\n"

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
+from jaxattn.dynamics import choose_path
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
@@ -66,18 +67,19 @@ class MapRun:
     beta: float
     steps: int | None
 
-    def steps_of(self, model: Model) -> int:
-        return model.depth if self.steps is None else self.steps
+    def steps_of(self, depth: int) -> int:
+        """The steps of a model of ``depth`` blocks."""
+        return depth if self.steps is None else self.steps
 
     def times(self, depth: int, save: Save) -> Float[np.ndarray, " T"]:
         """The steps at which observables are saved, as floats."""
-        return saved_steps(depth if self.steps is None else self.steps, save.every).astype(np.float64)
+        return saved_steps(self.steps_of(depth), save.every).astype(np.float64)
 
     def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
         with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
             warnings.simplefilter("ignore", NonFiniteWarning)
-            res = simulate(model, X0, self.steps_of(model), dynamics=self.dynamics, alpha=self.alpha, beta=self.beta,
-                           save=save, batch=batch, dtype=dtype)
+            res = simulate(model, X0, self.steps_of(model.depth), dynamics=self.dynamics, alpha=self.alpha,
+                           beta=self.beta, save=save, batch=batch, dtype=dtype)
         return {"observables": res.observables, "final": res.final, "trajectory": res.trajectory}
 
 
@@ -141,6 +143,13 @@ class Point:
     def times(self, depth: int) -> Float[np.ndarray, " T"]:
         """The times (maps: step indices) at which the point saves its observables."""
         return self.run.times(depth, self.save)
+
+    def kernel(self, model: Model) -> str:
+        """The path the point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
+        if not isinstance(self.run, MapRun):
+            return "diffrax"
+        return choose_path(self.batch.path, model, self.run.dynamics, self.save.observe, self.save.trajectory,
+                           self.save.every, self.n)
 
     def evolve(self, model: Model, X0, batch: Batch | None = None) -> dict[str, Any]:
         """Run the map or the flow from ``X0`` (``batch``: the sweep's lane width and devices, under the point's

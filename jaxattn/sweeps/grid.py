@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics import mesh_of, replicate
+from jaxattn.dynamics import lanes_for, mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
 from jaxattn.errors import ConfigError
 from jaxattn.io import load_config
@@ -48,7 +48,6 @@ from jaxattn.io.store import SweepStore, manifest, open_sweep
 from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
-from jaxattn.sweeps._execution import _kernel_choice, _rows
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
 from jaxattn.sweeps._point import FlowRun, MapRun, Point, RandomModel, point_of
 from jaxattn.sweeps._schema import (
@@ -71,6 +70,13 @@ from jaxattn.sweeps.chunked import check_fits
 __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA", "SECTIONS", "FlowRun", "Key",
            "MapRun", "Observables", "Point", "RandomModel", "distributed_from_env", "dynamics_of", "expand",
            "inert_keys", "point_of", "sweep_grid", "validate_config"]
+
+
+def _rows(chunk: int, num_init: int, batch) -> int:
+    """Conditions computed per chunk of a point: the chunk, or fewer when the whole point is smaller,
+    rounded up to whole blocks of the runner (``batch.size`` lanes per device)."""
+    width = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
+    return min(chunk, -(-num_init // width) * width)
 
 
 def _refuse_same_path(points: list[Point], info: list[dict]) -> None:
@@ -142,7 +148,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         m = p.build_model(models)
         check_fits(p.n, m.d_model, m.n_heads, p.dtype, batch.size)  # before the store is written
         point_info.append({"params": p.params, "num_init": p.num_init, "n": p.n, "d": m.d_model,
-                           "times": p.times(m.depth).tolist(), "kernel": _kernel_choice(p, m)})
+                           "times": p.times(m.depth).tolist(), "kernel": p.kernel(m)})
     _refuse_same_path(points, point_info)
     decides = {"config": decisive(cfg), "lanes": batch.size}
     existed = Path(out).exists()
