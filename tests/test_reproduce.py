@@ -123,6 +123,55 @@ def test_the_page_follows_the_csv_files(reduced, tmp_path):
     assert "0.141 [0.138, 0.143]" in (tmp_path / "page.md").read_text()
 
 
+def _only(runs: Path, names: set[str], dest: Path) -> Path:
+    """A copy of ``runs`` holding the runs ``names`` only (and their timings)."""
+    dest.mkdir()
+    for name in names:
+        shutil.copytree(runs / name, dest / name)
+    timings = json.loads((runs / "timings.json").read_text())
+    (dest / "timings.json").write_text(json.dumps({k: v for k, v in timings.items() if k in names}))
+    return dest
+
+
+def test_the_page_is_completed_run_by_run(reduced, tmp_path):
+    """A page written from some runs, then from others, carries the first ones' cells from its record (each run with
+    the date and the claims code that measured it); a run present again replaces its entry; a run measured by other
+    claims code is named on the page; a record of another format is refused, nothing written."""
+    runs, _ = reduced
+    page = tmp_path / "page" / "reproductions.md"
+    first = rep.write_page(_only(runs, {"clusters"}, tmp_path / "a"), page)
+    assert {c["run"] for c in first} == {"clusters"}
+    assert "stability" in page.read_text().split("**Not run yet**")[1].split("\n")[0]
+    second = rep.write_page(_only(runs, {"stability", "unnormalised"}, tmp_path / "b"), page)
+    assert {c["run"] for c in second} == {"stability", "unnormalised"}
+    record = json.loads(rep.record_path(page).read_text())
+    assert list(record["runs"]) == [r.name for r in rep.RUNS if r.name in {"clusters", "stability", "unnormalised"}]
+    text = page.read_text()
+    ids = {row[0] for row in _table_rows(text)}
+    assert {c["id"] for c in first + second} <= ids  # the clusters claims carried, the others measured now
+    assert "## The unnormalised kernel" in text  # its section carried in the record too
+    measured = {row[0]: row[1] for row in _table_rows(text.split("## The runs")[1])}
+    assert set(measured) == {"run", "clusters", "stability", "unnormalised"}
+    assert "Measured by other claims code" not in text
+
+    record["runs"]["clusters"]["claims"] = "0123456789ab"  # measured by an older reproduce_claims.py
+    record["runs"]["clusters"]["cells"][0]["jaxattn"] = "a number of that time"
+    rep.record_path(page).write_text(json.dumps(record))
+    rep.write_page(_only(runs, {"stability"}, tmp_path / "c"), page)
+    text = page.read_text()
+    assert "a number of that time" in text
+    assert "Measured by other claims code" in text and "(not this checkout's)" in text
+    rep.write_page(_only(runs, {"clusters"}, tmp_path / "d"), page)  # measured again: the entry replaced
+    text = page.read_text()
+    assert "a number of that time" not in text and "Measured by other claims code" not in text
+
+    rep.record_path(page).write_text(json.dumps({"format": 0, "runs": {}}))
+    before = page.read_text()
+    with pytest.raises(SystemExit, match="format 0"):
+        rep.write_page(_only(runs, {"stability"}, tmp_path / "e"), page)
+    assert page.read_text() == before
+
+
 def test_recorded_commands_name_no_path_of_this_machine(tmp_path):
     """The page shows each run's command as a reader would type it: the default run directory, whatever directory
     (absolute, or another) the run was made in, also for a timing recorded that way by an older reproduce.py."""
