@@ -375,7 +375,8 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
                                                                 bool(recorded[r.name].get("reduced")))}
                for r in RUNS if r.name in recorded}
     cells = []
-    missing = sorted({c.run for c in CLAIMS if not _present(runs / c.run)})
+    # a run without a recorded wall time has not finished (or was not made by this script): its files may be partial
+    missing = sorted({c.run for c in CLAIMS if c.run not in recorded or not _present(runs / c.run)})
     for c in CLAIMS:
         d = runs / c.run
         if c.run in missing:
@@ -582,7 +583,7 @@ def merge_record(record: dict, cells: list[dict], meta: dict, runs: Path) -> dic
     out = {"format": RECORD_FORMAT, "runs": dict(record.get("runs", {}))}
     digest, commit = _claims_digest(), _commit()
     for r in RUNS:
-        if not _present(runs / r.name):
+        if r.name not in meta["timings"] or not _present(runs / r.name):  # not made, or not finished
             continue
         cfg = config(runs / r.name)
         out["runs"][r.name] = {

@@ -136,7 +136,8 @@ def _only(runs: Path, names: set[str], dest: Path) -> Path:
 def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     """A page written from some runs, then from others, carries the first ones' cells from its record (each run with
     the date and the claims code that measured it); a run present again replaces its entry; a run measured by other
-    claims code is named on the page; a record of another format is refused, nothing written."""
+    claims code is named on the page; a run without a recorded wall time (not finished) is not measured; a record of
+    another format is refused, nothing written."""
     runs, _ = reduced
     page = tmp_path / "page" / "reproductions.md"
     first = rep.write_page(_only(runs, {"clusters"}, tmp_path / "a"), page)
@@ -164,6 +165,10 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     rep.write_page(_only(runs, {"clusters"}, tmp_path / "d"), page)  # measured again: the entry replaced
     text = page.read_text()
     assert "a number of that time" not in text and "Measured by other claims code" not in text
+
+    unfinished = _only(runs, {"stability"}, tmp_path / "f")
+    shutil.copytree(runs / "clusters", unfinished / "clusters")  # its files there, no wall time: still running
+    assert {c["run"] for c in rep.write_page(unfinished, page)} == {"stability"}
 
     rep.record_path(page).write_text(json.dumps({"format": 0, "runs": {}}))
     before = page.read_text()
