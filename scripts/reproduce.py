@@ -589,7 +589,8 @@ def merge_record(record: dict, cells: list[dict], meta: dict, runs: Path) -> dic
         out["runs"][r.name] = {
             "measured": now, "commit": commit, "claims": digest, "timing": meta["timings"].get(r.name),
             "device": cfg.get("device", {}), "versions": cfg.get("versions", {}),
-            "cells": [c for c in cells if c["run"] == r.name],
+            # without "sources": they are this machine's paths of the run files, which the page never shows
+            "cells": [{k: v for k, v in c.items() if k != "sources"} for c in cells if c["run"] == r.name],
             "section": _unnormalised_section(runs) if r.name == "unnormalised" else []}
     out["runs"] = {r.name: out["runs"][r.name] for r in RUNS if r.name in out["runs"]}  # the registry's order
     return out
