@@ -376,7 +376,8 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
                for r in RUNS if r.name in recorded}
     cells = []
     # a run without a recorded wall time has not finished (or was not made by this script): its files may be partial
-    missing = sorted({c.run for c in CLAIMS if c.run not in recorded or not _present(runs / c.run)})
+    finished = [r.name for r in RUNS if r.name in recorded and _present(runs / r.name)]
+    missing = sorted({c.run for c in CLAIMS} - set(finished))
     for c in CLAIMS:
         d = runs / c.run
         if c.run in missing:
@@ -388,18 +389,12 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
             if img_dir is not None:
                 img_dir.mkdir(parents=True, exist_ok=True)
                 _copy_figure(d / c.figure, img_dir / f"{c.run}_{c.figure}")
-        cmd = timings.get(c.run, {}).get("command") or RUN_BY_NAME[c.run].command(False, str(d))
+        cmd = timings[c.run]["command"]
         cells.append({"id": c.id, "paper": c.paper, "where": c.where, "statement": c.statement,
                       "jaxattn": res.value, "scale": scale(c.run, d), "command": cmd, "verdict": res.verdict,
                       "why": res.why, "checks": [[ch.mark, ch.text] for ch in res.checks], "note": res.note,
                       "figure": fig, "run": c.run, "sources": [str(d / s) for s in res.sources]})
-    meta = {"timings": timings, "missing": missing}
-    for r in RUNS:
-        cfg = config(runs / r.name)
-        if cfg:
-            meta.setdefault("device", cfg.get("device", {}))
-            meta.setdefault("versions", cfg.get("versions", {}))
-    return cells, meta
+    return cells, {"timings": timings, "missing": missing, "finished": finished}
 
 
 def _counts(cells: list[dict]) -> list[str]:
@@ -428,7 +423,8 @@ def render_record(record: dict) -> str:
     devices = sorted({f"{e['device'].get('backend', '?')} ({e['device'].get('host', e['device'].get('machine', '?'))})"
                       for e in entries.values() if e.get("device")})
     jaxes = sorted({e["versions"].get("jax", "?") for e in entries.values() if e.get("versions")})
-    stale = [name for name, e in entries.items() if e.get("claims") != _claims_digest()]
+    digest = _claims_digest()
+    stale = [name for name, e in entries.items() if e.get("claims") != digest]
     out = [
         "# The papers, reproduced",
         "",
@@ -498,7 +494,7 @@ def render_record(record: dict) -> str:
     for name, e in entries.items():
         t = e.get("timing") or {}
         dev = e.get("device") or {}
-        code = e.get("claims", "?") + ("" if e.get("claims") == _claims_digest() else " (not this checkout's)")
+        code = e.get("claims", "?") + ("" if name not in stale else " (not this checkout's)")
         cmd = t.get("command") or RUN_BY_NAME[name].command(reduced, f"{default_runs(reduced)}/{name}")
         out.append(f"| {name} | {e['measured']} | {e['commit']} | {code} | {dev.get('backend', '?')} | "
                    f"{t.get('wall_s', '?')} | `{_cell(cmd)}` |")
@@ -582,16 +578,14 @@ def merge_record(record: dict, cells: list[dict], meta: dict, runs: Path) -> dic
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     out = {"format": RECORD_FORMAT, "runs": dict(record.get("runs", {}))}
     digest, commit = _claims_digest(), _commit()
-    for r in RUNS:
-        if r.name not in meta["timings"] or not _present(runs / r.name):  # not made, or not finished
-            continue
-        cfg = config(runs / r.name)
-        out["runs"][r.name] = {
-            "measured": now, "commit": commit, "claims": digest, "timing": meta["timings"].get(r.name),
+    for name in meta["finished"]:
+        cfg = config(runs / name)
+        out["runs"][name] = {
+            "measured": now, "commit": commit, "claims": digest, "timing": meta["timings"][name],
             "device": cfg.get("device", {}), "versions": cfg.get("versions", {}),
             # without "sources": they are this machine's paths of the run files, which the page never shows
-            "cells": [{k: v for k, v in c.items() if k != "sources"} for c in cells if c["run"] == r.name],
-            "section": _unnormalised_section(runs) if r.name == "unnormalised" else []}
+            "cells": [{k: v for k, v in c.items() if k != "sources"} for c in cells if c["run"] == name],
+            "section": _unnormalised_section(runs) if name == "unnormalised" else []}
     out["runs"] = {r.name: out["runs"][r.name] for r in RUNS if r.name in out["runs"]}  # the registry's order
     return out
 
@@ -612,15 +606,13 @@ def write_page(runs: Path, page: Path) -> list[dict]:
     Returns the cells measured now (``runs/cells.json``)."""
     docs_page = page.resolve() == (ROOT / "docs/reproductions.md").resolve()
     img_dir = (ROOT / "docs" / IMG) if docs_page else page.parent / IMG
+    from jaxattn.io.results import atomic_write_text  # an interrupted write leaves the old file, never half of one
+
     cells, meta = build(runs, img_dir)
     record = merge_record(read_record(record_path(page)), cells, meta, runs)
-    page.parent.mkdir(parents=True, exist_ok=True)
-    for path, text in ((record_path(page), json.dumps(record, indent=1, ensure_ascii=False) + "\n"),
-                       (page, render_record(record)), (runs / "cells.json",
-                                                       json.dumps(cells, indent=1, ensure_ascii=False) + "\n")):
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)  # atomic: an interrupted write leaves the old page and record, never half of one
+    atomic_write_text(record_path(page), json.dumps(record, indent=1, ensure_ascii=False) + "\n")
+    atomic_write_text(page, render_record(record))
+    atomic_write_text(runs / "cells.json", json.dumps(cells, indent=1, ensure_ascii=False) + "\n")
     return cells
 
 
