@@ -594,9 +594,14 @@ def read_record(path: Path) -> dict:
     """The record at ``path`` (empty if there is none); a record of another format is refused, not guessed at."""
     if not path.exists():
         return {"format": RECORD_FORMAT, "runs": {}}
-    record = json.loads(path.read_text())
-    if record.get("format") != RECORD_FORMAT:
-        raise SystemExit(f"reproduce: {path} is a record of format {record.get('format')!r}, this script writes "
+    try:
+        record = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise SystemExit(f"reproduce: {path} is not a record (not JSON: {e}); restore it from git or move it "
+                         "away") from None
+    version = record.get("format") if isinstance(record, dict) else None
+    if version != RECORD_FORMAT:
+        raise SystemExit(f"reproduce: {path} is a record of format {version!r}, this script writes "
                          f"{RECORD_FORMAT}; move it away to start a new one")
     return record
 

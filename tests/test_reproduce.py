@@ -137,7 +137,7 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     """A page written from some runs, then from others, carries the first ones' cells from its record (each run with
     the date and the claims code that measured it); a run present again replaces its entry; a run measured by other
     claims code is named on the page; a run without a recorded wall time (not finished) is not measured; a record of
-    another format is refused, nothing written."""
+    another format, or one cut short, is refused, nothing written."""
     runs, _ = reduced
     page = tmp_path / "page" / "reproductions.md"
     first = rep.write_page(_only(runs, {"clusters"}, tmp_path / "a"), page)
@@ -174,6 +174,10 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     before = page.read_text()
     with pytest.raises(SystemExit, match="format 0"):
         rep.write_page(_only(runs, {"stability"}, tmp_path / "e"), page)
+    assert page.read_text() == before
+    rep.record_path(page).write_text('{"format": 1, "runs": {')  # cut short
+    with pytest.raises(SystemExit, match="not a record"):
+        rep.write_page(tmp_path / "e", page)
     assert page.read_text() == before
 
 
