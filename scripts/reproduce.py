@@ -55,8 +55,8 @@ from reproduce_claims import (  # noqa: E402
     rows,
 )
 
-__all__ = ["CLAIMS", "RUNS", "THRESHOLDS", "VERDICTS", "Check", "Claim", "Result", "build", "ci", "compare",
-           "fraction", "judge", "main", "merge_record", "none_of", "read_record", "record_path",
+__all__ = ["CLAIMS", "RUNS", "THRESHOLDS", "VERDICTS", "Check", "Claim", "RecordError", "Result", "build", "ci",
+           "compare", "fraction", "judge", "main", "merge_record", "none_of", "read_record", "record_path",
            "render_record", "scale", "write_page"]
 
 #: Version of the page's record (reproductions.json); another is refused
@@ -590,6 +590,10 @@ def merge_record(record: dict, cells: list[dict], meta: dict, runs: Path) -> dic
     return out
 
 
+class RecordError(ValueError):
+    """The page's record cannot be read (cut short, not JSON, another format)."""
+
+
 def read_record(path: Path) -> dict:
     """The record at ``path`` (empty if there is none); a record of another format is refused, not guessed at."""
     if not path.exists():
@@ -597,12 +601,11 @@ def read_record(path: Path) -> dict:
     try:
         record = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SystemExit(f"reproduce: {path} is not a record (not JSON: {e}); restore it from git or move it "
-                         "away") from None
+        raise RecordError(f"{path} is not a record (not JSON: {e}); restore it from git or move it away") from None
     version = record.get("format") if isinstance(record, dict) else None
     if version != RECORD_FORMAT:
-        raise SystemExit(f"reproduce: {path} is a record of format {version!r}, this script writes "
-                         f"{RECORD_FORMAT}; move it away to start a new one")
+        raise RecordError(f"{path} is a record of format {version!r}, this script writes {RECORD_FORMAT}; move it "
+                          "away to start a new one")
     return record
 
 
@@ -613,8 +616,9 @@ def write_page(runs: Path, page: Path) -> list[dict]:
     img_dir = (ROOT / "docs" / IMG) if docs_page else page.parent / IMG
     from jaxattn.io.results import atomic_write_text  # an interrupted write leaves the old file, never half of one
 
+    old = read_record(record_path(page))  # first: a record that cannot be read stops before any figure is copied
     cells, meta = build(runs, img_dir)
-    record = merge_record(read_record(record_path(page)), cells, meta, runs)
+    record = merge_record(old, cells, meta, runs)
     atomic_write_text(record_path(page), json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     atomic_write_text(page, render_record(record))
     atomic_write_text(runs / "cells.json", json.dumps(cells, indent=1, ensure_ascii=False) + "\n")
@@ -646,12 +650,17 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--claims and --only choose the runs two ways: give one of them")
     if args.page_only and not runs.is_dir():
         parser.error(f"--page-only reads the runs in {runs}, which does not exist: run them first")
+    default_page = runs / "reproductions.md" if args.reduced else ROOT / "docs/reproductions.md"
+    page = Path(args.page) if args.page else default_page
+    if not only or args.page_only:  # a page will be written: its record readable before hours of runs
+        try:
+            read_record(record_path(page))
+        except RecordError as e:
+            parser.error(str(e))
     if not args.page_only:
         run_all(runs, args.reduced, only or list(dict.fromkeys(by_id[c].run for c in claims)))
     if only and not args.page_only:
         return 0
-    default_page = runs / "reproductions.md" if args.reduced else ROOT / "docs/reproductions.md"
-    page = Path(args.page) if args.page else default_page
     write_page(runs, page)
     print(f"reproduce: page {page}", file=sys.stderr)
     return 0

@@ -172,13 +172,17 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
 
     rep.record_path(page).write_text(json.dumps({"format": 0, "runs": {}}))
     before = page.read_text()
-    with pytest.raises(SystemExit, match="format 0"):
+    with pytest.raises(rep.RecordError, match="format 0"):
         rep.write_page(_only(runs, {"stability"}, tmp_path / "e"), page)
     assert page.read_text() == before
     rep.record_path(page).write_text('{"format": 1, "runs": {')  # cut short
-    with pytest.raises(SystemExit, match="not a record"):
+    shutil.rmtree(page.parent / rep.IMG)
+    with pytest.raises(rep.RecordError, match="not a record"):
         rep.write_page(tmp_path / "e", page)
-    assert page.read_text() == before
+    assert page.read_text() == before and not (page.parent / rep.IMG).exists()  # no figure copied either
+    with pytest.raises(SystemExit) as e:  # the command: one line, status 2, before any run
+        rep.main(["--reduced", "--runs", str(tmp_path / "g"), "--page", str(page), "--claims", "ST4"])
+    assert e.value.code == 2 and not (tmp_path / "g").exists()
 
 
 def test_recorded_commands_name_no_path_of_this_machine(tmp_path):
