@@ -110,7 +110,10 @@ def _bench_module(name: str):
 
 def _err(e: BaseException) -> str:
     """One line for an error; where it says nothing (a bare ``assert`` in a compiler's lowering, as the first GPU
-    run's kernels stage met), the innermost frame that raised it."""
+    run's kernels stage met), the innermost frame that raised it. An error raised from another (jaxattn's one-line
+    refusal of a failed fused kernel) is reported by its cause, the compiler's own error."""
+    if e.__cause__ is not None:
+        return _err(e.__cause__)
     where = ""
     if not str(e) and e.__traceback__ is not None:
         frame = traceback.extract_tb(e.__traceback__)[-1]

@@ -231,3 +231,23 @@ def test_the_environment_stage_names_missing_requirements(monkeypatch):
     got = gc._missing_requirements()
     assert got["missing"] == ["zarr"] and got["other_versions"]["numpy"][0] == "0.0.1"
     assert gc.REPORTS_ENV == __import__("scripts.gpu_check_reports").gpu_check_reports.PATH_ENV
+
+
+def test_an_error_raised_from_another_is_reported_by_its_cause():
+    """The kernels stage records why a case failed: jaxattn's one-line refusal of a forced fused kernel that did not
+    compile carries the compiler's error as its cause, which is what the GPU run must show (with where a bare
+    ``assert`` was raised)."""
+    from scripts import gpu_check
+
+    def lowering():
+        raise AssertionError  # what a bare assert raises (pytest rewrites this file's own asserts)
+
+    try:
+        try:
+            lowering()
+        except AssertionError as e:
+            raise ValueError("Batch(path='fused'): the fused kernel failed on the gpu backend") from e
+    except ValueError as e:
+        got = gpu_check._err(e)
+    assert got.startswith("AssertionError: ") and "raised at" in got and "raise AssertionError" in got
+    assert gpu_check._err(ValueError("plain")) == "ValueError: plain"

@@ -16,7 +16,8 @@ observables at every step or the last, no trajectory, ``n, d ≤ 128`` — (on a
 interpret mode, which is how the test suite checks it), ``'plain'`` forbids it. ``'auto'`` picks it
 only where it applies *and* the backend is in :data:`PROVEN_ON`: the backends on which a run of
 ``make gpu-check`` (``scripts/gpu_check.py``) has shown it to agree with the plain path and to be
-faster. No such run has been made yet, so ``'auto'`` is the plain path everywhere.
+faster. None has yet (on the two H200 runs Pallas' Triton lowering refused the kernel), so ``'auto'`` is the plain
+path everywhere, and a forced ``'fused'`` that fails to compile is refused in one line naming the cause.
 """
 
 from __future__ import annotations

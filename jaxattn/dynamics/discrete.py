@@ -575,9 +575,14 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
             fused = Simulation(obs, final, None)
             _warn_non_finite(fused)
             return fused
+        except ConfigError:
+            raise
         except Exception as e:
-            if path == "fused":
-                raise
+            if path == "fused":  # forced: one line naming the backend and the cause (Pallas' own is pages long)
+                cause = (str(e).strip().splitlines() or [""])[0][:300]
+                raise ConfigError(f"Batch(path='fused'): the fused kernel failed on the {jax.default_backend()} "
+                                  f"backend ({type(e).__name__}: {cause}); Batch(path='plain') or 'auto' runs the "
+                                  "same map") from e
             # chosen automatically: fall back to the plain path, which computes the same map
             warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
                           "using the plain path (Batch(path='plain') silences this)", RuntimeWarning, stacklevel=2)
