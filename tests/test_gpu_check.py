@@ -251,3 +251,33 @@ def test_an_error_raised_from_another_is_reported_by_its_cause():
         got = gpu_check._err(e)
     assert got.startswith("AssertionError: ") and "raised at" in got and "raise AssertionError" in got
     assert gpu_check._err(ValueError("plain")) == "ValueError: plain"
+
+
+def test_the_kernels_stage_leaves_a_size_whose_first_cases_all_fail(tmp_path, monkeypatch):
+    """The first two GPU runs spent the kernels stage on one error met case after case (Pallas' Triton lowering) and
+    never reached the largest size: after ``KERNEL_GIVE_UP`` failed cases at a size where none has run, the rest of
+    that size is left out, every size is tried, and a size where a case ran is tried whole."""
+    import jaxattn as ja
+    from scripts import gpu_check as gc
+
+    real = ja.simulate
+
+    def fake(model, X0, steps, *, batch, **kw):
+        if batch.path == "fused" and X0.shape[1] != 10:  # the kernel fails at every size but n = 10
+            raise ValueError("The Pallas Triton lowering currently requires power-of-2 sizes")
+        return real(model, X0[:2], 1, batch=ja.Batch(path="plain"), **kw)  # a stand-in, cheap: agree or not
+
+    monkeypatch.setattr(ja, "simulate", fake)
+    monkeypatch.setattr(gc, "kernel_cases", lambda reduced: [
+        (dtype, *case, n, d) for n, d in ((5, 8), (10, 8), (6, 4)) for dtype in ("float32", "float64")
+        for case in (("full", 1, False, ja.D1), ("causal", 2, True, ja.D3), ("full", 2, False, ja.D4))])
+    res = gc.stage_kernels(gc.Ctx(False, time.monotonic() + 600, tmp_path / "k.json", tmp_path))
+    by_size: dict = {}
+    for row in res["rows"]:
+        by_size.setdefault((row["n"], row["d"]), []).append(row.get("error", "ran"))
+    for size in ((5, 8), (6, 4)):
+        errs = by_size[size]
+        assert len(errs) == 6 and all(e.startswith("ValueError: The Pallas Triton") for e in errs[:gc.KERNEL_GIVE_UP])
+        assert errs[gc.KERNEL_GIVE_UP:] == [f"not run: the first {gc.KERNEL_GIVE_UP} cases at n = {size[0]}, "
+                                             f"d = {size[1]} all failed"] * (6 - gc.KERNEL_GIVE_UP)
+    assert by_size[(10, 8)] == ["ran"] * 6
