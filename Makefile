@@ -3,6 +3,7 @@
 #   make test   ruff, mypy and the whole test suite (creates .venv on first use)
 #   make docs   the documentation site into build/site (mkdocs build --strict)
 #   make gpu-check  everything a GPU can tell (docs/gpu.md); a reduced form off a GPU
+#   make gpu-wheels the wheels a GPU image lacks, into .whl/ (make gpu-check installs them there)
 #   make reproduce  every paper reproduction at scale, then docs/reproductions.md from the runs
 #                   (REDUCED=1: tiny scales into runs/reproduce-reduced, the page there)
 PYTHON ?= python3
@@ -19,7 +20,7 @@ GPU_CHECK_PY   ?=
 GPU_CHECK_OUT  ?= runs/gpu-check
 GPU_CHECK_ARGS ?=
 
-.PHONY: demo test docs bench gpu-check reproduce clean
+.PHONY: demo test docs bench gpu-check gpu-wheels reproduce clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +58,12 @@ bench: $(STAMP)
 gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
 		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
+
+# the wheels of the requirements the GPU images were found to lack (zarr and its own), for CPython 3.12 on x86-64,
+# into .whl/ (ignored by git; about 10 MB): carried to a GPU machine, make gpu-check installs them where they are missing
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+		--platform manylinux2014_x86_64 -d .whl zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
 
 # scripts/reproduce.py: the four papers' claims, run (REDUCED=1: seconds per study) and tabulated
 REDUCED ?=

@@ -179,6 +179,28 @@ def _missing_requirements() -> dict:
     return {"missing": missing, "other_versions": other}
 
 
+#: where ``make gpu-wheels`` puts the wheels of the requirements a GPU image lacks (git ignores it; carry it along)
+WHEELS = ROOT / ".whl"
+
+
+def bring_wheels(out: Path, wheels: Path = WHEELS) -> dict | None:
+    """Install the wheels in ``wheels`` into ``out/site`` and put it on ``PYTHONPATH`` for every stage, where this
+    interpreter lacks one of jaxattn's requirements (a GPU image has no zarr: the first GPU run lost 29 tests to it,
+    the second, on a fresh machine whose wheels were not installed by hand, 55). ``None`` where nothing was
+    needed or no wheels were brought; else what was installed, or the error."""
+    found = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
+    need = _missing_requirements().get("missing")
+    if not found or not need:
+        return None
+    site = out / "site"
+    p = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--upgrade",
+                        "--target", str(site), *map(str, found)], capture_output=True, text=True)
+    if p.returncode:
+        return {"missing": need, "error": (p.stderr or p.stdout).strip()[-600:]}
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return {"missing": need, "installed": [w.name for w in found], "into": str(site)}
+
+
 def _nvidia_smi() -> list[dict] | str:
     if shutil.which("nvidia-smi") is None:
         return "nvidia-smi not found"
@@ -818,6 +840,13 @@ def main(argv=None) -> int:
     summary: dict = {"form": "reduced" if reduced else "full", "gpu_seen": gpu, "stages_in": "one process" if inline
                      else "a process each",
                      "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "stages": {}}
+    if not reduced:  # a GPU image's interpreter: the requirements it lacks, from the wheels brought along
+        brought = bring_wheels(out)
+        if brought:
+            summary["wheels"] = brought
+            print(f"[gpu-check] missing {', '.join(brought['missing'])}: " + (
+                f"installed {len(brought['installed'])} wheels into {brought['into']}" if "installed" in brought
+                else f"the wheels did not install: {brought['error'][-200:]}"), flush=True)
     for name in plan.names:
         st = STAGES[name]
         budget = plan.budgets.get(name, st.reduced_budget if reduced else st.budget)
@@ -885,6 +914,11 @@ def markdown(summary: dict) -> str:
     if req.get("missing"):
         lines += [f"**Missing requirements:** {', '.join(req['missing'])}: the tests and stages that need them fail "
                   "for that reason alone (carry them as wheels: docs/gpu.md).", ""]
+    brought = summary.get("wheels") or {}
+    if brought:
+        lines += [f"* the interpreter lacked {', '.join(brought['missing'])}: " + (
+            f"installed from the wheels brought along ({', '.join(brought['installed'])})" if "installed" in brought
+            else f"the wheels brought along did not install ({brought['error'][-300:]})"), ""]
     if req.get("other_versions"):
         lines += ["* other versions than pyproject.toml asks: " + ", ".join(
             f"{k} {have} (wants {want})" for k, (have, want) in req["other_versions"].items()), ""]

@@ -281,3 +281,34 @@ def test_the_kernels_stage_leaves_a_size_whose_first_cases_all_fail(tmp_path, mo
         assert errs[gc.KERNEL_GIVE_UP:] == [f"not run: the first {gc.KERNEL_GIVE_UP} cases at n = {size[0]}, "
                                              f"d = {size[1]} all failed"] * (6 - gc.KERNEL_GIVE_UP)
     assert by_size[(10, 8)] == ["ran"] * 6
+
+
+def test_wheels_brought_along_are_installed_where_a_requirement_is_missing(tmp_path, monkeypatch):
+    """``make gpu-wheels`` puts zarr's wheels in ``.whl/``; on a GPU image that lacks zarr the check installs them into
+    its output folder and puts that on every stage's ``PYTHONPATH`` (the second GPU run lost 55 tests where this was
+    done by hand on one machine and not on the next). Nothing is installed where nothing is missing or nothing was
+    brought."""
+    from scripts import gpu_check as gc
+
+    wheels = tmp_path / "whl"
+    wheels.mkdir()
+    (wheels / "zarr-3.1.6-py3-none-any.whl").write_bytes(b"")
+    calls = []
+
+    def pip(cmd, **kw):
+        calls.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(gc.subprocess, "run", pip)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    monkeypatch.setattr(gc, "_missing_requirements", lambda: {"missing": [], "other_versions": {}})
+    assert gc.bring_wheels(tmp_path / "out", wheels) is None and not calls
+    monkeypatch.setattr(gc, "_missing_requirements", lambda: {"missing": ["zarr"], "other_versions": {}})
+    assert gc.bring_wheels(tmp_path / "out", tmp_path / "none") is None and not calls
+    got = gc.bring_wheels(tmp_path / "out", wheels)
+    site = str(tmp_path / "out" / "site")
+    assert got == {"missing": ["zarr"], "installed": ["zarr-3.1.6-py3-none-any.whl"], "into": site}
+    ((cmd),) = calls
+    assert cmd[1:4] == ["-m", "pip", "install"] and "--no-index" in cmd and cmd[cmd.index("--target") + 1] == site
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([site, "/elsewhere"])
+    assert gc._stage_env()["PYTHONPATH"].split(os.pathsep)[1] == site  # every stage sees them, after the checkout
