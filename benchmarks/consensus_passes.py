@@ -30,9 +30,10 @@ import time
 import numpy as np
 
 
-def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, device=None) -> dict:
+def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, device=None, on_result=None) -> dict:
     """Both sides on one workload (a random GPT-2-shaped model of ``d``, ``layers``, ``heads``), checked to
-    agree before they are timed; ``device`` is torch's (default: CUDA where torch has it)."""
+    agree before they are timed; ``device`` is torch's (default: CUDA where torch has it). ``on_result(partial)``
+    receives what is known after each phase (a caller stopped at a time budget keeps it)."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -83,20 +84,28 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
         out = fn()
         return time.perf_counter() - t, out
 
+    res: dict = {"workload": f"GPT-2-shaped random model (d={d}, {heads} heads, {layers} layers), {prompts} prompts x "
+                             f"{tokens} tokens, {passes} passes, no FFN, float32",
+                 "device": f"{jax.default_backend()} ({jax.devices()[0].device_kind}), "
+                           f"torch {torch.__version__} on {device}"}
+
+    def known(**values):
+        res.update(values)
+        if on_result is not None:
+            on_result(dict(res))
+
     first, j = clock(jax_run)
+    known(jaxattn_first_call_s=round(first, 3))
     hf_first, h = clock(hf_run)
     diff = float(np.abs(j[:, 1:] - h).max())  # agreement before the timed runs
+    known(hf_first_call_s=round(hf_first, 3), max_abs_diff_first_token_measure=diff)
     if not diff < 1e-3:
         raise AssertionError(f"jaxattn and Hugging Face disagree by {diff:.3g}")
     tj, _ = clock(jax_run)
+    known(jaxattn_s=round(tj, 3))
     th, _ = clock(hf_run)
-    return {"workload": f"GPT-2-shaped random model (d={d}, {heads} heads, {layers} layers), {prompts} prompts x "
-                        f"{tokens} tokens, {passes} passes, no FFN, float32",
-            "device": f"{jax.default_backend()} ({jax.devices()[0].device_kind}), "
-                      f"torch {torch.__version__} on {device}",
-            "jaxattn_s": round(tj, 3), "jaxattn_first_call_s": round(first, 3), "hf_s": round(th, 3),
-            "hf_first_call_s": round(hf_first, 3), "speedup": round(th / tj, 2),
-            "max_abs_diff_first_token_measure": diff}
+    known(hf_s=round(th, 3), speedup=round(th / tj, 2))
+    return res
 
 
 def main():

@@ -68,13 +68,17 @@ def one_block(model, X0) -> dict:
 
 
 def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, heads: int = 4, depth: int = 24,
-            plain_max: int = 240):
+            plain_max: int = 240, on_row=None):
+    """``(rows, block)``: one row per length of ``steps_list``; ``on_row(rows, block)`` is called with what is
+    measured so far after the block and after each row (a caller stopped at a time budget keeps it)."""
     model = ja.random_model(jax.random.key(0), d, heads, depth, shared=False, dtype=jnp.float32)
     X0 = ja.init_tokens(jax.random.key(1), B, n, d)
     block = one_block(model, X0)
     print(f"one block: forward {block['forward_cpu_s'] * 1e3:.2f} ms CPU, gradient {block['grad_cpu_s'] * 1e3:.2f} ms "
           f"CPU ({block['grad_over_forward_cpu']:.2f}x)", flush=True)
-    rows = []
+    rows: list[dict] = []
+    if on_row is not None:
+        on_row(rows, block)
     for steps in steps_list:
         def loss(m, steps=steps):
             res = ja.simulate(m, X0, steps, alpha=0.1, save=ja.Save(every="last"), batch=ja.Batch(size=B, path="plain"))
@@ -103,6 +107,8 @@ def measure(steps_list=(24, 240, 2400), B: int = 64, n: int = 32, d: int = 64, h
         row["grad_over_forward_time"] = row["grad_s"] / row["forward_s"]
         row["grad_over_forward_cpu"] = row["grad_cpu_s"] / row["forward_cpu_s"]
         rows.append(row)
+        if on_row is not None:
+            on_row(rows, block)
         plain = (f"{row['grad_plain_cpu_s']:.3f} s CPU, agree to {row['grads_agree_rel']:.1e}"
                  if "grad_plain_s" in row else "not run")
         print(f"steps {steps:5d}: forward {row['forward_cpu_s']:.3f} s CPU {row['forward_bytes'] / 2**20:8.1f} MiB | "

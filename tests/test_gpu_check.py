@@ -312,3 +312,34 @@ def test_wheels_brought_along_are_installed_where_a_requirement_is_missing(tmp_p
     assert cmd[1:4] == ["-m", "pip", "install"] and "--no-index" in cmd and cmd[cmd.index("--target") + 1] == site
     assert os.environ["PYTHONPATH"] == os.pathsep.join([site, "/elsewhere"])
     assert gc._stage_env()["PYTHONPATH"].split(os.pathsep)[1] == site  # every stage sees them, after the checkout
+
+
+def test_benchmark_stages_keep_what_they_measured_before_their_budget(tmp_path, monkeypatch):
+    """bench_gradients and bench_consensus ran out of their budgets on the H200 and kept nothing: each now records
+    what it has measured after every row (gradients) or phase (consensus), which a stage killed at its budget keeps."""
+    import types
+
+    from scripts import gpu_check as gc
+
+    class Killed(Exception):
+        pass
+
+    def measure(steps_list, *, on_row, **kw):
+        on_row([], {"grad_over_forward_cpu": 2.0})
+        on_row([{"steps": steps_list[0]}], {"grad_over_forward_cpu": 2.0})
+        raise Killed  # the budget's end, before the second length
+
+    def bench(*, on_result, **kw):
+        on_result({"workload": "w", "jaxattn_first_call_s": 1.5})
+        raise Killed
+
+    fake = types.SimpleNamespace(measure=measure, bench=bench)
+    monkeypatch.setattr(gc, "_bench_module", lambda name: fake)
+    monkeypatch.setattr(gc, "_has", lambda name: True)
+    gradients = {"one_block": {"grad_over_forward_cpu": 2.0}, "rows": [{"steps": 24}]}
+    for stage, want in ((gc.stage_bench_gradients, gradients),
+                        (gc.stage_bench_consensus, {"workload": "w", "jaxattn_first_call_s": 1.5})):
+        path = tmp_path / f"{stage.__name__}.json"
+        with pytest.raises(Killed):
+            stage(gc.Ctx(False, time.monotonic() + 60, path, tmp_path))
+        assert json.loads(path.read_text()) == want
