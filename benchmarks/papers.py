@@ -14,6 +14,10 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
 * ``jax-floor-blocks``: the floor run over blocks of conditions of the width :func:`jaxattn.simulate` chooses
   (``lax.map`` over the blocks, each block the loop above): at large ``B`` the whole-batch loops stream arrays of
   hundreds of MB through memory at every step, so the floor for a blocked simulator is the blocked floor;
+* ``jax-floor-observed``: the blocked floor computing the default observables at every step in the fewest lines
+  (:func:`_floor_observables`): the floor for ``jaxattn`` with its observables, so that ``jaxattn`` against it is
+  jaxattn's own overhead, and ``jax-floor-observed`` against ``jax-floor-blocks`` what the observables cost in any
+  implementation;
 * ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
 * ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``);
 * ``jaxattn-general``: ``jaxattn`` with the general form forced (``Batch(form=ja.model.forms.GENERAL)``: four
@@ -59,8 +63,8 @@ import numpy as np
 #: max abs difference of the states after CHECK_STEPS steps allowed against the torch loop before anything is timed
 AGREE = {"float32": 1e-4, "float64": 1e-12}
 CHECK_STEPS = 10
-IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jax-floor-blocks", "jaxattn", "jaxattn-last",
-         "jaxattn-general", "jaxattn-lanes64")
+IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jax-floor-blocks", "jax-floor-observed", "jaxattn",
+         "jaxattn-last", "jaxattn-general", "jaxattn-lanes64")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
     "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
@@ -115,8 +119,28 @@ def make_torch(X0, V, steps, beta, compiled: bool):
     return run
 
 
-def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None):
-    """The floor; ``lanes``: run it over blocks of that many conditions (padded with copies of the first)."""
+def _floor_observables(X):
+    """The default observables of a batch ``X: [b, n, d]`` in the fewest lines: the diameter from the squared
+    differences at d <= 2 (as jaxattn computes it there), from the uncentred Gram form above (a paper script's
+    formula: the cheapest, if not the most accurate near consensus), and the cosine consensus from the sum of the
+    unit tokens."""
+    import jax.numpy as jnp
+
+    _, n, d = X.shape
+    if d <= 2:
+        sq = ((X[:, :, None, :] - X[:, None, :, :]) ** 2).sum(-1)
+    else:
+        s = (X * X).sum(-1)
+        sq = s[:, :, None] + s[:, None, :] - 2.0 * jnp.einsum("bid,bjd->bij", X, X, precision="highest")
+    diameter = jnp.sqrt(jnp.maximum(sq.max(axis=(1, 2)), 0.0))
+    m = (X / jnp.linalg.norm(X, axis=-1, keepdims=True)).sum(1)
+    return diameter, 1.0 - ((m * m).sum(-1) - n) / (n * (n - 1.0))
+
+
+def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None, observed: bool = False):
+    """The floor; ``lanes``: run it over blocks of that many conditions (padded with copies of the first);
+    ``observed``: with the default observables at every step (:func:`_floor_observables`, returned by the program
+    so that XLA computes them)."""
     import jax
     import jax.numpy as jnp
 
@@ -133,19 +157,31 @@ def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None):
             P = jax.nn.softmax(beta * G, axis=-1)
             U = (P[..., None] * X[:, None, :, :]).sum(2) if bcast else jnp.einsum("bij,bjd->bid", P, X, precision=HI)
             Y = X + ALPHA * (U if eye else jnp.matmul(U, Vj.T, precision=HI))
-            return Y / jnp.linalg.norm(Y, axis=-1, keepdims=True), None
+            Y = Y / jnp.linalg.norm(Y, axis=-1, keepdims=True)
+            return Y, (_floor_observables(Y) if observed else None)
 
-        return jax.lax.scan(f, X, None, length=k)[0]
+        Y, seen = jax.lax.scan(f, X, None, length=k)
+        return Y, ((_floor_observables(X), seen) if observed else None)
 
     Xj = jnp.asarray(X0)
     if lanes is None:
-        return lambda k=steps: np.asarray(loop(Xj, k))
+        return lambda k=steps: np.asarray(loop(Xj, k)[0])
     B = Xj.shape[0]
     pad = (-B) % lanes
     Xp = jnp.concatenate([Xj, jnp.broadcast_to(Xj[:1], (pad, *Xj.shape[1:]))]) if pad else Xj
     blocks = Xp.reshape(-1, lanes, *Xj.shape[1:])
     by_block = jax.jit(lambda Xb, k: jax.lax.map(lambda x: loop(x, k), Xb), static_argnums=1)
-    return lambda k=steps: np.asarray(by_block(blocks, k).reshape(-1, *Xj.shape[1:])[:B])
+
+    def run(k=steps):
+        return np.asarray(by_block(blocks, k)[0].reshape(-1, *Xj.shape[1:])[:B])
+
+    def observables(k):  # {name: [B, k + 1]}, to check against jaxattn's before anything is timed
+        first, seen = by_block(blocks, k)[1]
+        return {name: np.concatenate([a[:, :, None], b.transpose(0, 2, 1)], -1).reshape(-1, k + 1)[:B]
+                for name, a, b in zip(("diameter", "cos_consensus"), first, seen, strict=True)}
+
+    run.observables = observables  # type: ignore[attr-defined]
+    return run
 
 
 def lanes_of(model, n: int, dtype) -> int:
@@ -203,6 +239,8 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "jax-floor": lambda: make_floor(X0, V, steps, beta, bcast=False),
         "jax-floor-bcast": lambda: make_floor(X0, V, steps, beta, bcast=True),
         "jax-floor-blocks": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype)),
+        "jax-floor-observed": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype),
+                                                 observed=True),
         "jaxattn": lambda: make_jaxattn(model, X0, steps, beta, last=False),
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
         "jaxattn-general": lambda: make_jaxattn(model, X0, steps, beta, last=False, general=True),
@@ -228,6 +266,13 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
             print(f"  {name} {dtype} {impl:16s} {res['results'][impl]['error']}", flush=True)
             continue
         ready[impl] = (fn, err)
+    if "jax-floor-observed" in ready:  # its observables are jaxattn's, step by step
+        got = ready["jax-floor-observed"][0].observables(CHECK_STEPS)
+        want = ja.simulate(model, X0, CHECK_STEPS, alpha=ALPHA, beta=beta).observables
+        err = max(float(np.abs(got[k] - np.asarray(want[k])).max()) for k in got)
+        if not err <= 10 * AGREE[dtype]:
+            res["results"]["jax-floor-observed"] = {"error": f"observables disagree with jaxattn's by {err:.3g}"}
+            del ready["jax-floor-observed"]
     for impl, (first, best) in timed({k: f for k, (f, _) in ready.items()}, repeats).items():
         row = {"seconds": round(best, 4), "compile_s": round(max(first - best, 0.0), 2), "max_abs_diff": ready[impl][1]}
         res["results"][impl] = row
@@ -242,6 +287,10 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
             res[f"{impl}_over_floor"] = round(ok[impl] / floor, 2) if floor else None
     if "jaxattn" in ok and "jaxattn-last" in ok:
         res["observables_cost"] = round(ok["jaxattn"] / ok["jaxattn-last"] - 1.0, 3)
+    if "jaxattn" in ok and "jax-floor-observed" in ok:  # jaxattn's own overhead where both observe every step
+        res["jaxattn_over_observed_floor"] = round(ok["jaxattn"] / ok["jax-floor-observed"], 2)
+    if "jax-floor-observed" in ok and "jax-floor-blocks" in ok:  # the observables' cost in the floor itself
+        res["floor_observables_cost"] = round(ok["jax-floor-observed"] / ok["jax-floor-blocks"] - 1.0, 3)
     return res
 
 

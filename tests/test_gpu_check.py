@@ -68,7 +68,8 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     assert r["bench_consensus"]["max_abs_diff_first_token_measure"] < 1e-3
     (papers,) = r["bench_papers"]["rows"]  # the sphere model at d = 2, every implementation agreeing, timed
     assert papers["d"] == 2 and papers["form"].startswith("scores: per-head projections (q, k read as reshapes)")
-    assert {"jax-floor", "jaxattn", "jaxattn-last", "jaxattn-general"} <= set(papers["results"])
+    assert {"jax-floor", "jax-floor-observed", "jaxattn", "jaxattn-last", "jaxattn-general"} <= set(papers["results"])
+    assert papers["jaxattn_over_observed_floor"] > 0 and "floor_observables_cost" in papers
     assert all("seconds" in row for row in papers["results"].values()), papers
     g = r["bench_gradients"]
     assert [row["steps"] for row in g["rows"]] == [2, 8] and g["one_block"]["grad_over_forward_cpu"] > 0
@@ -78,7 +79,7 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     md = (tmp_path / "gc" / "summary.md").read_text()
     for heading in ("## Device", "## Stages", "## Fused kernel against the plain path",
                     "## Matrix-product precision against float64", "## benchmarks/run.py", "## benchmarks/kernel.py",
-                    "## Test suite"):
+                    "## benchmarks/gradients.py", "## benchmarks/papers.py", "## Test suite"):
         assert heading in md
 
 
