@@ -72,6 +72,7 @@ CASES = {
     "sphere3-B8192": (3, 32, 8192, 100, 4.0, "identity"),
     "clusters16": (16, 64, 8192, 100, 4.0, "random"),
     "clusters64": (64, 128, 1024, 50, 1.0, "random"),
+    "sphere16-n32": (16, 32, 1024, 40, 4.0, "identity"),  # the sphere model in the regime a user reported (issue 29)
 }
 ALPHA = 0.1
 

@@ -180,9 +180,10 @@ def test_diameter_in_each_form_is_the_largest_exact_distance(d):
     near = (X[:1] + 1e-4 * rng.normal(size=(9, d))).astype(np.float32)  # the float32 values the function sees
     exact = np.linalg.norm(near[:, None].astype(np.float64) - near[None], axis=-1).max()
     assert float(metrics.diameter(jnp.asarray(near))) == pytest.approx(exact, rel=1e-2)
-    blown = X.copy()
-    blown[4, 0] = np.inf
-    assert np.isnan(float(metrics.diameter(jnp.asarray(blown))))
+    for where, bad in (((4, 0), np.inf), ((7, d - 1), np.nan)):  # any token, any coordinate
+        blown = X.copy()
+        blown[where] = bad
+        assert np.isnan(float(metrics.diameter(jnp.asarray(blown))))
     many = rng.normal(size=(300, d))
     whole = float(metrics.diameter(jnp.asarray(many)))
     assert whole == pytest.approx(np.linalg.norm(many[:, None] - many[None], axis=-1).max(), abs=1e-13)
