@@ -179,9 +179,11 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
     if out.exists():  # a fresh run each time (an interrupted one of another scale would be refused)
         shutil.rmtree(out)
     if run.extra:
+        from jaxattn.io.results import atomic_write_text
+
         out.mkdir(parents=True)
         opts = _extra_options(run.argv(reduced))
-        (out / "options.json").write_text(json.dumps(opts, indent=1) + "\n")  # the scale the page reports
+        atomic_write_text(out / "options.json", json.dumps(opts, indent=1) + "\n")  # the scale the page reports
         if run.extra == "qk_cloud":
             from jaxattn.studies import qk_cloud
 
@@ -356,13 +358,19 @@ IMG = "img/reproductions"
 
 def _copy_figure(src: Path, dest: Path, max_width: int = 900) -> None:
     """A small PNG for the docs: at most ``max_width`` pixels wide."""
+    import io
+
     from PIL import Image
+
+    from jaxattn.io.results import atomic_write_bytes  # an interrupted copy leaves the old figure, never half of one
 
     with Image.open(src) as im:
         if im.width > max_width:
             im = im.resize((max_width, round(im.height * max_width / im.width)))
         # a 128-colour palette: plots need no more, and the repository stays small
-        im.convert("RGB").quantize(colors=128).save(dest, optimize=True)
+        buf = io.BytesIO()
+        im.convert("RGB").quantize(colors=128).save(buf, format="PNG", optimize=True)
+    atomic_write_bytes(dest, buf.getvalue())
 
 
 def _present(d: Path) -> bool:

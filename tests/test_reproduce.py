@@ -770,3 +770,28 @@ def test_the_verdict_flips_across_the_threshold(tmp_path_factory, tmp_path, clai
     assert results[True].verdict == "reproduced", (claim, results[True].why)
     assert results[False].verdict in FAILING, (claim, results[False].why)
     assert results[True].why != results[False].why
+
+
+def test_a_figure_copy_that_fails_leaves_the_old_figure(tmp_path, monkeypatch):
+    """The page's figures are copied through a temporary file: a copy that fails half-way (a full disk, an
+    interrupt) leaves the figure of the last good run, not half of a PNG, and no temporary file."""
+    from PIL import Image
+
+    src, dest = tmp_path / "plot.png", tmp_path / "docs" / "plot.png"
+    Image.new("RGB", (1200, 300), (200, 10, 10)).save(src)
+    dest.parent.mkdir()
+    dest.write_bytes(b"the last good figure")
+
+    def half(self, fp, *a, **k):
+        (fp.write if hasattr(fp, "write") else Path(fp).write_bytes)(b"\x89PNG half")
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(Image.Image, "save", half)
+    with pytest.raises(OSError, match="No space"):
+        rep._copy_figure(src, dest)
+    assert dest.read_bytes() == b"the last good figure"
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["plot.png"]
+    monkeypatch.undo()
+    rep._copy_figure(src, dest)
+    with Image.open(dest) as im:
+        assert (im.width, im.height) == (900, 225)  # at most 900 pixels wide, the aspect kept
