@@ -283,7 +283,7 @@ def stage_kernels(ctx: Ctx) -> dict:
 
     res: dict = {"backend": jax.default_backend(), "interpret": jax.default_backend() != "gpu",
                  "tolerance": KERNEL_TOL, "rows": []}
-    B = 19 if ctx.reduced else 300  # not a multiple of the tile: the padding is exercised
+    B = 19 if ctx.reduced else 300  # one program per condition
     fails: dict[tuple[int, int], int] = {}  # per size, its failed cases; a size where one case ran is never left
     ran: set[tuple[int, int]] = set()
     for dtype, mask, heads, shared, dyn, n, d in kernel_cases(ctx.reduced):

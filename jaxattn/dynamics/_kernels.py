@@ -3,12 +3,18 @@ the plain JAX path.
 
 The plain path (:func:`jaxattn.simulate`) lets XLA run each block as separate operations: the
 projections ``[B, n, 3d]``, the scores ``[B, H, n, n]`` and the update go to device memory and back
-at every layer. For the small tokens of most sweeps (d ≤ 128, n ≤ 128) one tile of conditions and
-one layer's weights fit on chip, so :func:`fused_simulate` keeps a tile of ``tile`` conditions on
-chip through **all** the steps: projections, masked softmax (or uniform, or unnormalised) attention,
-output, residual, normalisation (L2, ``N_S`` or none), and the default observables (diameter and
-cosine consensus) computed on chip at every step. Only the initial tile, the weights, the final
-tile and the observables cross device memory.
+at every layer. For the small tokens of most sweeps (d ≤ 128, n ≤ 128) a condition and one layer's
+weights fit on chip, so :func:`fused_simulate` keeps each condition on chip through **all** the
+steps (one program per condition): projections, masked softmax (or uniform, or unnormalised)
+attention, output, residual, normalisation (L2, ``N_S`` or none), and the default observables
+(diameter and cosine consensus) computed on chip at every step. Only the initial tokens, the
+weights, the final tokens and the observables cross device memory.
+
+It is written for Pallas' Triton lowering, which it selects on a GPU: every array has a power-of-two
+size (the tokens, coordinates, head dimensions, heads, weight sets and steps are padded, see
+:func:`fused_simulate`) and every product is a 2-D ``dot`` of at least 16 rows and columns. The two
+H200 runs of ``make gpu-check`` stopped in that lowering (an array of shape ``(16, 5, 8)``, a batched
+dot); ``tests/test_kernels.py`` now lowers every case to Triton for CUDA on a CPU with ``jax.export``.
 
 Selection (:func:`choose_path`, from ``Batch(path=...)``): ``'fused'`` forces the kernel where it applies — an
 attention-only dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or ``'none'``), the default
@@ -16,8 +22,9 @@ observables at every step or the last, no trajectory, ``n, d ≤ 128`` — (on a
 interpret mode, which is how the test suite checks it), ``'plain'`` forbids it. ``'auto'`` picks it
 only where it applies *and* the backend is in :data:`PROVEN_ON`: the backends on which a run of
 ``make gpu-check`` (``scripts/gpu_check.py``) has shown it to agree with the plain path and to be
-faster. None has yet (on the two H200 runs Pallas' Triton lowering refused the kernel), so ``'auto'`` is the plain
-path everywhere, and a forced ``'fused'`` that fails to compile is refused in one line naming the cause.
+faster. None has yet (the kernel lowers to Triton since it was rewritten, and has not met a GPU since), so
+``'auto'`` is the plain path everywhere, and a forced ``'fused'`` that fails to compile is refused in one line
+naming the cause.
 """
 
 from __future__ import annotations
@@ -72,65 +79,89 @@ def choose_path(path: str, model, dyn, observe, trajectory: bool, every, n: int)
     return "fused" if why is None and jax.default_backend() in PROVEN_ON else "plain"
 
 
-def _observe(X):
-    """Diameter and cosine consensus of every configuration of a tile ``X: [T, n, d]``."""
-    n = X.shape[1]
-    Y = X - X.mean(axis=1, keepdims=True)
-    G = jnp.einsum("tid,tjd->tij", Y, Y)
-    s = jnp.einsum("tii->ti", G)
-    sq = s[:, :, None] + s[:, None, :] - 2.0 * G
-    diam = jnp.sqrt(jnp.maximum(sq, 0.0)).max(axis=(1, 2))
-    U = X / jnp.sqrt(jnp.sum(X * X, axis=-1, keepdims=True))
-    C = jnp.einsum("tid,tjd->tij", U, U)
-    cos = 1.0 - (C.sum(axis=(1, 2)) - jnp.einsum("tii->t", C)) / max(n * (n - 1), 1)
-    if n == 1:
-        cos = jnp.zeros_like(cos)
+def _pow2(x: int, least: int = 1) -> int:
+    """The smallest power of two ``>= max(x, least)``."""
+    return max(least, 1 << max(x - 1, 0).bit_length())
+
+
+#: Smallest padded extent of the axes that enter a matrix product: Triton's ``tl.dot`` needs at least 16 rows and
+#: columns (and a float64 product at least 16 rows and a depth of 16).
+DOT_MIN = 16
+
+
+def _dot(a, b, ca: int, cb: int):
+    """A 2-D matrix product contracting axis ``ca`` of ``a`` with axis ``cb`` of ``b``, with no batch axes (the only
+    kind Pallas' Triton lowering takes). Its precision is the caller's (the driver's ``Batch(precision=...)``)."""
+    return jax.lax.dot_general(a, b, (((ca,), (cb,)), ((), ())))
+
+
+def _row0(X, rows):
+    """Row 0 of ``X: [N, D]`` as ``[D]``, by a masked sum (the Triton lowering has no slices of a loaded block)."""
+    return jnp.sum(jnp.where((rows == 0)[:, None], X, 0.0), axis=0)
+
+
+def _observe(X, n: int, rows):
+    """Diameter and cosine consensus of one padded configuration ``X: [N, D]`` whose first ``n`` rows are the tokens
+    (the rows after them are copies of row 0, which add no pair to the diameter; the columns after ``d`` are 0)."""
+    real = rows < n
+    mu = jnp.sum(jnp.where(real[:, None], X, 0.0), axis=0) / n
+    Y = X - mu[None, :]
+    s = jnp.sum(Y * Y, axis=-1)
+    sq = s[:, None] + s[None, :] - 2.0 * _dot(Y, Y, 1, 1)
+    diam = jnp.sqrt(jnp.maximum(jnp.max(sq), 0.0))
+    inv = jnp.where(real, 1.0 / jnp.sqrt(jnp.sum(X * X, axis=-1)), 0.0)
+    m = jnp.sum(X * inv[:, None], axis=0)
+    cos = 1.0 - (jnp.sum(m * m) - n) / max(n * (n - 1), 1) if n > 1 else jnp.zeros_like(diam)
     return diam, cos
 
 
 def _kernel(x_ref, sets_ref, q_ref, k_ref, v_ref, o_ref, causal_ref, window_ref, scale_ref, ab_ref, s_ref,
-            xo_ref, diam_ref, cos_ref, *, steps: int, norm: str, attention: str, every: bool):
-    X = x_ref[...]  # [T, n, d]
-    n = X.shape[1]
+            xo_ref, diam_ref, cos_ref, *, n: int, heads: int, steps: int, norm: str, attention: str, every: bool):
+    """One condition: ``x_ref: [1, N, D]``, padded to powers of two (rows after ``n`` copies of token 0, columns
+    after ``d`` zero; the weights' padded rows and columns are zero, so the padded columns stay zero). No array has
+    more than two axes and every product is a 2-D ``dot``: what Pallas' Triton lowering accepts."""
+    X = x_ref[0]  # [N, D]
+    N = X.shape[0]
     alpha, beta = ab_ref[0], ab_ref[1]
-    i = jax.lax.broadcasted_iota(jnp.int32, (n, n), 0)
-    j = jax.lax.broadcasted_iota(jnp.int32, (n, n), 1)
+    i = jax.lax.broadcasted_iota(jnp.int32, (N, N), 0)
+    j = jax.lax.broadcasted_iota(jnp.int32, (N, N), 1)
+    rows = jax.lax.broadcasted_iota(jnp.int32, (N,), 0)
 
     def record(k, X):
-        d_, c_ = _observe(X)
-        diam_ref[:, pl.ds(k, 1)] = d_[:, None]
-        cos_ref[:, pl.ds(k, 1)] = c_[:, None]
+        d_, c_ = _observe(X, n, rows)
+        diam_ref[0, pl.ds(k, 1)] = jnp.broadcast_to(d_, (1,))
+        cos_ref[0, pl.ds(k, 1)] = jnp.broadcast_to(c_, (1,))
 
     if every:
         record(0, X)
 
     def step(k, X):
         g = sets_ref[k]
-        q, kk, v, o = q_ref[g], k_ref[g], v_ref[g], o_ref[g]  # [H, dh, d], [H, d, dh]
-        ok = (jnp.where(causal_ref[g] > 0, j <= i, True)
+        # padded keys never attend; padded queries attend like any token (their rows are reset below)
+        ok = ((j < n) & jnp.where(causal_ref[g] > 0, j <= i, True)
               & jnp.where(window_ref[g] > 0, jnp.abs(i - j) < window_ref[g], True))
-        if attention == "uniform":
-            w = ok.astype(X.dtype)
-            A = jnp.broadcast_to((w / w.sum(-1, keepdims=True))[None, None], (X.shape[0], q.shape[0], n, n))
-        else:
-            Qx = jnp.einsum("tnd,hkd->thnk", X, q)
-            Kx = jnp.einsum("tnd,hkd->thnk", X, kk)
-            S = jnp.einsum("thik,thjk->thij", Qx, Kx) * (beta * scale_ref[g])
-            if attention == "unnormalised":
-                A = jnp.where(ok[None, None], jnp.exp(S), 0.0) / n
+        upd = jnp.zeros_like(X)
+        for h in range(heads):
+            if attention == "uniform":
+                w = ok.astype(X.dtype)
+                A = w / jnp.sum(w, axis=-1, keepdims=True)
             else:
-                S = jnp.where(ok[None, None], S, -jnp.inf)
-                S = S - S.max(axis=-1, keepdims=True)
-                E = jnp.exp(S)
-                A = E / E.sum(axis=-1, keepdims=True)
-        Vx = jnp.einsum("tnd,hkd->thnk", X, v)
-        upd = jnp.einsum("thik,hdk->tid", jnp.einsum("thij,thjk->thik", A, Vx), o)
+                S = _dot(_dot(X, q_ref[g, h], 1, 1), _dot(X, k_ref[g, h], 1, 1), 1, 1) * (beta * scale_ref[g])
+                if attention == "unnormalised":
+                    A = jnp.where(ok, jnp.exp(S), 0.0) / n
+                else:
+                    S = jnp.where(ok, S, -jnp.inf)
+                    E = jnp.exp(S - jnp.max(S, axis=-1, keepdims=True))
+                    A = E / jnp.sum(E, axis=-1, keepdims=True)
+            upd = upd + _dot(_dot(A, _dot(X, v_ref[g, h], 1, 1), 1, 0), o_ref[g, h], 1, 1)
         Y = X + alpha * upd
         if norm == "l2":
             Y = Y / jnp.sqrt(jnp.sum(Y * Y, axis=-1, keepdims=True))
         elif norm == "ellipsoid":
-            Sm = s_ref[...]
-            Y = Y / jnp.sqrt(jnp.einsum("tnd,de,tne->tn", Y, Sm, Y))[..., None]
+            Y = Y / jnp.sqrt(jnp.sum(_dot(Y, s_ref[...], 1, 0) * Y, axis=-1, keepdims=True))
+        # the padded rows back to copies of token 0: finite (a zero row would normalise to NaN, and NaN times a
+        # zero weight is NaN) and no new pair for the diameter
+        Y = jnp.where((rows < n)[:, None], Y, _row0(Y, rows)[None, :])
         if every:
             record(k + 1, Y)
         return Y
@@ -138,44 +169,73 @@ def _kernel(x_ref, sets_ref, q_ref, k_ref, v_ref, o_ref, causal_ref, window_ref,
     X = jax.lax.fori_loop(0, steps, step, X)
     if not every:
         record(0, X)
-    xo_ref[...] = X
+    xo_ref[0] = X
 
 
-@functools.partial(jax.jit, static_argnames=("steps", "norm", "attention", "every", "tile", "interpret"))
-def _fused(X0, sets, q, k, v, o, causal, window, scale, ab, S, *, steps, norm, attention, every, tile, interpret):
-    B, n, d = X0.shape
-    G, H, dh, _ = q.shape
-    T = steps + 1 if every else 1
+def _triton_params():
+    """Pallas' Triton compiler parameters, which select that lowering on a GPU (jax 0.10's default for
+    ``pallas_call`` there is Mosaic GPU); ``None`` where this jax has no Triton backend."""
+    try:
+        from jax.experimental.pallas import triton as pltriton
+    except ImportError:  # pragma: no cover - a jax without the Triton backend
+        return None
+    return pltriton.CompilerParams()
+
+
+@functools.partial(jax.jit, static_argnames=("n", "heads", "steps", "norm", "attention", "every", "interpret"))
+def _fused(X0, sets, q, k, v, o, causal, window, scale, ab, S, *, n, heads, steps, norm, attention, every, interpret):
+    """The kernel over a padded batch ``X0: [B, N, D]`` (one program per condition)."""
+    B, N, D = X0.shape
+    G, H, DH, _ = q.shape
+    T = sets.shape[0] + 1 if every else 1  # the observation blocks, padded to a power of two like ``sets``
+    T = _pow2(T)
     whole = lambda *shape: pl.BlockSpec(shape, lambda b: (0,) * len(shape))
-    kern = functools.partial(_kernel, steps=steps, norm=norm, attention=attention, every=every)
+    kern = functools.partial(_kernel, n=n, heads=heads, steps=steps, norm=norm, attention=attention, every=every)
     return pl.pallas_call(
         kern,
-        out_shape=(jax.ShapeDtypeStruct((B, n, d), X0.dtype), jax.ShapeDtypeStruct((B, T), X0.dtype),
+        out_shape=(jax.ShapeDtypeStruct((B, N, D), X0.dtype), jax.ShapeDtypeStruct((B, T), X0.dtype),
                    jax.ShapeDtypeStruct((B, T), X0.dtype)),
-        grid=(B // tile,),
-        in_specs=[pl.BlockSpec((tile, n, d), lambda b: (b, 0, 0)), whole(steps), whole(G, H, dh, d), whole(G, H, dh, d),
-                  whole(G, H, dh, d), whole(G, H, d, dh), whole(G), whole(G), whole(G), whole(2), whole(d, d)],
-        out_specs=(pl.BlockSpec((tile, n, d), lambda b: (b, 0, 0)), pl.BlockSpec((tile, T), lambda b: (b, 0)),
-                   pl.BlockSpec((tile, T), lambda b: (b, 0))),
+        grid=(B,),
+        in_specs=[pl.BlockSpec((1, N, D), lambda b: (b, 0, 0)), whole(sets.shape[0]), whole(G, H, DH, D),
+                  whole(G, H, DH, D), whole(G, H, DH, D), whole(G, H, D, DH), whole(G), whole(G), whole(G), whole(2),
+                  whole(D, D)],
+        out_specs=(pl.BlockSpec((1, N, D), lambda b: (b, 0, 0)), pl.BlockSpec((1, T), lambda b: (b, 0)),
+                   pl.BlockSpec((1, T), lambda b: (b, 0))),
+        compiler_params=None if interpret else _triton_params(),
         interpret=interpret,
     )(X0, sets, q, k, v, o, causal, window, scale, ab, S)
 
 
-def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, every=None, tile: int = 16,
-                   interpret: bool | None = None):
+def _pad(a, shape):
+    """``a`` with zeros appended to reach ``shape``."""
+    return jnp.pad(a, [(0, t - s) for s, t in zip(a.shape, shape, strict=True)])
+
+
+def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, every=None, interpret: bool | None = None):
     """The fused path of :func:`jaxattn.simulate` (validated inputs, cast model): returns
-    ``(observables, final)`` with observables ``{'diameter', 'cos_consensus'}: [B, T]``."""
+    ``(observables, final)`` with observables ``{'diameter', 'cos_consensus'}: [B, T]``.
+
+    Every axis is padded to a power of two (the axes of matrix products to at least :data:`DOT_MIN`), as Pallas'
+    Triton lowering requires: tokens with copies of token 0 (masked as keys, reset after every step), coordinates
+    and head dimensions with zeros (zero weights keep them zero), weight sets, heads and steps with zeros."""
     B, n, d = X0.shape
     lay = model.layers
     dtype = X0.dtype
-    pad = (-B) % tile
-    Xp = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad, n, d))]) if pad else X0
+    G, H, dh, _ = lay.q.shape
+    N, D, DH, GP, HP = _pow2(n, DOT_MIN), _pow2(d, DOT_MIN), _pow2(dh, DOT_MIN), _pow2(G), _pow2(H)
+    Xp = jnp.concatenate([X0, jnp.broadcast_to(X0[:, :1], (B, N - n, d))], axis=1) if n < N else X0
+    Xp = _pad(Xp, (B, N, D))
     sets = jnp.asarray([model.schedule[k % model.depth] for k in range(max(steps, 1))], jnp.int32)
+    sets = _pad(sets, (_pow2(sets.shape[0]),))
+    w = lambda a, shape: _pad(a.astype(dtype), shape)
+    q, k, v = (w(a, (GP, HP, DH, D)) for a in (lay.q, lay.k, lay.v))
+    o = w(lay.o, (GP, HP, D, DH))
     ab = jnp.asarray([alpha, beta], dtype)
-    Sm = jnp.eye(d, dtype=dtype) if S is None else jnp.asarray(S, dtype)
+    Sm = _pad(jnp.eye(d, dtype=dtype) if S is None else jnp.asarray(S, dtype), (D, D))
     interpret = jax.default_backend() != "gpu" if interpret is None else interpret
-    final, diam, cos = _fused(Xp, sets, lay.q, lay.k, lay.v, lay.o, lay.causal.astype(jnp.int32),
-                              lay.window.astype(jnp.int32), lay.scale.astype(dtype), ab, Sm, steps=int(steps),
-                              norm=dyn.norm, attention=dyn.attention, every=every != "last", tile=tile,
-                              interpret=interpret)
-    return {"diameter": diam[:B], "cos_consensus": cos[:B]}, final[:B]
+    final, diam, cos = _fused(Xp, sets, q, k, v, o, _pad(lay.causal.astype(jnp.int32), (GP,)),
+                              _pad(lay.window.astype(jnp.int32), (GP,)), _pad(lay.scale.astype(dtype), (GP,)), ab, Sm,
+                              n=n, heads=H, steps=int(steps), norm=dyn.norm, attention=dyn.attention,
+                              every=every != "last", interpret=interpret)
+    T = steps + 1 if every != "last" else 1
+    return {"diameter": diam[:, :T], "cos_consensus": cos[:, :T]}, final[:, :n, :d]

@@ -75,10 +75,10 @@ def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
                              (Yp.reshape(-1, r, d), sp.reshape(-1, r)))
         mx = blocks.max()
     # sqrt has an infinite derivative at 0 (all tokens at one point): differentiate only a positive max.
-    # A configuration that blew up is NaN, never 0 (which would read as exact consensus): asked of the tokens' squared
-    # norms (a NaN or an infinity in a token makes them non-finite), because XLA's vectorised max over the pairs can drop
-    # NaNs (seen on a CPU at 1024 lanes). The n norms rather than the n d coordinates where the Gram form computes
-    # them anyway: checking every coordinate cost a third of the diameter inside a simulation at d = 16 on a CPU
+    # A configuration that blew up is NaN, never 0 (which would read as exact consensus): asked of the tokens'
+    # squared norms (a NaN or an infinity in a token makes them non-finite), because XLA's vectorised max over the
+    # pairs can drop NaNs (seen on a CPU at 1024 lanes). The n norms rather than the n d coordinates where the Gram
+    # form computes them anyway: checking every coordinate cost a third of the diameter in a simulation at d = 16
     pos = mx > 0
     blown = ~jnp.isfinite(Y).all() if d <= DIRECT_MAX_D else ~jnp.isfinite(s).all()
     out = jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
@@ -93,8 +93,8 @@ def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
     # Σ_{i≠j} <u_i, u_j> = ||Σ_i u_i||² − Σ_i ||u_i||² = ||Σ_i u_i||² − n with u_i = x_i / ||x_i||: O(n d) instead of
     # the O(n² d) Gram matrix. Σ_i u_i as the product of the inverse norms with X: forming the unit tokens and
     # summing them cost about twice as much inside a simulation on a CPU at d = 16 (as much at d = 2); Σ ||u_i||²
-    # (1 each to round-off) would cost another pass. m · m as a sum of products (a dot product of two d-vectors is a call,
-    # not d flops).
+    # (1 each to round-off) would cost another pass. m · m as a sum of products (a dot product of two d-vectors is
+    # a call, not d flops).
     m = (1.0 / jnp.sqrt(jnp.sum(X * X, axis=-1))) @ X
     pairs = float(n) * (n - 1)  # a Python float: n (n - 1) overflows a 32-bit integer from n = 46,341 on
     return 1.0 - (jnp.sum(m * m) - n) / pairs
