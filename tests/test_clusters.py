@@ -293,3 +293,18 @@ def test_clusters_command_refuses_a_used_out_dir(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "not an empty directory" in err and err.count("\n") == 1
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+def test_the_hull_check_solves_below_the_excursion_it_judges():
+    """Proposition C.2 (V = I: the hull never grows) is judged on excursions above 1e-9 of the configuration's size;
+    solved at the study's usual rtol of 1e-8 the solver's error alone exceeded that (5e-8), so the check solves at
+    HULL_RTOL and a hull that cannot grow shows no excursion above round-off."""
+    import jax
+
+    from jaxattn.studies import cluster_checks as cc
+
+    assert cc.HULL_RTOL <= 1e-11
+    rows = cc.hull_shrinks(jax.random.key(7), 16, 40, 2, 15.0)  # at rtol 1e-8: 5.7e-9
+    assert all(r["solver_ok"] for r in rows)
+    assert max(r["max_outside_relative"] for r in rows) < 1e-12
+    assert all(r["volume_increases"] == 0 and r["volume_end"] < r["volume_0"] for r in rows)
