@@ -569,11 +569,13 @@ def _claims_digest() -> str:
 
 
 def _commit() -> str:
-    """The checkout's commit (with ``+`` where the working tree differs from it), or ``?`` outside git."""
+    """The checkout's commit (with ``+`` where the working tree differs from it), or ``?`` outside git. The page's
+    own outputs do not count: its figures are copied before the runs are measured, so every page read ``+``."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short=10", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                ":!docs/reproductions.md", ":!docs/reproductions.json", f":!docs/{IMG}"], cwd=ROOT,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"

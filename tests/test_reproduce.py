@@ -795,3 +795,24 @@ def test_a_figure_copy_that_fails_leaves_the_old_figure(tmp_path, monkeypatch):
     rep._copy_figure(src, dest)
     with Image.open(dest) as im:
         assert (im.width, im.height) == (900, 225)  # at most 900 pixels wide, the aspect kept
+
+
+def test_the_recorded_commit_is_dirty_only_for_code(tmp_path, monkeypatch):
+    """The page's figures are copied before the runs are measured: its own outputs changing must not mark the commit
+    as modified (every page read ``+``), any other tracked file must."""
+    import subprocess
+
+    git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "docs" / "img" / "reproductions").mkdir(parents=True)
+    files = ["code.py", "docs/reproductions.md", "docs/reproductions.json", "docs/img/reproductions/a.png"]
+    for f in files:
+        (tmp_path / f).write_text("old")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "x")
+    monkeypatch.setattr(rep, "ROOT", tmp_path)
+    for f in files[1:]:
+        (tmp_path / f).write_text("new")
+    assert not rep._commit().endswith("+")
+    (tmp_path / "code.py").write_text("new")
+    assert rep._commit().endswith("+")
