@@ -105,7 +105,7 @@ RUNS: tuple[Run, ...] = (
         ("consensus", "minilm", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1",
          "--synthetic-num", "2", "--t1", "3")),
     # Theorem 5.1 at GPT-2's size in a run of its own: its one float64 solve (4 conditions of 200 tokens in d = 768,
-    # rtol 1e-9) outlasts a session on two cores, and held the whole consensus run (computed in 1.5 h) hostage. The
+    # rtol 1e-9) took 79 minutes on two cores shared with other runs, and held the whole consensus run hostage. The
     # passes and the small theorem settings around it are the least the command runs.
     Run("co_theorem51",
         ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
