@@ -111,7 +111,7 @@ def _observe(X, n: int, rows):
     diam = jnp.sqrt(jnp.maximum(jnp.max(sq), 0.0))
     inv = jnp.where(real, 1.0 / jnp.sqrt(jnp.sum(X * X, axis=-1)), 0.0)
     m = jnp.sum(X * inv[:, None], axis=0)
-    cos = 1.0 - (jnp.sum(m * m) - n) / max(n * (n - 1), 1) if n > 1 else jnp.zeros_like(diam)
+    cos = 1.0 - (jnp.sum(m * m) - n) / (n * (n - 1)) if n > 1 else jnp.zeros_like(diam)
     return diam, cos
 
 
