@@ -4,6 +4,8 @@ numbers of the general per-head form and of the NumPy reference to <= 1e-12 in f
 where it should be."""
 
 import dataclasses
+import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
-from jaxattn.dynamics import _runner
+from jaxattn.dynamics import _runner, discrete
 from jaxattn.dynamics.discrete import form_of
 from jaxattn.errors import ConfigError
 from jaxattn.model import forms
@@ -95,6 +97,58 @@ def test_every_form_of_a_block_equals_the_general_form_and_the_numpy_reference(n
         for form in _forms(model):
             got = np.asarray(ja.dynamics.discrete.block(X, lw, model, dyn, 0.7, 1.3, S, form=form))
             np.testing.assert_allclose(got, general, rtol=0, atol=1e-13, err_msg=repr(form))
+
+
+def _n_by_n_divisions(f, X) -> list[str]:
+    """The divisions of an ``[..., n, n]`` array in the program of ``f(X)`` (``X: [n, d]``)."""
+    n = X.shape[0]
+    text = jax.jit(f).lower(X).as_text()
+    return re.findall(rf"stablehlo\.divide .*tensor<(?:\d+x)*{n}x{n}xf64>", text)
+
+
+@pytest.mark.parametrize("name", ["sphere-d3", "sphere-d4-2heads-causal", "clusters-d16",
+                                  "gaussian-d6-3heads-local-biases"])
+def test_the_softmax_divides_after_the_weighted_sum(name):
+    """A step that does not return its weights divides the weighted sum by the row sums (``n d_h`` divisions per
+    head) instead of normalising the ``n × n`` weights first, in every form but the key chunks (which never form
+    them); its numbers are those of the normalised weights applied, to round-off."""
+    model = MODELS[name]
+    dyn, _, S, X0, biases = _setting(model, "D1")
+    lw = model.layers.take(0)
+    X = jnp.asarray(X0[0])
+    for form in _forms(model):
+        if form.key_chunk is not None:
+            continue
+        step = functools.partial(ja.dynamics.discrete.block, lw=lw, model=model, dyn=dyn, alpha=0.7, beta=1.3, S=S,
+                                 form=form)
+        assert not _n_by_n_divisions(step, X), form
+        # the check sees what it checks
+        assert _n_by_n_divisions(functools.partial(step, return_probs=True), X), form
+        A = probabilities(X, lw, 1.3, biases=biases, form=form)
+        np.testing.assert_allclose(np.asarray(step(X)), np.asarray(step(X, probs=A)), rtol=0, atol=1e-14,
+                                   err_msg=repr(form))
+
+
+def test_observed_steps_form_the_weights_only_when_the_observable_asks():
+    """An observable that does not read the attention weights (the defaults) leaves every step unnormalised, as an
+    unobserved one; one that reads them gets them formed once, shared with the step it observes."""
+    model = MODELS["sphere-d4-2heads-causal"]
+    dyn, _, S, X0, _ = _setting(model, "D1")
+    X = jnp.asarray(X0[0])
+    form = form_of(model, dyn, X.shape[0], "float64")
+
+    def run(observe):
+        return lambda X: discrete._evolve(X, model, 0.7, 1.3, S, None, 0, dyn=dyn, steps=4, every=1, observe=observe,
+                                          trajectory=False, pass_norm=False, form=form)[:2]
+
+    defaults = discrete.consensus_observables
+    assert not _n_by_n_divisions(run(defaults), X)
+    assert _n_by_n_divisions(run(lambda k, X, ctx: ctx.attention().max(-1)), X)
+    shared = run(lambda k, X, ctx: (ctx.attention().max(-1), ctx.attention().min(-1)))
+    assert len(_n_by_n_divisions(shared, X)) == len(_n_by_n_divisions(run(lambda k, X, ctx: ctx.attention()), X))
+    # the same numbers either way, to round-off
+    plain, seen = run(defaults)(X), run(lambda k, X, ctx: ctx.attention())(X)
+    np.testing.assert_allclose(np.asarray(seen[1]), np.asarray(plain[1]), rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("name", list(MODELS))

@@ -180,18 +180,12 @@ def attention_input(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynam
     return X
 
 
-def attention_weights(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, beta,
-                      form: Form | None = None) -> Float[Array, "H n n"]:
-    """The attention weights ``[H, n, n]`` the block applies at state ``X`` (``form``: how the products are
-    arranged, see :mod:`jaxattn.model.forms`; the weights are formed whatever its ``key_chunk``)."""
-    return with_heads(_weights_at(X, lw, model, dyn, beta, form))
-
-
 def _weights_at(X, lw, model, dyn, beta, form):
-    """:func:`attention_weights` as the step uses them: ``[n, n]`` for a single head (no size-1 head axis
-    on the ``n × n`` arrays of the hot loop, see :func:`jaxattn.model.attention._single`)."""
+    """The attention weights the block applies at state ``X`` (``form``: how the products are arranged, see
+    :mod:`jaxattn.model.forms`; the weights are formed whatever its ``key_chunk``), ``[n, n]`` for a single head
+    (no size-1 head axis on the ``n × n`` arrays of the hot loop, see :func:`jaxattn.model.attention._single`)."""
     return weights(attention_input(X, lw, model, dyn), lw, beta, biases=dyn.biases,
-                              attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]), form=form)
+                   attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]), form=form)
 
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
@@ -210,7 +204,8 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
 
     ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them. ``form``: how
     the attention's products are arranged (:func:`jaxattn.model.forms.choose`; ``None``: the general
-    per-head form); with a ``key_chunk`` and no ``probs`` the weights are never formed.
+    per-head form). Without ``probs`` or ``return_probs`` the normalised weights are never formed
+    (:func:`jaxattn.model.attention.attend`: the softmax divides after the weighted sum, or over key chunks).
     """
 
     def ffn(y):  # check_dynamics refuses ffn=True on a model without FFN weights
@@ -219,7 +214,7 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
     norm = lambda y, w, b: _norm(y, w, b, model, dyn, S)
     h = attention_input(X, lw, model, dyn)
     form = GENERAL if form is None else form
-    if probs is None and form.key_chunk is not None and not return_probs:
+    if probs is None and not return_probs:  # the weights are not needed: attend arranges the update freely
         A = None
         upd = attend(h, lw, beta, biases=dyn.biases, attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]),
                      form=form)
@@ -242,7 +237,7 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
             y = norm(y, ln2_w, ln2_b)
     if not return_probs:
         return y
-    assert A is not None  # the key-chunked branch above is taken only without return_probs
+    assert A is not None  # the attend branch above is taken only without return_probs
     return y, with_heads(A)
 
 
@@ -353,9 +348,10 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
 
     Observations at local steps ``0, m, 2m, ... < steps`` and at ``steps`` (``m = every``; ``0``: the
     last only): an outer scan over segments of ``m`` steps whose first step shares its attention
-    weights with the observable. ``pass_norm``: the model's final norm (``ln_f``) after every block
-    that ends a pass (global step ``k`` with ``(k + 1) % depth == 0``), as calling a real model pass
-    after pass does. ``form``: how each layer's attention is evaluated (:mod:`jaxattn.model.forms`).
+    weights with the observable when the observable asks for them. ``pass_norm``: the model's final norm
+    (``ln_f``) after every block that ends a pass (global step ``k`` with ``(k + 1) % depth == 0``), as
+    calling a real model pass after pass does. ``form``: how each layer's attention is evaluated
+    (:mod:`jaxattn.model.forms`).
     """
     depth = model.depth
     observe = checked(observe)
@@ -370,11 +366,23 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
             Y = jnp.where((k + 1) % depth == 0, ln_f, Y)
         return Y
 
+    def on_demand(X, k):  # ctx.attention at step k: the weights formed once, if asked for (known while tracing)
+        asked: list = []
+
+        def attention():
+            if not asked:
+                asked.append(_weights_at(X, lw_at(k), model, dyn, beta, form))
+            return with_heads(asked[0])
+
+        return attention, asked
+
     def look(X, k):  # the record at step k, and the attention weights the step from X will use
-        A = _weights_at(X, lw_at(k), model, dyn, beta, form)  # dead code unless observed or shared below
-        # the key-chunked form never hands formed weights to the step: it exists so that they are never formed
-        rec = (observe(k, X, Context(aux, lambda: with_heads(A))), X if trajectory else None)
-        return rec, (None if form.key_chunk else A)
+        attention, asked = on_demand(X, k)
+        rec = (observe(k, X, Context(aux, attention)), X if trajectory else None)
+        # Weights the observable asked for are shared with the step (one attention evaluation); otherwise the
+        # step is the unobserved one (:func:`attend`, which never normalises the weights). The key-chunked form
+        # never hands formed weights to the step: it exists so that they are never formed.
+        return rec, (asked[0] if asked and not form.key_chunk else None)
 
     def plain(X, k):
         return advance(X, k), None
@@ -408,8 +416,7 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
         X = run_plain(X, start, r)
     kT = start + steps
     # the last state's observable: attention of the step that would follow, computed only if asked for
-    last = (observe(kT, X, Context(aux, lambda: attention_weights(X, lw_at(kT), model, dyn, beta, form))),
-            X if trajectory else None)
+    last = (observe(kT, X, Context(aux, on_demand(X, kT)[0])), X if trajectory else None)
     if seen is None:
         obs, traj = jax.tree_util.tree_map(lambda a: a[None], last)
     else:

@@ -161,17 +161,37 @@ def weights(X: Float[Array, "n d"], lw: Layers, beta, *, biases: bool, attention
         w = jnp.ones((n, n), X.dtype) if ok is None else ok.astype(X.dtype)
         w = w / w.sum(-1, keepdims=True)
         return w if one else jnp.broadcast_to(w, (H, n, n))
-    q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
-    if one:
-        scores = _contract("ik,jk->ij", q[0], k[0], form) * (beta * lw.scale)
-    else:
-        scores = _contract("hik,hjk->hij", q, k, form) * (beta * lw.scale)
-        ok = None if ok is None else ok[None]
+    scores, ok = _scores(X, lw, beta, ok, biases=biases, rope=rope, form=form)
     if attention == "unnormalised":
         return (jnp.exp(scores) if ok is None else jnp.where(ok, jnp.exp(scores), 0.0)) / n
     if ok is not None:
         scores = jnp.where(ok, scores, -jnp.inf)
     return jax.nn.softmax(scores, axis=-1)
+
+
+def _scores(X: jax.Array, lw: Layers, beta, ok: jax.Array | None, *, biases: bool, rope, form: Form):
+    """The scores ``β s <q_i, k_j>``, ``[n, n]`` for a single head (:func:`_single`), ``[H, n, n]`` otherwise,
+    and the mask ``ok`` (``[n, n]``, or ``None``) broadcast to them."""
+    q, k = _queries_keys(X, lw, biases=biases, rope=rope, form=form)
+    if _single(lw):
+        return _contract("ik,jk->ij", q[0], k[0], form) * (beta * lw.scale), ok
+    return _contract("hik,hjk->hij", q, k, form) * (beta * lw.scale), None if ok is None else ok[None]
+
+
+def _attend_softmax(X: jax.Array, lw: Layers, beta, *, biases: bool, rope, form: Form) -> jax.Array:
+    """The softmax update with its division after the weighted sum: ``Σ_j e_ij v_j / Σ_j e_ij`` with
+    ``e_ij = exp(s_ij − max_j s_ij)``, the same shift as :func:`jax.nn.softmax`. Equal to applying the
+    normalised weights up to round-off, with ``n d_h`` divisions per head instead of ``n²`` and one pass
+    fewer over the ``n × n`` array: on a CPU, 1.2-1.8x faster steps at d = 2-3 (``benchmarks/papers.py``)."""
+    ok = allowed(X.shape[0], lw.causal, lw.window) if form.masked else None
+    scores, ok = _scores(X, lw, beta, ok, biases=biases, rope=rope, form=form)
+    if ok is not None:
+        scores = jnp.where(ok, scores, -jnp.inf)
+    e = jnp.exp(scores - jax.lax.stop_gradient(scores.max(-1, keepdims=True)))
+    v = _values(X, lw, biases=biases, form=form)
+    heads = _contract("ij,jk->ik", e, v[0], form)[None] if e.ndim == 2 else _contract("hij,hjk->hik", e, v, form)
+    heads = heads / (e.sum(-1) if e.ndim == 3 else e.sum(-1)[None])[..., None]
+    return _output(heads, lw, biases=biases, form=form)
 
 
 def _values(X: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
@@ -272,12 +292,15 @@ def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False
     """Multi-head attention update ``Σ_h O_h Σ_j a^h_ij (V_h x_j + b^v_h) (+ b^o)``, shape ``[n, d]``.
 
     With ``form.key_chunk`` (and not ``return_probs``) the update is evaluated over chunks of keys without
-    forming the ``[H, n, n]`` weights."""
+    forming the ``[H, n, n]`` weights; otherwise, without ``return_probs``, softmax attention divides the
+    weighted sum by the row sums instead of normalising the weights first (same numbers to round-off)."""
     form = GENERAL if form is None else form
     if form.key_chunk is not None and not return_probs:
         if attention not in ATTENTIONS:
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
         return _attend_chunked(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
+    if attention == "softmax" and not return_probs:
+        return _attend_softmax(X, lw, beta, biases=biases, rope=rope, form=form)
     A = weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
     out = apply_weights(X, A, lw, biases=biases, form=form)
     return (out, with_heads(A)) if return_probs else out
