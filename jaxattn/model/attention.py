@@ -182,7 +182,8 @@ def _attend_softmax(X: jax.Array, lw: Layers, beta, *, biases: bool, rope, form:
     """The softmax update with its division after the weighted sum: ``Σ_j e_ij v_j / Σ_j e_ij`` with
     ``e_ij = exp(s_ij − max_j s_ij)``, the same shift as :func:`jax.nn.softmax`. Equal to applying the
     normalised weights up to round-off, with ``n d_h`` divisions per head instead of ``n²`` and one pass
-    fewer over the ``n × n`` array: on a CPU, 1.2-1.8x faster steps at d = 2-3 (``benchmarks/papers.py``)."""
+    fewer over the ``n × n`` array: on a CPU, 1.2-1.7x faster steps at d = 2-64 (``benchmarks/papers.py``;
+    none at d = 16, n = 32)."""
     ok = allowed(X.shape[0], lw.causal, lw.window) if form.masked else None
     scores, ok = _scores(X, lw, beta, ok, biases=biases, rope=rope, form=form)
     if ok is not None:
