@@ -155,8 +155,7 @@ def weights(X: Float[Array, "n d"], lw: Layers, beta, *, biases: bool, attention
     n = X.shape[0]
     one = _single(lw)
     H = lw.q.shape[0]
-    # unmasked (verified by the form): no n x n mask to form and select through at every step
-    ok = allowed(n, lw.causal, lw.window) if form.masked else None
+    ok = _mask(n, lw, form)
     if attention == "uniform":
         w = jnp.ones((n, n), X.dtype) if ok is None else ok.astype(X.dtype)
         w = w / w.sum(-1, keepdims=True)
@@ -167,6 +166,12 @@ def weights(X: Float[Array, "n d"], lw: Layers, beta, *, biases: bool, attention
     if ok is not None:
         scores = jnp.where(ok, scores, -jnp.inf)
     return jax.nn.softmax(scores, axis=-1)
+
+
+def _mask(n: int, lw: Layers, form: Form) -> jax.Array | None:
+    """The ``[n, n]`` mask of the allowed pairs; ``None`` where the form is unmasked (verified by the form): no
+    ``n × n`` mask to form and select through at every step."""
+    return allowed(n, lw.causal, lw.window) if form.masked else None
 
 
 def _scores(X: jax.Array, lw: Layers, beta, ok: jax.Array | None, *, biases: bool, rope, form: Form):
@@ -184,15 +189,12 @@ def _attend_softmax(X: jax.Array, lw: Layers, beta, *, biases: bool, rope, form:
     normalised weights up to round-off, with ``n d_h`` divisions per head instead of ``n²`` and one pass
     fewer over the ``n × n`` array: on a CPU, 1.2-1.7x faster steps at d = 2-64 (``benchmarks/papers.py``;
     none at d = 16, n = 32)."""
-    ok = allowed(X.shape[0], lw.causal, lw.window) if form.masked else None
-    scores, ok = _scores(X, lw, beta, ok, biases=biases, rope=rope, form=form)
+    scores, ok = _scores(X, lw, beta, _mask(X.shape[0], lw, form), biases=biases, rope=rope, form=form)
     if ok is not None:
         scores = jnp.where(ok, scores, -jnp.inf)
     e = jnp.exp(scores - jax.lax.stop_gradient(scores.max(-1, keepdims=True)))
-    v = _values(X, lw, biases=biases, form=form)
-    heads = _contract("ij,jk->ik", e, v[0], form)[None] if e.ndim == 2 else _contract("hij,hjk->hik", e, v, form)
-    heads = heads / (e.sum(-1) if e.ndim == 3 else e.sum(-1)[None])[..., None]
-    return _output(heads, lw, biases=biases, form=form)
+    heads = _weighted_sum(X, e, lw, biases=biases, form=form)
+    return _output(heads / e.sum(-1).reshape(*heads.shape[:-1], 1), lw, biases=biases, form=form)
 
 
 def _values(X: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
@@ -234,10 +236,14 @@ def apply_weights(X: Float[Array, "n d"], A: Float[Array, "*H n n"], lw: Layers,
                   form: Form | None) -> Float[Array, "n d"]:
     """:func:`apply` for weights as :func:`weights` gives them (``[n, n]`` for a single head)."""
     form = GENERAL if form is None else form
+    return _output(_weighted_sum(X, A, lw, biases=biases, form=form), lw, biases=biases, form=form)
+
+
+def _weighted_sum(X: jax.Array, A: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
+    """``Σ_j A[h, i, j] v^h_j`` per head, ``[H, n, f]``, for weights ``[H, n, n]`` or a single head's ``[n, n]``
+    (without the head axis)."""
     v = _values(X, lw, biases=biases, form=form)
-    # [H, n, f]; a single head's [n, n] weights without the head axis
-    heads = _contract("ij,jk->ik", A, v[0], form)[None] if A.ndim == 2 else _contract("hij,hjk->hik", A, v, form)
-    return _output(heads, lw, biases=biases, form=form)
+    return _contract("ij,jk->ik", A, v[0], form)[None] if A.ndim == 2 else _contract("hij,hjk->hik", A, v, form)
 
 
 def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: str, rope, form: Form) -> jax.Array:
