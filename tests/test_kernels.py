@@ -1,6 +1,7 @@
 """The fused Pallas kernel (interpret mode, on every backend) against the plain JAX path, and its selection."""
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -71,6 +72,21 @@ def test_fused_matches_plain_at_other_paddings(n, d, heads, mask, interpreted):
     for name in ("diameter", "cos_consensus"):
         np.testing.assert_allclose(np.asarray(fused.observables[name]), np.asarray(plain.observables[name]),
                                    rtol=0, atol=5e-13)
+
+
+@pytest.mark.parametrize("dyn", [ja.D1, ja.Dynamics(attention="uniform"), ja.Dynamics(attention="unnormalised")],
+                         ids=["softmax", "uniform", "unnormalised"])
+def test_the_kernel_divides_after_the_weighted_sum(dyn):
+    """As the plain path's softmax: each head divides its weighted sum (``N × DH``) by the row normaliser instead of
+    normalising the ``N × N`` weights first. Read from the interpreted kernel's program: n = 20 tokens pad to
+    N = 32, three heads of 4 to DH = 16, d = 12 to D = 16, so a 32 × 32 division can only be the weights'."""
+    model = ja.random_model(jax.random.key(0), 12, 3, 2, mask="local:4")
+    X0 = ja.init_tokens(jax.random.key(1), 2, 20, 12, dtype=jnp.float64)
+    text = jax.jit(lambda X: kernels.fused_simulate(model, X, 3, dyn=dyn, alpha=0.5, beta=1.0, interpret=True)
+                   ).lower(X0).as_text()
+    assert not re.findall(r"stablehlo\.divide .*tensor<(?:\d+x)*32x32xf64>", text)
+    # the check sees what it checks: one division of the weighted sum per head (and the normalisation's)
+    assert len(re.findall(r"stablehlo\.divide .*tensor<(?:\d+x)*32x16xf64>", text)) >= 3
 
 
 @pytest.mark.parametrize("mask,heads,shared,dyn", CASES)

@@ -142,18 +142,20 @@ def _kernel(x_ref, sets_ref, q_ref, k_ref, v_ref, o_ref, causal_ref, window_ref,
               & jnp.where(window_ref[g] > 0, jnp.abs(i - j) < window_ref[g], True))
         upd = jnp.zeros_like(X)
         for h in range(heads):
+            # unnormalised weights W and their row normaliser z; the division comes after the weighted sum
+            # (N d_h divisions instead of N², as the plain path's softmax)
             if attention == "uniform":
-                w = ok.astype(X.dtype)
-                A = w / jnp.sum(w, axis=-1, keepdims=True)
+                W = ok.astype(X.dtype)
+                z = jnp.sum(W, axis=-1, keepdims=True)
             else:
                 S = _dot(_dot(X, q_ref[g, h], 1, 1), _dot(X, k_ref[g, h], 1, 1), 1, 1) * (beta * scale_ref[g])
                 if attention == "unnormalised":
-                    A = jnp.where(ok, jnp.exp(S), 0.0) / n
+                    W, z = jnp.where(ok, jnp.exp(S), 0.0), float(n)
                 else:
                     S = jnp.where(ok, S, -jnp.inf)
-                    E = jnp.exp(S - jnp.max(S, axis=-1, keepdims=True))
-                    A = E / jnp.sum(E, axis=-1, keepdims=True)
-            upd = upd + _dot(_dot(A, _dot(X, v_ref[g, h], 1, 1), 1, 0), o_ref[g, h], 1, 1)
+                    W = jnp.exp(S - jnp.max(S, axis=-1, keepdims=True))
+                    z = jnp.sum(W, axis=-1, keepdims=True)
+            upd = upd + _dot(_dot(W, _dot(X, v_ref[g, h], 1, 1), 1, 0) / z, o_ref[g, h], 1, 1)
         Y = X + alpha * upd
         if norm == "l2":
             Y = Y / jnp.sqrt(jnp.sum(Y * Y, axis=-1, keepdims=True))
