@@ -126,7 +126,7 @@ RUNS: tuple[Run, ...] = (
     Run("clusters",
         ("clusters", "--n", "40", "--n-1d", "40", "--t1", "15", "--num", "64", "--table-n", "10,20,40",
          "--table-d", "2,3", "--table-beta", "1", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "60000",
-         "--ensembles", "ginibre", "--check-num", "32", "--rate-n", "10,20,40,80", "--high-dim-n", "128",
+         "--ensembles", "ginibre", "--check-num", "64", "--rate-n", "10,20,40,80", "--high-dim-n", "128",
          "--high-dim-d", "64"),
         ("clusters", "--n", "6", "--n-1d", "6", "--t1", "3", "--num", "8", "--table-n", "5", "--table-d", "2",
          "--table-beta", "1", "--good-d", "2,128", "--good-samples", "40", "--ensembles", "ginibre", "--check-num",
@@ -230,7 +230,7 @@ def record_timing(runs: Path, run: Run, wall: float, reduced: bool) -> None:
     path = runs / "timings.json"
     with FileLock(str(path) + ".lock"):
         timings = json.loads(path.read_text()) if path.exists() else {}
-        timings[run.name] = {"wall_s": round(wall, 1), "reduced": reduced,
+        timings[run.name] = {"wall_s": round(wall, 1), "reduced": reduced, "commit": _commit(),
                              "command": run.command(reduced, f"{default_runs(reduced)}/{run.name}")}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(timings, indent=1) + "\n")
@@ -500,15 +500,18 @@ def render_record(record: dict) -> str:
             "`docs/gpu.md`).",
             "", "| paper | what | command |", "|---|---|---|"]
     out += [f"| {PAPERS[p].split(',')[0]} | {_cell(what)} | `{_cell(cmd)}` |" for p, what, cmd in LARGER]
-    out += ["", "## The runs", "", "| run | measured | commit | claims code | device | wall time (s) | command |",
-            "|---|---|---|---|---|---|---|"]
+    out += ["", "## The runs", "",
+            "| run | run by commit | measured | by commit | claims code | device | wall time (s) | command |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, e in entries.items():
         t = e.get("timing") or {}
         dev = e.get("device") or {}
         code = e.get("claims", "?") + ("" if name not in stale else " (not this checkout's)")
         cmd = t.get("command") or RUN_BY_NAME[name].command(reduced, f"{default_runs(reduced)}/{name}")
-        out.append(f"| {name} | {e['measured']} | {e['commit']} | {code} | {dev.get('backend', '?')} | "
-                   f"{t.get('wall_s', '?')} | `{_cell(cmd)}` |")
+        # the code that computed the run's numbers ("?": a run recorded before the commit was) and the code that
+        # read verdicts from them can differ: a run is measured again whenever the page is rewritten from it
+        out.append(f"| {name} | {t.get('commit', '?')} | {e['measured']} | {e['commit']} | {code} | "
+                   f"{dev.get('backend', '?')} | {t.get('wall_s', '?')} | `{_cell(cmd)}` |")
     out += ["", "Wall times on 2 shared CPU cores under `nice` (other jobs running), not benchmarks. A full "
             "reproduction takes longer than a working day there, so the page is completed run by run: "
             "`--only RUN` followed by `--page-only` measures the runs present and keeps the others' cells from "

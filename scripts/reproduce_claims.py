@@ -152,9 +152,13 @@ def fraction(label: str, count: int, total: int, op: str, threshold: float, tag:
     p = count / total
     if op in (">", ">="):
         ok = True if OPS[op](lo, threshold) else (False if not OPS[op](hi, threshold) else None)
+        best = wilson(int(total), int(total))[0]  # the most favourable count's interval end
     else:
         ok = True if OPS[op](hi, threshold) else (False if not OPS[op](lo, threshold) else None)
-    return Check(f"{label} {count}/{total} = {ci(p, lo, hi)} {SHOW[op]} {fmt(threshold)} [{tag}]", ok)
+        best = wilson(0, int(total))[1]
+    # a sample so small that no count could confirm the statement: say so rather than show a bare "?"
+    short = "" if OPS[op](best, threshold) else f"; too few to confirm: at best {fmt(best)}"
+    return Check(f"{label} {count}/{total} = {ci(p, lo, hi)} {SHOW[op]} {fmt(threshold)} [{tag}]{short}", ok)
 
 
 def below(label: str, value: float, se: float, threshold: float, tag: str) -> Check:

@@ -155,6 +155,8 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     assert "## The unnormalised kernel" in text  # its section carried in the record too
     measured = {row[0]: row[1] for row in _table_rows(text.split("## The runs")[1])}
     assert set(measured) == {"run", "clusters", "stability", "unnormalised"}
+    produced = json.loads((runs / "timings.json").read_text())
+    assert all(measured[r] == produced[r]["commit"] != "?" for r in ("clusters", "stability", "unnormalised"))
     assert "Measured by other claims code" not in text
 
     record["runs"]["clusters"]["claims"] = "0123456789ab"  # measured by an older reproduce_claims.py
@@ -197,6 +199,7 @@ def test_recorded_commands_name_no_path_of_this_machine(tmp_path):
     recorded = json.loads((runs / "timings.json").read_text())
     assert all(str(tmp_path) not in t["command"] for t in recorded.values()), recorded
     assert recorded["qk_cloud"]["command"] == "python scripts/reproduce.py --runs runs/reproduce --only qk_cloud"
+    assert {t["commit"] for t in recorded.values()} == {rep._commit()}  # the code that computed the run
     assert recorded["clusters"]["command"].endswith("--out runs/reproduce/clusters")
     recorded["qk_cloud"]["command"] = f"python scripts/reproduce.py --runs {runs} --only qk_cloud"  # the old way
     recorded["clusters"]["command"] = recorded["clusters"]["command"].replace("runs/reproduce/", f"{runs}/")
@@ -253,6 +256,25 @@ def test_a_fraction_is_judged_with_its_interval():
     assert claims.fraction("x", 1, 500, "<=", 0.05, "very-small-basin").ok is True
     assert claims.fraction("x", 25, 500, "<=", 0.05, "very-small-basin").ok is None  # [0.034, 0.073] straddles
     assert claims.fraction("x", 100, 500, "<=", 0.05, "very-small-basin").ok is False
+
+
+def test_a_sample_too_small_to_confirm_says_so():
+    """32 conditions cannot confirm "almost all" (≥ 0.9): even 32 of 32 has the interval [0.893, 1]. The check stays
+    undecided and says why, instead of a bare "?" that reads like a borderline result."""
+    few = claims.fraction("x", 32, 32, ">=", 0.9, "almost-all")
+    assert few.ok is None and "too few to confirm: at best 0.893" in few.text
+    enough = claims.fraction("x", 64, 64, ">=", 0.9, "almost-all")
+    assert enough.ok is True and "too few" not in enough.text
+    assert "too few to confirm" in claims.fraction("x", 0, 10, "<=", 0.05, "very-small-basin").text
+    assert "too few" not in claims.fraction("x", 0, 100, "<=", 0.05, "very-small-basin").text
+
+
+def test_the_clusters_run_has_enough_conditions_to_confirm_its_theorem_checks():
+    """The theorem checks of the full clusters run (CL6: "almost all" of ``--check-num`` conditions per figure) can
+    be confirmed: at 32 conditions no outcome could have reproduced Fig. 8."""
+    argv = rep.RUN_BY_NAME["clusters"].argv(False)
+    num = int(argv[argv.index("--check-num") + 1])
+    assert claims.wilson(num, num)[0] >= claims.T("almost-all"), num
 
 
 def test_the_verdict_follows_the_checks():
