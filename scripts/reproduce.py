@@ -198,6 +198,10 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
             pm_cases.study(out, **opts)
         else:
             _architecture(out, **opts)
+        if not (out / "config.json").exists():  # the device and versions, as the commands' runs record them
+            from jaxattn.io.results import provenance, write_json
+
+            write_json(out / "config.json", {"command": run.name, "config": opts, **provenance()})
     else:
         from jaxattn.cli import main
 
@@ -279,12 +283,13 @@ OFFLINE = (
 
 #: Larger runs than two CPU cores allow: the same computations at the papers' scale (a GPU for the largest).
 LARGER = (
-    (CO, "the consensus runs at the paper's scale: 100 prompts of 200 tokens, 100 passes",
-     "jaxattn consensus minilm --prompts 100 --tokens 200 --passes 100 --until 1e-3 --synthetic-num 128 --t1 40 "
+    (CO, "the consensus runs at the paper's horizon: 100 prompts of 200 tokens, 1000 passes (the paper's code runs "
+         "1000–2000)",
+     "jaxattn consensus minilm --prompts 100 --tokens 200 --passes 1000 --until 1e-3 --synthetic-num 128 --t1 40 "
      "--gpt2-like-n 200 --out runs/consensus-100"),
     (CO, "the paper's architectures with random weights, GPT-2 small to XL and GPT-Neo 125M to 2.7B (Figs. 9–10)",
      "for m in gpt2 gpt2-medium gpt2-large gpt2-xl gpt-neo-125M gpt-neo-1.3B gpt-neo-2.7B; do python -m "
-     "jaxattn.studies.architectures $m --prompts 100 --tokens 200 --passes 100 --until 1e-3 --out runs/random-$m; "
+     "jaxattn.studies.architectures $m --prompts 100 --tokens 200 --passes 1000 --until 1e-3 --out runs/random-$m; "
      "done"),
     (CL, "Fig. 7(b) over many initial conditions, and the theorem checks at 256 conditions",
      "jaxattn clusters --n 40 --t1 15 --check-num 256 --high-dim-n 256 --high-dim-d 128 --out runs/clusters-large"),
@@ -539,14 +544,15 @@ def _unnormalised_section(runs: Path) -> list[str]:
            "a finite-time blow-up once u e^{βu} > (n−1)/(eβ) (the bound column: the fraction of draws where a token "
            "starts above that constant, and of those, where the measured time is within the bound); the rescaled "
            "tokens z = e^{−tV}x blow up at the same time. For V = −I the same estimate bounds the growth by a "
-           "linear function of t: no blow-up (the explicit solver fails on a few stiff draws, counted as failures, "
-           "not blow-ups). Well-posed horizons: t < t*, with t* as tabulated; no initial distribution avoids the "
-           "blow-up for V = I, small tokens only delay it. The paper's "
-           "own code normalises the rows (softmax), so its setting (row CL8) is well-posed.", "",
-           "| V, initial tokens | draws × n | blown up by t = " + "20" + " | median t* | before t = 1 | before t = 5 | "
-           "comparison bound applies / holds | largest change of t* between the two | solver failures |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows(d / "blowup.csv"):
+           "linear function of t. A draw whose solve failed is counted in the last column, never as a blow-up. "
+           "Well-posed horizons: t < t*, with t* as tabulated. The paper's own code normalises the rows (softmax); "
+           "its setting is row CL8.", ""]
+    table = rows(d / "blowup.csv")
+    horizons = sorted({fmt(r["t_max"]) for r in table})
+    out += ["| V, initial tokens | draws × n | blown up by t = " + ", ".join(horizons) + " | median t* | "
+            "before t = 1 | before t = 5 | comparison bound applies / holds | largest change of t* between the two | "
+            "solver failures |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
         out.append(f"| {r['setting']} | {r['draws']} × {r['n']} | {ci(r['fraction'], r['ci_low'], r['ci_high'])} | "
                    f"{fmt(r['t_median'])} | {fmt(r['before_1'])} | {fmt(r['before_5'])} | "
                    f"{fmt(r['bound_applies'])} / {_dash(r['bound_holds'])} | {_dash(r['solver_abs_diff'])} | "
@@ -637,6 +643,11 @@ def write_page(runs: Path, page: Path) -> list[dict]:
     record = merge_record(old, cells, meta, runs)
     atomic_write_text(record_path(page), json.dumps(record, indent=1, ensure_ascii=False) + "\n")
     atomic_write_text(page, render_record(record))
+    # a figure no claim shows any more (a claim's figure renamed, a run that stopped making it) goes with the page
+    shown = {Path(c["figure"]).name for e in record["runs"].values() for c in e["cells"] if c.get("figure")}
+    for old_figure in img_dir.glob("*.png") if img_dir.is_dir() else ():
+        if old_figure.name not in shown:
+            old_figure.unlink()
     atomic_write_text(runs / "cells.json", json.dumps(cells, indent=1, ensure_ascii=False) + "\n")
     return cells
 

@@ -14,6 +14,7 @@ diagnoses computed on the runs (rates, plateaus), never written by hand.
 from __future__ import annotations
 
 import csv
+import inspect
 import itertools
 import json
 import math
@@ -24,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.analysis.stats import wilson
+from jaxattn.studies.cluster_checks import HULL_RTOL
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -89,7 +91,9 @@ THRESHOLDS: dict[str, Threshold] = {
     "zero": Threshold(1e-6, "a measure at its limit 0 in the float64 theorem settings",
                       "the solver's tolerances (rtol 1e-9): far below any transient, far above round-off"),
     "plateau": Threshold(0.05, "a plateau: the mean measure fell by less than this fraction over the last quarter "
-                         "of the passes (at least 2)", "jaxattn's diagnosis, not a verdict threshold of its own"),
+                         "of the passes (at least 2)",
+                         "jaxattn's reading (the papers give no number): a run not at consensus whose mean fell by "
+                         "less than this is judged stalled (differs); one falling faster is undecided at its horizon"),
     "very-small-basin": Threshold(0.05, "a “very small” basin of attraction: the share of random starts that end "
                                   "there", "jaxattn's reading: at most 5% (the paper gives no number)"),
     "clear-clusters": Threshold(3.0, "clusters: the tolerance-free cut's gap, in decades",
@@ -102,7 +106,8 @@ THRESHOLDS: dict[str, Threshold] = {
                         "slower than the share of real eigenvalues of a real Ginibre matrix (~ d^(−1/2))"),
     "machine": Threshold(1e-9, "no change where the paper says none (a token that never moves, a Lyapunov function "
                          "that never decreases, a hull that never grows), relative to the configuration's size",
-                         "float64 round-off of the solver's states (rtol 1e-8 to 1e-9)"),
+                         "float64 round-off of the solver's states (the theorem settings solve at rtol 1e-9, the "
+                         f"hull check at rtol {HULL_RTOL:g}: the solver's own error well below the threshold)"),
     "rate-level": Threshold(0.1, "the speed of consensus compared between runs: the layer at which a prompt's "
                             "first-token measure falls to this fraction of its start",
                             "jaxattn's measure, not a verdict threshold: for a geometric decay any fixed level ranks "
@@ -299,10 +304,11 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
         return Check(f"{base}; mean {fmt(b)}", False)
     drop = 1 - b / a
     rate = math.log(b / a) / (k * layers_per_step)
+    need = math.log(tol / b) / rate if rate < 0 else math.inf
     if drop < T("plateau"):
+        at = f"; at that rate the tolerance about {fmt(need)} {unit}s further" if rate < 0 else ""
         return Check(f"{base}; plateau: the mean fell by {fmt(100 * drop)}% over the last {k * layers_per_step} "
-                     f"{unit}s (mean {fmt(b)}) [plateau]", False)
-    need = math.log(tol / b) / rate
+                     f"{unit}s (mean {fmt(b)}){at} [plateau]", False)
     return Check(f"{base}; still decaying at the horizon: rate {fmt(rate)} per {unit} over the last "
                  f"{k * layers_per_step} {unit}s, the tolerance about {fmt(need)} {unit}s further at that rate", None)
 
@@ -637,10 +643,11 @@ def pm_preserved(d: Path) -> Result:
     after = {int(r["prompt"]): num(r["cos_consensus"]) for r in rs if int(r["pass"]) == 1}
     closer = sum(after[p] < before[p] for p in before)
     return Result(f"all-pairs cosine measure 1 − mean cos(x_i, x_j), embedded prompts through the model with its FFN "
-                  f"and affine LayerNorm: {fmt(np.mean(list(before.values())))} → {fmt(np.mean(list(after.values())))} "
+                  f"and affine LayerNorm, one forward pass (the paper's setting; repeated passes are CO5): "
+                  f"{fmt(np.mean(list(before.values())))} → {fmt(np.mean(list(after.values())))} "
                   f"(mean of {len(before)} prompts)",
-                  [fraction("prompts whose tokens end closer to consensus than they start", closer, len(before), ">",
-                            T("most"), "most")], ["prompts.csv"])
+                  [fraction("prompts whose tokens end the forward pass closer to consensus than they start", closer,
+                            len(before), ">", T("most"), "most")], ["prompts.csv"])
 
 
 # ------------------------------------------------------------------------------------------ clusters
@@ -834,14 +841,24 @@ def cl_qk(d: Path) -> Result:
                   checks, ["qk_cloud.csv", "qk_summary.csv"])
 
 
+def _paper_setting_tol(s: dict[str, str]) -> float:
+    """The vertex tolerance of the paper-setting run: recorded in its row, or (a run recorded before it was) the
+    default of the function that made it."""
+    if s.get("tol"):
+        return num(s["tol"])
+    from jaxattn.analysis.blowup import paper_setting
+
+    return float(inspect.signature(paper_setting).parameters["tol"].default)
+
+
 def cl_paper_setting(d: Path) -> Result:
     s = rows(d / "paper_setting.csv")[0]
-    checks = [fraction(f"draws with every token at a vertex at t = {fmt(s['t1'])} (tolerance 1e-3)",
+    tol = _paper_setting_tol(s)
+    checks = [fraction(f"draws with every token at a vertex at t = {fmt(s['t1'])} (tolerance {fmt(tol)})",
                        int(s["all_at_vertices"]), int(s["conditions_ok"]), ">=", T("almost-all"), "almost-all")]
-    note = (f"At t = {fmt(s['t1'])} the tolerance-free cut finds {fmt(s['gap_clusters_mean'])} clusters per draw "
-            f"against {fmt(s['clusters_mean'])} at distance 1e-3 (of {s['n']} tokens): "
-            + ("the clusters have formed but are not yet tighter than 1e-3"
-               if num(s["gap_clusters_mean"]) < num(s["clusters_mean"]) else "the clusters are as tight as 1e-3"))
+    note = (f"At t = {fmt(s['t1'])} the tolerance-free cut finds {fmt(s['gap_clusters_mean'])} clusters per draw, "
+            f"and grouping the tokens within distance {fmt(tol)} finds {fmt(s['clusters_mean'])} groups (of "
+            f"{s['n']} tokens, means over the draws)")
     return Result(f"{s['draws']} draws of {s['n']} tokens: tokens at vertices {fmt(s['at_vertices_fraction'])}, "
                   f"every token at a vertex in {s['all_at_vertices']}/{s['conditions_ok']}, {fmt(s['vertices_mean'])} "
                   f"polytope vertices; the unnormalised kernel from the same tokens blows up before t = {fmt(s['t1'])} "
@@ -975,7 +992,7 @@ def st_multi_head(d: Path) -> Result:
               fraction("(model, n, time) cases with exactly one stable consensus, at v1", cons, len(rs), ">=",
                        T("almost-all"), "almost-all; the paper: Theorem 1")]
     return Result(f"{len({r['model'] for r in rs})} models of {rs[0]['heads']} heads: of the bipartite candidates at "
-                  f"eigenvectors of F, {notfixed} are not fixed points of the map (the heads' attention splits them) "
+                  f"eigenvectors of F, {notfixed} are not fixed points of the map "
                   f"and {fixed} unstable fixed points remain", checks, ["multi_head_counts.csv"])
 
 
@@ -1021,11 +1038,11 @@ CLAIMS: tuple[Claim, ...] = (
           "degraded", "pm_minilm", pm_ffn),
     Claim("PM4", PM, "§2.3, §3.3, Figs. 2, 9", "A rank-1 change of the last layer's output matrix steers the tokens "
           "to a chosen direction u: perfect alignment is always achieved", "pm_minilm", pm_steer,
-          "steered_metrics.png"),
+          "steering.png"),
     Claim("PM5", PM, "§3.1, Figs. 5–6", "Shared weights (ALBERT-like): the tokens reach consensus on v1, or in the "
           "2-D subspace of a complex pair, and prolonging the model improves the alignment", "pm_shared", pm_shared),
     Claim("PM6", PM, "§3.2, Fig. 2(b) top", "The correlation ρ1 of layer-varying models stays low and does not grow "
-          "with the layer index", "pm_minilm", pm_low),
+          "with the layer index", "pm_minilm", pm_low, "metrics.png"),
     Claim("PM7", PM, "§3.2, Supp. Fig. 8", "The correlation with the principal eigenvector of the cumulative product "
           "Φ(k) = F(k)⋯F(1) shows no trend over k when compared with ρ̄", "pm_minilm", pm_phi),
     Claim("PM8", PM, "§4", "Layers with a larger spectral gap tilt the tokens more", "pm_minilm", pm_gap_tilt),
@@ -1058,16 +1075,18 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("CO9", CO, "§6.2, Figs. 9–10 (GPT-2)", "The paper's GPT-2 with random weights, periodic and aperiodic, with "
           "and without the FFN: consensus", "co_gpt2",
           _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
-                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic"))),
+                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic")),
+          "passes.png"),
     Claim("CO10", CO, "§6.2, Figs. 9–10 (GPT-Neo)", "The paper's GPT-Neo with random weights, periodic and aperiodic, "
           "with and without the FFN: consensus", "co_gptneo",
           _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
-                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic"))),
+                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic")),
+          "passes.png"),
     Claim("CO11", CO, "§6.2", "Rates: with random weights the FFN slows the convergence; trained weights converge "
           "faster than random ones", "consensus", co_rates),
     Claim("CO12", CO, "Theorem 5.1, §6.1.2, Fig. 4", "Theorem 5.1 at GPT-2's size: causal attention, V = I, two heads, "
           "time-varying weights, n and d like GPT-2's; the first token stays and the others converge to it",
-          "co_theorem51", co_gpt2_like),
+          "co_theorem51", co_gpt2_like, "synthetic.png"),
     Claim("CL1", CL, "Theorem 3.1, Figs. 1, 5", "V = I: for almost all initial sequences the rescaled tokens converge "
           "to the vertices of a convex polytope", "clusters", cl_polytope, "polytope.png"),
     Claim("CL2", CL, "Theorem 4.1, Fig. 6", "Good triple (top eigenvalue real, positive, simple): the tokens converge "
@@ -1091,11 +1110,11 @@ CLAIMS: tuple[Claim, ...] = (
           "the boundary of a polytope K or to 0, H = (∂K ∪ {0}) × G", "clusters", cl_theorem51),
     Claim("CL11", CL, "Conjecture 4.2, Fig. 7(b)", "n = 256, d = 128, random Q, K, symmetric V: along the positive "
           "eigenvalues the tokens cluster (at most three values), along the negative ones they diverge", "clusters",
-          cl_high_dim),
+          cl_high_dim, "high_dim.png"),
     Claim("CL12", CL, "Proposition C.2", "V = I: the convex hull of the rescaled tokens shrinks over time", "clusters",
           cl_hull),
     Claim("CL13", CL, "Theorem 2.1, Fig. 11", "d = 1: the convergence of P(t) is doubly exponential, and n has no "
-          "effect on it", "clusters", cl_rate),
+          "effect on it", "clusters", cl_rate, "rate.png"),
     Claim("ST1", ST, "Theorem 3 (Supp. D of the power-method paper); Lemmas of the multistability paper",
           "Under its assumptions (λ1(V) > 0; for the map, α below the step bound) the consensus at the principal "
           "eigenvector is always stable and every other consensus unstable", "stability", st_consensus),

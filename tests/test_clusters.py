@@ -308,3 +308,21 @@ def test_the_hull_check_solves_below_the_excursion_it_judges():
     assert all(r["solver_ok"] for r in rows)
     assert max(r["max_outside_relative"] for r in rows) < 1e-12
     assert all(r["volume_increases"] == 0 and r["volume_end"] < r["volume_0"] for r in rows)
+
+
+def test_the_theorem_checks_figures_are_drawn_from_their_rows(tmp_path):
+    """Fig. 7(b) and Fig. 11 from the check rows, as the study makes them or as read back from their CSV files
+    (text); no rows, no figure."""
+    from jaxattn.studies.clusters import check_figures
+
+    high = [{"t": t, "n": 8, "d": 4, "positive_dims": 2, "negative_dims": 2, "solver_ok": True,
+             "positive_spread": 1.0 / (1 + t), "negative_spread": np.exp(t), "gap_clusters": 2, "gap_decades": 3.0}
+            for t in (0.0, 0.5, 1.0)]
+    rate = [{"n": n, "condition": i, "points": 10, "slope": 1.0 + 0.01 * i, "r2": 0.99, "r2_single_exponential": 0.9,
+             "t_start": 1.0, "t_end": 3.0} for n in (5, 8) for i in range(4)]
+    assert check_figures(tmp_path / "a", {"high_dim": high, "rate": rate}) == ["high_dim.png", "rate.png"]
+    as_text = [{k: str(v) for k, v in r.items()} for r in high]
+    assert check_figures(tmp_path / "b", {"high_dim": as_text}) == ["high_dim.png"]
+    for png in ("a/high_dim.png", "a/rate.png", "b/high_dim.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert check_figures(tmp_path / "c", {}) == []

@@ -106,6 +106,10 @@ def test_every_claim_is_filled_from_a_run(reduced):
     for c in cells:
         if c["figure"]:
             assert (page.parent / c["figure"]).is_file()
+    # every run says on which device and with which versions it ran (the runs table's device column)
+    record = json.loads(rep.record_path(page).read_text())["runs"]
+    assert set(record) == set(rep.RUN_BY_NAME)
+    assert all(e["device"].get("backend") and e["versions"].get("jax") for e in record.values()), record.keys()
 
 
 def test_the_page_follows_the_csv_files(reduced, tmp_path):
@@ -166,9 +170,15 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     text = page.read_text()
     assert "a number of that time" in text
     assert "Measured by other claims code" in text and "(not this checkout's)" in text
+    stray = page.parent / rep.IMG / "clusters_a_figure_no_claim_shows.png"
+    stray.write_bytes(b"a figure of an older page")
     rep.write_page(_only(runs, {"clusters"}, tmp_path / "d"), page)  # measured again: the entry replaced
     text = page.read_text()
     assert "a number of that time" not in text and "Measured by other claims code" not in text
+    # the figures the page shows are there, carried runs' too, and nothing else
+    shown = set(re.findall(rf"\]\(({rep.IMG}/[^)]+\.png)\)", text))
+    assert shown and all((page.parent / f).exists() for f in shown)
+    assert {p.name for p in (page.parent / rep.IMG).iterdir()} == {Path(f).name for f in shown}
 
     unfinished = _only(runs, {"stability"}, tmp_path / "f")
     shutil.copytree(runs / "clusters", unfinished / "clusters")  # its files there, no wall time: still running

@@ -123,7 +123,7 @@ def paper_setting(key, num: int, n: int = 20, t1: float = 5.0, tol: float = 1e-3
     gaps = np.asarray(gap_clusters(jnp.asarray(zend[ok])).count) if ok.any() else np.zeros(0)
     t_unnorm = blowup_times(z0, np.eye(d), t_max=t1, score_cap=CHECKS[1][1], rtol=CHECKS[1][0])
     return {
-        "draws": num, "n": n, "t1": t1, "solver_failures": int((~ok).sum()),
+        "draws": num, "n": n, "t1": t1, "tol": tol, "solver_failures": int((~ok).sum()),
         "clusters_mean": float(np.mean([p.clusters for p in polys])) if polys else float("nan"),
         "gap_clusters_mean": float(gaps.mean()) if gaps.size else float("nan"),
         "vertices_mean": float(np.mean([p.vertices for p in polys])) if polys else float("nan"),

@@ -439,4 +439,50 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
     axes[1].set_ylabel("fraction of good triples")
     axes[1].legend(fontsize=7)
     save(fig, "counts.png")
+    names += check_figures(out, tables)
+    return names
+
+
+def check_figures(out: Path, tables: dict) -> list[str]:
+    """The theorem checks' figures, from their rows (as the study makes them, or as read back from their CSV files):
+    ``high_dim.png`` (Fig. 7(b): the spread of the tokens' components along the positive and the negative
+    eigenspace, and the clusters of the positive one) and ``rate.png`` (Fig. 11: the slope of log(−log dist(P(t),
+    Boolean)) per condition, for each n). Returns the names written."""
+    plt = plots.pyplot()
+    if plt is None:
+        return []
+    names = []
+    rs = [{k: float(v) for k, v in r.items() if k in ("t", "positive_spread", "negative_spread", "gap_clusters")}
+          | {k: r[k] for k in ("n", "d", "positive_dims", "negative_dims")} for r in tables.get("high_dim") or []]
+    if rs:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        t = [r["t"] for r in rs]
+        axes[0].semilogy(t, [r["positive_spread"] for r in rs], "o-", ms=3,
+                         label=f"positive eigenspace ({rs[0]['positive_dims']} dims)")
+        axes[0].semilogy(t, [r["negative_spread"] for r in rs], "s-", ms=3,
+                         label=f"negative eigenspace ({rs[0]['negative_dims']} dims)")
+        axes[0].set(xlabel="t", ylabel="spread of the tokens' component")
+        axes[0].legend(fontsize=7)
+        axes[1].plot(t, [r["gap_clusters"] for r in rs], "o-", ms=3)
+        axes[1].set(xlabel="t", ylabel="tolerance-free clusters of the positive component")
+        axes[1].yaxis.get_major_locator().set_params(integer=True)
+        fig.suptitle(f"Fig. 7(b): n = {rs[0]['n']}, d = {rs[0]['d']}, random Q, K, symmetric V", fontsize=10)
+        fig.tight_layout()
+        plots.save(fig, out / "high_dim.png", 110)
+        names.append("high_dim.png")
+    rate = tables.get("rate") or []
+    ns = sorted({int(r["n"]) for r in rate})
+    if ns:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for i, n in enumerate(ns):
+            slopes = [float(r["slope"]) for r in rate if int(r["n"]) == n and int(r["points"]) >= 4]
+            ax.plot(np.full(len(slopes), i) + np.linspace(-0.2, 0.2, len(slopes)), slopes, ".", color="C0", ms=4)
+            if slopes:
+                ax.plot([i - 0.3, i + 0.3], [np.median(slopes)] * 2, color="C3", lw=2)
+        ax.set_xticks(range(len(ns)), [str(n) for n in ns])
+        ax.set(xlabel="n (red: the median)", ylabel="slope of log(−log dist(P(t), Boolean)) in t",
+               title="Theorem 2.1, Fig. 11: the doubly exponential rate")
+        fig.tight_layout()
+        plots.save(fig, out / "rate.png", 110)
+        names.append("rate.png")
     return names
