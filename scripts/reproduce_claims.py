@@ -1044,8 +1044,9 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("PM6", PM, "§3.2, Fig. 2(b) top", "The correlation ρ1 of layer-varying models stays low and does not grow "
           "with the layer index", "pm_minilm", pm_low, "metrics.png"),
     Claim("PM7", PM, "§3.2, Supp. Fig. 8", "The correlation with the principal eigenvector of the cumulative product "
-          "Φ(k) = F(k)⋯F(1) shows no trend over k when compared with ρ̄", "pm_minilm", pm_phi),
-    Claim("PM8", PM, "§4", "Layers with a larger spectral gap tilt the tokens more", "pm_minilm", pm_gap_tilt),
+          "Φ(k) = F(k)⋯F(1) shows no trend over k when compared with ρ̄", "pm_minilm", pm_phi, "layers.png"),
+    Claim("PM8", PM, "§4", "Layers with a larger spectral gap tilt the tokens more", "pm_minilm", pm_gap_tilt,
+          "layers.png"),
     Claim("PM9", PM, "§5", "With the embedding layer, the FFN and the affine LayerNorm, consensus among the tokens is "
           "preserved", "consensus", pm_preserved),
     Claim("PM10", PM, "§5", "With the FFN, steering works once the direction is precompensated through the last FFN "

@@ -103,7 +103,8 @@ def test_interrupted_sweep_resumes(tmp_path, monkeypatch):
 
 
 def check_run(out, shared):
-    for name in ("eigenvalues.png", "metrics.png", "alignment_hist.png", "steering.png", "consensus.png"):
+    for name in ("eigenvalues.png", "metrics.png", "alignment_hist.png", "steering.png", "consensus.png",
+                 "layers.png"):
         p = out / name
         assert p.is_file() and p.stat().st_size > 5000 and p.read_bytes()[:4] == b"\x89PNG"
     rows = list(csv.DictReader((out / "layers.csv").open()))

@@ -173,8 +173,34 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     ax.legend(fontsize=8)
     paths.append(save(fig, out / "consensus.png"))
     plt.close(fig)
+    paths += layer_figures(out, tables.get("main") or [])
     return paths
 
 
-__all__ = ["STEP", "encoder_available", "frames", "load_trajectory", "movie", "power_method_figures", "pyplot", "save",
-           "save_trajectory"]
+def layer_figures(out: Path, rows: list[dict]) -> list[Path]:
+    """``layers.png`` from the unmodified run's per-layer rows (as the study makes them, or as read back from
+    ``layers.csv``): the correlation with the principal eigenvector of the cumulative product Φ(k) = F(k)⋯F(1)
+    against ρ̄ (the paper's Supp. Fig. 8), and the tilt Δρ1 of each layer against its spectral gap (§4)."""
+    plt = pyplot()
+    if plt is None or not rows:
+        return []
+    col = lambda key: np.array([float(r[key]) for r in rows])
+    k = col("step")
+    fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+    ax[0].plot(k, col("rho_phi"), "o-", color="C3", ms=3, label="ρ(Φ(k)): the cumulative product's eigenvector")
+    ax[0].plot(k, col("rhobar"), "s--", color="C0", ms=3, label="ρ̄ (all eigendirections of the layer)")
+    ax[0].set(xlabel=STEP, ylabel="mean |<x, u>| / ||x||", title="cumulative product Φ(k) = F(k)⋯F(1)")
+    ax[0].legend(fontsize=7)
+    ax[1].plot(col("gap"), col("drho1"), "o", color="C3")
+    for g, t, s in zip(col("gap"), col("drho1"), k, strict=True):
+        ax[1].annotate(f"{int(s)}", (g, t), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    ax[1].axhline(0.0, color="k", lw=0.6)
+    ax[1].set(xlabel="spectral gap (Re λ1 − Re λ2)/|λ1| of the layer", ylabel="Δρ1 (numbers: the layer)",
+              title="tilt against the gap")
+    path = save(fig, out / "layers.png")
+    plt.close(fig)
+    return [path]
+
+
+__all__ = ["STEP", "encoder_available", "frames", "layer_figures", "load_trajectory", "movie", "power_method_figures",
+           "pyplot", "save", "save_trajectory"]
