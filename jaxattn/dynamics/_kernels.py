@@ -144,6 +144,7 @@ def _kernel(x_ref, sets_ref, q_ref, k_ref, v_ref, o_ref, causal_ref, window_ref,
         for h in range(heads):
             # unnormalised weights W and their row normaliser z; the division comes after the weighted sum
             # (N d_h divisions instead of N², as the plain path's softmax)
+            z: jax.Array | float
             if attention == "uniform":
                 W = ok.astype(X.dtype)
                 z = jnp.sum(W, axis=-1, keepdims=True)
