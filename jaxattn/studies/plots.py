@@ -191,7 +191,7 @@ def layer_figures(out: Path, rows: list[dict]) -> list[Path]:
     ax[0].plot(k, col("rhobar"), "s--", color="C0", ms=3, label="ρ̄ (all eigendirections of the layer)")
     ax[0].set(xlabel=STEP, ylabel="mean |<x, u>| / ||x||", title="cumulative product Φ(k) = F(k)⋯F(1)")
     ax[0].legend(fontsize=7)
-    ax[1].plot(col("gap"), col("drho1"), "o", color="C3")
+    ax[1].scatter(col("gap"), col("drho1"), color="C3")  # points, not a line over the layers
     for g, t, s in zip(col("gap"), col("drho1"), k, strict=True):
         ax[1].annotate(f"{int(s)}", (g, t), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax[1].axhline(0.0, color="k", lw=0.6)
