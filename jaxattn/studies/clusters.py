@@ -23,6 +23,7 @@ directory (``config.json``, CSV tables, PNG figures, ``report.md``):
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -475,7 +476,8 @@ def check_figures(out: Path, tables: dict) -> list[str]:
     if ns:
         fig, ax = plt.subplots(figsize=(6, 4))
         for i, n in enumerate(ns):
-            slopes = [float(r["slope"]) for r in rate if int(r["n"]) == n and int(r["points"]) >= 4]
+            # a condition without enough points in the window has no fit: its slope is NaN
+            slopes = [float(r["slope"]) for r in rate if int(r["n"]) == n and math.isfinite(float(r["slope"]))]
             ax.plot(np.full(len(slopes), i) + np.linspace(-0.2, 0.2, len(slopes)), slopes, ".", color="C0", ms=4)
             if slopes:
                 ax.plot([i - 0.3, i + 0.3], [np.median(slopes)] * 2, color="C3", lw=2)
