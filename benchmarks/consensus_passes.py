@@ -17,7 +17,7 @@ The paper uses 100 prompts; the default here is 20 (``--prompts``) to keep the r
 :func:`bench` is the function behind the command line (``scripts/gpu_check.py`` calls it at GPU sizes,
 with Hugging Face on CUDA where torch has it).
 
-Run: ``.venv/bin/python benchmarks/consensus_passes.py [--prompts 20]``.
+Run: ``.venv/bin/python benchmarks/consensus_passes.py [--prompts 2,20]``.
 """
 
 from __future__ import annotations
@@ -30,10 +30,13 @@ import time
 import numpy as np
 
 
-def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, device=None, on_result=None) -> dict:
+def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, device=None, on_result=None,
+          compare_width=False) -> dict:
     """Both sides on one workload (a random GPT-2-shaped model of ``d``, ``layers``, ``heads``), checked to
     agree before they are timed; ``device`` is torch's (default: CUDA where torch has it). ``on_result(partial)``
-    receives what is known after each phase (a caller stopped at a time budget keeps it)."""
+    receives what is known after each phase (a caller stopped at a time budget keeps it). ``compare_width``
+    also times jaxattn at 64 lanes, the default width of such prompts on a CPU before the block stopped widening at
+    ``LANE_SATURATION``."""
     import jax
     import jax.numpy as jnp
     import torch
@@ -42,6 +45,7 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     import jaxattn as ja
     from jaxattn.analysis import observables
     from jaxattn.dynamics import prompts as prompt_mod
+    from jaxattn.dynamics._runner import working_bytes
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_grad_enabled(False)
@@ -64,9 +68,13 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     ids = prompt_mod.random_prompts(jax.random.key(0), model, prompts, tokens)
     X0 = prompt_mod.embed_prompts(model, ids, dtype=jnp.float32)
 
-    def jax_run():
-        res = ja.repeated_passes(model, X0, passes, dynamics=ja.NO_FFN, save=ja.Save(observe=observables.consensus))
+    def jax_run(batch=None):
+        res = ja.repeated_passes(model, X0, passes, dynamics=ja.NO_FFN, save=ja.Save(observe=observables.consensus),
+                                 batch=batch or ja.Batch())
         return np.asarray(jax.block_until_ready(res.observables["first_token"]))
+
+    def jax_64_run():  # the lane width every prompt of this size had by default before LANE_SATURATION
+        return jax_run(ja.Batch(size=64))
 
     def hf_run():
         h = torch.from_numpy(np.array(X0)).to(device)
@@ -105,17 +113,25 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     known(jaxattn_s=round(tj, 3))
     th, _ = clock(hf_run)
     known(hf_s=round(th, 3), speedup=round(th / tj, 2))
+    if compare_width:
+        default_lanes = ja.dynamics.default_lanes(working_bytes(tokens, d, heads, jnp.float32, hidden=4 * d))
+        jax_64_run()  # compiled at that width first
+        t64, j64 = clock(jax_64_run)
+        known(default_lanes=default_lanes, jaxattn_64_lanes_s=round(t64, 3), speedup_over_64_lanes=round(t64 / tj, 2),
+              max_abs_diff_64_lanes=float(np.abs(j64 - j).max()))
     return res
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--prompts", type=int, default=20)
+    ap.add_argument("--prompts", default="20", help="prompts, or several counts (e.g. 2,20): one result each")
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--passes", type=int, default=10)
     ap.add_argument("--out", default="benchmarks/results_consensus.json")
     a = ap.parse_args()
-    res = bench(a.prompts, a.tokens, a.passes)
+    counts = [int(p) for p in a.prompts.split(",")]
+    runs = [bench(p, a.tokens, a.passes, compare_width=True) for p in counts]
+    res = runs[0] if len(runs) == 1 else runs
     print(json.dumps(res, indent=2))
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)

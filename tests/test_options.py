@@ -159,6 +159,20 @@ def test_default_lanes_narrow_for_large_conditions():
     big = default_lanes(2**28)  # 256 MiB a condition: a block fits the backend's budget
     assert big < full and full % big == 0 and big >= 1
     assert default_lanes(2**50) == 1
+    # a block stops widening where it would exceed the narrower of the memory budget and the saturation size
+    # (a wider block only pads a small batch): a few prompts of a GPT-2-sized model are not padded to 64 lanes
+    from jaxattn.dynamics import _runner
+
+    cap = min(_runner.block_budget(), _runner.LANE_SATURATION.get(jax.default_backend(), _runner.block_budget()))
+    for n in (10, 50, 100, 200, 1000):
+        for dtype in (jnp.float32, jnp.float64):
+            cb = working_bytes(n, 768, 12, dtype, hidden=3072)
+            lanes = default_lanes(cb)
+            assert lanes == 1 or lanes * cb <= cap
+            assert lanes == full or 2 * lanes * cb > cap
+    if jax.default_backend() == "cpu":
+        assert default_lanes(working_bytes(200, 768, 12, jnp.float32, hidden=3072)) == 8
+        assert default_lanes(working_bytes(10, 384, 12, jnp.float32, hidden=1536)) == full  # small prompts: all 64
 
 
 def test_save_passes_through_jit_with_traced_times():
