@@ -112,12 +112,14 @@ RUNS: tuple[Run, ...] = (
          "--synthetic-num", "1", "--t1", "40", "--gpt2-like-n", "200"),
         ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
          "--synthetic-num", "1", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
-    Run("co_gpt2", ("--name", "gpt2", "--prompts", "2", "--tokens", "200", "--passes", "8", "--until", "1e-3",
-                    "--block", "4"),
+    # 8 prompts: the default lane width of a 200-token GPT-2-sized prompt on a CPU, so no lane is padding; 100
+    # passes (the consensus run's horizon) take about 15 minutes each on two cores
+    Run("co_gpt2", ("--name", "gpt2", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until", "1e-3",
+                    "--block", "10"),
         ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
         extra="architecture"),
-    Run("co_gptneo", ("--name", "gpt-neo-125M", "--prompts", "2", "--tokens", "200", "--passes", "8", "--until",
-                      "1e-3", "--block", "4"),
+    Run("co_gptneo", ("--name", "gpt-neo-125M", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until",
+                      "1e-3", "--block", "10"),
         ("--name", "gpt-neo-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block",
          "1"), extra="architecture"),
     # Fig. 7(b) at n = 128, d = 64 here: the rescaled flow is as stiff at any d (V's spectrum lies in [-√2, √2]), so
