@@ -108,8 +108,9 @@ class Batch:
 
     Attributes:
         size: conditions per compiled block (the lane width). ``None``, in every driver: a fixed width set by
-            the backend and the size of one condition, never by the batch (on a CPU 64, and up to 1024 for the
-            small conditions of one-head maps: :func:`jaxattn.dynamics.default_lanes`). The batch is padded to
+            the backend and the size of one condition, never by the batch (on a CPU 64, up to 1024 for the
+            small conditions of one-head maps, and fewer for large ones such as long prompts of a real model:
+            :func:`jaxattn.dynamics.default_lanes`). The batch is padded to
             whole blocks, so a
             condition's numbers do not depend on the batch size or on how a sweep is split, for a given
             ``size``; memory grows with ``size``, not with the batch.
