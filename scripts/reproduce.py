@@ -99,8 +99,10 @@ RUNS: tuple[Run, ...] = (
                      "--theorem-d", "6", "--steps", "1000"),
         ("--num", "4", "--n", "4", "--d", "6", "--depth", "3", "--prolong", "4", "--heads", "2", "--theorem-d", "4",
          "--steps", "40"), extra="pm_cases"),
+    # 16 prompts of 200 tokens: one block of MiniLM's default lane width on a CPU; 1000 passes, the paper's horizon
+    # (1000-2000), since repeated passes no longer pad a few prompts to 64 lanes
     Run("consensus",
-        ("consensus", "minilm", "--prompts", "10", "--tokens", "200", "--passes", "100", "--until", "1e-3",
+        ("consensus", "minilm", "--prompts", "16", "--tokens", "200", "--passes", "1000", "--until", "1e-3",
          "--block", "10", "--synthetic-n", "10", "--synthetic-num", "128", "--t1", "40"),
         ("consensus", "minilm", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1",
          "--synthetic-num", "2", "--t1", "3")),
