@@ -329,7 +329,8 @@ def scale(run: str, d: Path) -> str:
     if run in ("consensus", "co_gpt2", "co_gptneo"):
         passes = max((int(r["passes"]) for r in rows(d / "summary.csv")), default=0)
         text = (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, up to {c.get('passes')} "
-                f"passes (stopped below a mean of {c.get('until')}; longest run {passes}), {c.get('dtype')}")
+                f"passes (stopped once every prompt was below {c.get('until')}; longest run {passes}), "
+                f"{c.get('dtype')}")
         if c.get("synthetic"):
             text += (f"; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, d {c.get('synthetic_d')}, "
                      f"t ≤ {c.get('t1')}, float64")

@@ -289,7 +289,8 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
     """A measure that should decay to 0 (``means``: its mean at every pass boundary or saved time; ``finals``: every
     prompt's last value). Holds when every prompt ends below the consensus tolerance; otherwise the last quarter
     of the run (at least two points) decides between a plateau (fails) and a decay still under way at the
-    horizon (undecided), with the rate and how far the tolerance would be at that rate."""
+    horizon (undecided), with the mean's rate and how far the largest prompt would be from the tolerance at that
+    rate (the mean itself can be below it while a prompt is not)."""
     tol = T(tolerance)
     above = sum(f >= tol or not math.isfinite(f) for f in finals)
     m = np.asarray(means, float)
@@ -304,13 +305,17 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
         return Check(f"{base}; mean {fmt(b)}", False)
     drop = 1 - b / a
     rate = math.log(b / a) / (k * layers_per_step)
-    need = math.log(tol / b) / rate if rate < 0 else math.inf
+    finite = [f for f in finals if math.isfinite(f)]
+    worst = max(finite) if finite else math.inf
+    need = math.log(tol / worst) / rate if rate < 0 and math.isfinite(worst) else math.inf
+    at = (f"the largest prompt ({fmt(worst)}) at the tolerance about {fmt(need)} {unit}s further at that rate"
+          if math.isfinite(need) else "")
     if drop < T("plateau"):
-        at = f"; at that rate the tolerance about {fmt(need)} {unit}s further" if rate < 0 else ""
+        at = f"; {at}" if at else ""
         return Check(f"{base}; plateau: the mean fell by {fmt(100 * drop)}% over the last {k * layers_per_step} "
                      f"{unit}s (mean {fmt(b)}){at} [plateau]", False)
     return Check(f"{base}; still decaying at the horizon: rate {fmt(rate)} per {unit} over the last "
-                 f"{k * layers_per_step} {unit}s, the tolerance about {fmt(need)} {unit}s further at that rate", None)
+                 f"{k * layers_per_step} {unit}s" + (f", {at}" if at else ""), None)
 
 
 def share(label: str, count: int, total: int, op: str, threshold: float, tag: str) -> Check:

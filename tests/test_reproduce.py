@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import math
 import re
 import shutil
 import sys
@@ -337,6 +338,12 @@ def test_decay_tells_a_plateau_from_a_decay_still_under_way():
     slow = claims.decay("x", [1.0, 0.5, 0.25, 0.125, 0.06, 0.03, 0.015, 0.008], [0.01, 0.006])
     assert (done.ok, plateau.ok, slow.ok) == (True, False, None)
     assert "plateau" in plateau.text and "still decaying" in slow.text and "rate" in slow.text
+    # the mean below the tolerance, one prompt above it (a run stopped on its mean did this): how far that prompt
+    # is, never a negative distance from the mean
+    behind = claims.decay("x", [1.0, 0.1, 0.01, 0.001, 5e-4], [1e-4, 1e-4, 1.3e-3])
+    assert behind.ok is None and "2/3 below" in behind.text and "largest prompt (0.0013)" in behind.text
+    need = float(behind.text.split("tolerance about ")[1].split(" ")[0])
+    assert need == pytest.approx(math.log(1e-3 / 1.3e-3) / (math.log(5e-4 / 0.01) / 2), rel=1e-2) and need > 0
 
 
 # ------------------------------------------------------------------------------------------ every claim flips

@@ -74,8 +74,8 @@ class ConsensusConfig:
     figures: bool = option(True, "write PNG figures")
     random_periodic: bool = option(True, "also run random weights drawn once with the model's initialisation and "
                                    "kept for every pass (the paper's random periodic weights)")
-    until: float = option(0.0, "stop a run once the mean first-token measure over the prompts is below this, "
-                          "checked every --block passes (0: run every pass)", check=non_negative)
+    until: float = option(0.0, "stop a run once every prompt's first-token measure is below this (the prompts "
+                          "that blew up aside), checked every --block passes (0: run every pass)", check=non_negative)
     block: int = option(10, "passes between the checks of --until", check=positive)
     gpt2_like_n: int = option(0, "also run Theorem 5.1's setting (causal, V = I, two heads, a new Gaussian weight "
                               "set every unit of time, 4 initial conditions) with this many tokens (GPT-2 small's "
@@ -162,8 +162,10 @@ def _runs(model: Model, random_periodic: bool = True) -> list[tuple[str, Dynamic
 def passes_until(model: Model, X0, passes: int, *, dynamics: Dynamics, mode: str, key, until: float = 0.0,
                  block: int = 10, precision: str = "highest", dtype=None) -> dict[str, np.ndarray]:
     """The consensus measures after every block of ``passes`` passes of ``model`` from ``X0: [B, n, d]`` (every
-    ``mode`` of :data:`MODES`); with ``until > 0`` the passes run ``block`` at a time and stop once the mean
-    first-token measure is below ``until``. Returns ``{measure: [B, layers + 1]}``.
+    ``mode`` of :data:`MODES`); with ``until > 0`` the passes run ``block`` at a time and stop once every prompt's
+    first-token measure is below ``until`` (prompts whose measure is not finite aside: they never come back). It
+    used to stop on the mean, which left the prompts behind it above ``until``, where the reproduction's check asks
+    for every prompt. Returns ``{measure: [B, layers + 1]}``.
 
     One call runs the passes when ``until`` is 0; in blocks, the redrawn weights of block ``b`` come from
     ``fold_in(key, b)`` (pass ``j`` of it from ``fold_in(fold_in(key, b), j)``).
@@ -182,7 +184,8 @@ def passes_until(model: Model, X0, passes: int, *, dynamics: Dynamics, mode: str
         obs = {k: np.asarray(v, np.float64) for k, v in res.observables.items()}
         parts.append(obs if done == 0 else {k: v[:, 1:] for k, v in obs.items()})  # a block starts where one ended
         X, done = res.final, done + p
-        if np.nanmean(obs["first_token"][:, -1]) < until:
+        last = obs["first_token"][:, -1]
+        if np.all(last[np.isfinite(last)] < until):
             break
     return {k: np.concatenate([q[k] for q in parts], axis=1) for k in parts[0]}
 
@@ -214,7 +217,7 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
     curves = {}
     for name, dyn, mode in runs:
         say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks"
-            + (f" (until the mean first-token measure is below {cfg.until:g})" if cfg.until > 0 else ""))
+            + (f" (until every prompt's first-token measure is below {cfg.until:g})" if cfg.until > 0 else ""))
         obs = passes_until(model, X0, cfg.passes, dynamics=dyn, mode=mode, key=jax.random.fold_in(key, 8),
                            until=cfg.until, block=cfg.block, precision=cfg.matmul_precision, dtype=cfg.dtype)
         ft = obs["first_token"]  # [B, passes*depth + 1]
