@@ -163,9 +163,8 @@ def passes_until(model: Model, X0, passes: int, *, dynamics: Dynamics, mode: str
                  block: int = 10, precision: str = "highest", dtype=None) -> dict[str, np.ndarray]:
     """The consensus measures after every block of ``passes`` passes of ``model`` from ``X0: [B, n, d]`` (every
     ``mode`` of :data:`MODES`); with ``until > 0`` the passes run ``block`` at a time and stop once every prompt's
-    first-token measure is below ``until`` (prompts whose measure is not finite aside: they never come back). It
-    used to stop on the mean, which left the prompts behind it above ``until``, where the reproduction's check asks
-    for every prompt. Returns ``{measure: [B, layers + 1]}``.
+    first-token measure is below ``until`` (prompts whose measure is not finite aside: they never come back), not
+    the mean, which would leave the prompts behind it above ``until``. Returns ``{measure: [B, layers + 1]}``.
 
     One call runs the passes when ``until`` is 0; in blocks, the redrawn weights of block ``b`` come from
     ``fold_in(key, b)`` (pass ``j`` of it from ``fold_in(fold_in(key, b), j)``).
