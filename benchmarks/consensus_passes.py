@@ -35,8 +35,8 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     """Both sides on one workload (a random GPT-2-shaped model of ``d``, ``layers``, ``heads``), checked to
     agree before they are timed; ``device`` is torch's (default: CUDA where torch has it). ``on_result(partial)``
     receives what is known after each phase (a caller stopped at a time budget keeps it). ``compare_width``
-    also times jaxattn at 64 lanes, the default width of such prompts on a CPU before the block stopped widening at
-    ``LANE_SATURATION``."""
+    also times jaxattn at 64 lanes: on a CPU the default width of such prompts before the block stopped widening at
+    ``LANE_SATURATION``; on a GPU a narrower block than the default (the measurement a GPU entry needs)."""
     import jax
     import jax.numpy as jnp
     import torch

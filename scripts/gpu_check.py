@@ -492,9 +492,13 @@ def stage_bench_consensus(ctx: Ctx) -> dict:
     if not (_has("torch") and _has("transformers")):
         return {"error": "torch and transformers are needed (the Hugging Face side)"}
     cons = _bench_module("consensus_passes")
+    # compare_width: the default width (1024 lanes for these prompts on a GPU) against 64, the measurement a GPU entry
+    # of LANE_SATURATION needs
     if ctx.reduced:
-        return cons.bench(prompts=2, tokens=8, passes=2, d=16, layers=2, heads=2, on_result=ctx.record)
-    return cons.bench(prompts=100, tokens=200, passes=10, on_result=ctx.record)  # the first calls, kept
+        return cons.bench(prompts=2, tokens=8, passes=2, d=16, layers=2, heads=2, on_result=ctx.record,
+                          compare_width=True)
+    return cons.bench(prompts=100, tokens=200, passes=10, on_result=ctx.record,
+                      compare_width=True)  # the first calls, kept
 
 
 def stage_bench_papers(ctx: Ctx) -> dict:

@@ -115,7 +115,7 @@ RUNS: tuple[Run, ...] = (
         ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
          "--synthetic-num", "1", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
     # 8 prompts: the default lane width of a 200-token GPT-2-sized prompt on a CPU, so no lane is padding; 100
-    # passes (the consensus run's horizon) take about 15 minutes each on two cores
+    # passes (the consensus run's horizon): 860 s for the four GPT-2 runs on two cores
     Run("co_gpt2", ("--name", "gpt2", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until", "1e-3",
                     "--block", "10"),
         ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
@@ -329,7 +329,7 @@ def scale(run: str, d: Path) -> str:
     if run in ("consensus", "co_gpt2", "co_gptneo"):
         passes = max((int(r["passes"]) for r in rows(d / "summary.csv")), default=0)
         text = (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, up to {c.get('passes')} "
-                f"passes (stopped once every prompt was below {c.get('until')}; longest run {passes}), "
+                f"passes (stopping once every finite prompt is below {c.get('until')}; longest run {passes}), "
                 f"{c.get('dtype')}")
         if c.get("synthetic"):
             text += (f"; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, d {c.get('synthetic_d')}, "

@@ -293,8 +293,10 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
     rate (the mean itself can be below it while a prompt is not)."""
     tol = T(tolerance)
     above = sum(f >= tol or not math.isfinite(f) for f in finals)
+    blown = sum(not math.isfinite(f) for f in finals)
     m = np.asarray(means, float)
-    base = f"{label}: {len(finals) - above}/{len(finals)} below {fmt(tol)} [{tolerance}]"
+    base = (f"{label}: {len(finals) - above}/{len(finals)} below {fmt(tol)} [{tolerance}]"
+            + (f" ({blown} not finite)" if blown else ""))
     if above == 0:
         return Check(base, True)
     if len(m) < 3:
@@ -305,9 +307,9 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
         return Check(f"{base}; mean {fmt(b)}", False)
     drop = 1 - b / a
     rate = math.log(b / a) / (k * layers_per_step)
-    finite = [f for f in finals if math.isfinite(f)]
-    worst = max(finite) if finite else math.inf
-    need = math.log(tol / worst) / rate if rate < 0 and math.isfinite(worst) else math.inf
+    behind = [f for f in finals if math.isfinite(f) and f >= tol]  # the finite prompts still above the tolerance
+    worst = max(behind) if behind else math.inf
+    need = math.log(tol / worst) / rate if rate < 0 and behind else math.inf
     at = (f"the largest prompt ({fmt(worst)}) at the tolerance about {fmt(need)} {unit}s further at that rate"
           if math.isfinite(need) else "")
     if drop < T("plateau"):
@@ -582,7 +584,7 @@ def _decays(d: Path, runs: list[tuple[str, str]]) -> Result:
         means, finals, depth = _pass_series(d, run)
         checks.append(decay(label, means, finals, depth))
         parts.append(f"{label}: {fmt(means[0])} → {fmt(means[-1])} after {(len(means) - 1) * depth} layers "
-                     f"({len(finals)} prompts, largest {fmt(max(finals))})")
+                     f"({len(finals)} prompts, largest {fmt(float(np.nanmax(finals)))})")
     return Result("; ".join(parts), checks, ["prompts.csv"])
 
 

@@ -66,6 +66,7 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     (row,) = r["bench_kernel"]["rows"]
     assert r["bench_kernel"]["interpret"] and row["max_abs_diff"] < 1e-4 and "speedup" in row
     assert r["bench_consensus"]["max_abs_diff_first_token_measure"] < 1e-3
+    assert r["bench_consensus"]["max_abs_diff_64_lanes"] < 1e-3 and r["bench_consensus"]["default_lanes"] >= 1
     (papers,) = r["bench_papers"]["rows"]  # the sphere model at d = 2, every implementation agreeing, timed
     assert papers["d"] == 2 and papers["form"].startswith("scores: per-head projections (q, k read as reshapes)")
     assert {"jax-floor", "jax-floor-observed", "jaxattn", "jaxattn-last", "jaxattn-general"} <= set(papers["results"])

@@ -125,6 +125,30 @@ def test_passes_in_blocks_are_the_passes_in_one_call():
     assert later["first_token"].shape[1] > 2 * 2 + 1
 
 
+def test_passes_until_sets_aside_prompts_that_blew_up(monkeypatch):
+    """--until stops once every finite prompt is below it (a prompt that blew up never comes back), also when
+    every prompt blew up; a finite prompt above it keeps the passes going."""
+    from jaxattn.dynamics.passes import Passes
+    from jaxattn.studies import consensus as cons
+
+    def fake(finals):
+        calls = []
+
+        def passes(model, X, p, **kw):  # depth 1: the input, then one record per pass
+            calls.append(p)
+            ft = np.array([[1.0] + [f] * p for f in finals])
+            return Passes({"first_token": ft, "cos_consensus": ft}, X, None)
+
+        return passes, calls
+
+    for finals, blocks in (([1e-4, np.nan], 1), ([np.nan, np.nan], 1), ([1e-4, 2e-3], 3), ([1e-4, 5e-4], 1)):
+        passes, calls = fake(finals)
+        monkeypatch.setattr(cons, "repeated_passes", passes)
+        out = cons.passes_until(None, np.zeros((2, 3, 4)), 6, dynamics=ja.NO_FFN, mode="periodic",
+                                key=jax.random.key(0), until=1e-3, block=2)
+        assert calls == [2] * blocks and out["first_token"].shape == (2, 2 * blocks + 1), finals
+
+
 def test_stable_counts_by_eigenvector_add_up():
     from jaxattn.analysis._equilibria import sign_patterns
     from jaxattn.studies.stability import StabilityConfig, count_stable, random_symmetric_single_head

@@ -344,6 +344,10 @@ def test_decay_tells_a_plateau_from_a_decay_still_under_way():
     assert behind.ok is None and "2/3 below" in behind.text and "largest prompt (0.0013)" in behind.text
     need = float(behind.text.split("tolerance about ")[1].split(" ")[0])
     assert need == pytest.approx(math.log(1e-3 / 1.3e-3) / (math.log(5e-4 / 0.01) / 2), rel=1e-2) and need > 0
+    # a prompt that blew up is counted above, said, and never extrapolated (the finite ones are all below)
+    nan = claims.decay("x", [1.0, 0.1, 0.01, 0.001, 5e-4], [1e-4, 1e-4, float("nan")])
+    assert nan.ok is None and "2/3 below" in nan.text and "(1 not finite)" in nan.text
+    assert "further" not in nan.text
 
 
 # ------------------------------------------------------------------------------------------ every claim flips

@@ -184,7 +184,7 @@ def passes_until(model: Model, X0, passes: int, *, dynamics: Dynamics, mode: str
         parts.append(obs if done == 0 else {k: v[:, 1:] for k, v in obs.items()})  # a block starts where one ended
         X, done = res.final, done + p
         last = obs["first_token"][:, -1]
-        if np.all(last[np.isfinite(last)] < until):
+        if np.all(last[np.isfinite(last)] < until):  # also when every prompt blew up: nothing left to run
             break
     return {k: np.concatenate([q[k] for q in parts], axis=1) for k in parts[0]}
 
