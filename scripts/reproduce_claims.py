@@ -314,7 +314,8 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
           if math.isfinite(need) else "")
     if drop < T("plateau"):
         at = f"; {at}" if at else ""
-        return Check(f"{base}; plateau: the mean fell by {fmt(100 * drop)}% over the last {k * layers_per_step} "
+        moved = f"fell by {fmt(100 * drop)}%" if drop >= 0 else f"rose by {fmt(-100 * drop)}%"
+        return Check(f"{base}; plateau: the mean {moved} over the last {k * layers_per_step} "
                      f"{unit}s (mean {fmt(b)}){at} [plateau]", False)
     return Check(f"{base}; still decaying at the horizon: rate {fmt(rate)} per {unit} over the last "
                  f"{k * layers_per_step} {unit}s" + (f", {at}" if at else ""), None)

@@ -338,6 +338,8 @@ def test_decay_tells_a_plateau_from_a_decay_still_under_way():
     slow = claims.decay("x", [1.0, 0.5, 0.25, 0.125, 0.06, 0.03, 0.015, 0.008], [0.01, 0.006])
     assert (done.ok, plateau.ok, slow.ok) == (True, False, None)
     assert "plateau" in plateau.text and "still decaying" in slow.text and "rate" in slow.text
+    rising = claims.decay("x", [1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5001], [0.5, 0.5])
+    assert rising.ok is False and "rose by 0.02%" in rising.text
     # the mean below the tolerance, one prompt above it (a run stopped on its mean did this): how far that prompt
     # is, never a negative distance from the mean
     behind = claims.decay("x", [1.0, 0.1, 0.01, 0.001, 5e-4], [1e-4, 1e-4, 1.3e-3])
