@@ -90,3 +90,31 @@ def test_consensus_bad_input(gpt2_file, tmp_path, capsys, args, match):
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("jaxattn: error:") and match in err and err.count("\n") == 1
     assert not out.exists()
+
+
+def test_passes_figure_marks_at_most_twenty_passes_and_draws_the_range_over_prompts(tmp_path, monkeypatch):
+    """A thousand passes: a line every 50 passes, not a thousand grey lines; the band is the range over the prompts
+    at the pass boundaries (read from CSV text), which stays on a log axis where the mean minus one standard
+    deviation (a lagging prompt) would not."""
+    from jaxattn.studies import consensus, plots
+
+    plt = plots.pyplot()
+    if plt is None:
+        pytest.skip("matplotlib is not installed")
+    depth, passes = 2, 1000
+    level = lambda layer: 0.5 * 0.995 ** layer
+    rows = [{"run": "a", "layer": str(k), "first_token_mean": repr(level(k)), "first_token_std": "0.9"}
+            for k in range(passes * depth + 1)]
+    prompts = [{"run": "a", "prompt": str(p), "layer": str(k), "first_token": repr(f * level(k))}
+               for k in range(0, passes * depth + 1, depth) for p, f in enumerate((0.9, 1.0, 1.1))]
+    seen = {}
+    monkeypatch.setattr(plots, "save", lambda fig, path, dpi: seen.setdefault("fig", fig))
+    assert consensus.passes_figure(tmp_path / "passes.png", rows, prompts, depth)
+    ax = seen["fig"].axes[0]
+    marks = [line for line in ax.lines if len(set(np.asarray(line.get_xdata(), float))) == 1]
+    assert len(marks) == consensus.MARKED_PASSES and "a line every 50 passes" in ax.get_xlabel()
+    (band,) = ax.collections
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.min() >= 0.9 * level(passes * depth) * (1 - 1e-9)  # the smallest prompt, not an axis floor
+    assert ys.max() <= 1.1 * level(0) * (1 + 1e-9)
+    plt.close(seen["fig"])

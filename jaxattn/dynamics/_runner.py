@@ -58,8 +58,8 @@ LANE_BUDGET = {"cpu": 2**30}
 #: and 16 lanes; n = 100 0.14, 0.12, 0.12 at 8, 16, 32; n = 50 0.067, 0.056 at 32 and 64. Two prompts of 200 tokens
 #: had been padded to 64 lanes: 15.4 s a pass where 8 lanes take 1.7 s. It applies to every driver: a one-head map
 #: narrows from n ≈ 360 tokens (float64); at n = 1000, d = 3 (8 lanes now, 32 before) 32 conditions took 3.0 s
-#: against 2.9 s (5 steps, best of 3, on a loaded host: no difference resolved). Accelerators have no entry until it is measured there (the memory budget
-#: alone decides).
+#: against 2.9 s (5 steps, best of 3, on a loaded host: no difference resolved). Accelerators have no entry until
+#: it is measured there (the memory budget alone decides).
 LANE_SATURATION = {"cpu": 3 * 2**26}
 
 

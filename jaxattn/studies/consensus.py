@@ -213,7 +213,6 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
     ids = random_prompts(jax.random.fold_in(key, 7), model, cfg.prompts, cfg.tokens)
     X0 = embed_prompts(model, ids, dtype=jnp.float64 if cfg.dtype == "float64" else jnp.float32)
     tables: dict = {"passes": [], "synthetic": [], "summary": [], "prompts": [], "synthetic_end": []}
-    curves = {}
     for name, dyn, mode in runs:
         say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks"
             + (f" (until every prompt's first-token measure is below {cfg.until:g})" if cfg.until > 0 else ""))
@@ -221,7 +220,6 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
                            until=cfg.until, block=cfg.block, precision=cfg.matmul_precision, dtype=cfg.dtype)
         ft = obs["first_token"]  # [B, passes*depth + 1]
         cc = obs["cos_consensus"]
-        curves[name] = ft
         for b in range(ft.shape[0]):  # every prompt at every pass boundary: per-prompt rates and intervals
             for layer in range(0, ft.shape[1], model.depth):
                 tables["prompts"].append({"run": name, "prompt": b, "pass": layer // model.depth, "layer": layer,
@@ -251,7 +249,7 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
                     row["hemisphere_min"] = float(obs["hemisphere"][:, i].min())
                 tables["synthetic"].append(row)
             tables["synthetic_end"] += synthetic_end_rows(name, sol, extra)
-    _write(out, model, model_name, cfg, tables, curves, syn)
+    _write(out, model, model_name, cfg, tables, syn)
     return tables
 
 
@@ -276,7 +274,7 @@ def synthetic_end_rows(name: str, sol, extra) -> list[dict]:
     return rows
 
 
-def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, tables, curves, syn) -> None:
+def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, tables, syn) -> None:
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out / "passes.csv", csv_text(tables["passes"]))
     atomic_write_text(out / "summary.csv", csv_text(tables["summary"]))
@@ -292,7 +290,7 @@ def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, table
                                      "model_summary": model.summary().splitlines(), **provenance()})
     figs = []
     if cfg.figures:
-        figs = _figures(out, model, curves, syn)
+        figs = _figures(out, model, tables, syn)
     lines = [f"# Consensus study: {model_name}", "", "```", model.summary(), "```", "",
              f"{cfg.prompts} random prompts of {cfg.tokens} tokens (ids uniform over the vocabulary, the model's "
              f"own embeddings), {cfg.passes} passes of {model.depth} blocks, {cfg.dtype}. The measure is the "
@@ -324,26 +322,60 @@ def _write(out: Path, model: Model, model_name: str, cfg: ConsensusConfig, table
     write_report(out, lines, figs)
 
 
-def _figures(out: Path, model: Model, curves, syn) -> list[str]:
+#: The most pass boundaries :func:`passes_figure` marks (every k-th pass beyond: a thousand passes would grey the axes).
+MARKED_PASSES = 20
+
+
+def passes_figure(path: Path, passes_rows: list[dict], prompt_rows: list[dict], depth: int) -> bool:
+    """``passes.png`` from the study's tables (``passes.csv``, ``prompts.csv``; rows of numbers or of CSV text): the
+    mean first-token measure of every run after every layer, and the range over the prompts (smallest to largest) at
+    every pass boundary, on a log axis; at most :data:`MARKED_PASSES` pass boundaries are marked. A range rather
+    than the mean ± one standard deviation, whose lower edge falls below 0 (off a log axis) as soon as one prompt
+    lags. Returns whether a figure was written (matplotlib may be missing)."""
+    plt = plots.pyplot()
+    if plt is None:
+        return False
+    runs = list(dict.fromkeys(r["run"] for r in passes_rows))
+    fig, ax = plt.subplots(figsize=(7, 4))
+    floor = 1e-16  # where nothing is positive
+    last = 0
+    for i, run in enumerate(runs):
+        mine = [r for r in passes_rows if r["run"] == run]
+        x = np.array([int(r["layer"]) for r in mine])
+        m = np.array([float(r["first_token_mean"]) for r in mine])
+        line, = ax.plot(x, np.maximum(m, floor), label=run, color=f"C{i}")
+        by_layer: dict[int, list[float]] = {}
+        for r in prompt_rows:
+            if r["run"] == run:
+                by_layer.setdefault(int(r["layer"]), []).append(float(r["first_token"]))
+        if by_layer:
+            xs = np.array(sorted(by_layer))
+            # a prompt at consensus reads round-off, often exactly 0 or just below: the smallest positive value
+            lo = np.array([min((v for v in by_layer[k] if v > 0), default=floor) for k in xs])
+            hi = np.array([np.nanmax(by_layer[k]) for k in xs])
+            ax.fill_between(xs, np.maximum(lo, floor), np.maximum(hi, floor), color=line.get_color(), alpha=0.15,
+                            lw=0)
+        last = max(last, int(x.max()) if x.size else 0)
+    passes = last // depth
+    every = max(1, -(-passes // MARKED_PASSES))
+    for p in range(every, passes + 1, every):
+        ax.axvline(p * depth, color="0.85", lw=0.5, zorder=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("layer" + (" (passes marked)" if every == 1 else f" (a line every {every} passes)"))
+    ax.set_ylabel("1 − mean cos(x_1, x_j): mean, range over prompts")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    plots.save(fig, path, 120)
+    return True
+
+
+def _figures(out: Path, model: Model, tables, syn) -> list[str]:
     plt = plots.pyplot()
     if plt is None:
         return []
     names = []
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, ft in curves.items():
-        m, s = np.nanmean(ft, 0), np.nanstd(ft, 0)
-        x = np.arange(ft.shape[1])
-        ax.plot(x, m, label=name)
-        ax.fill_between(x, np.maximum(m - s, 1e-12), m + s, alpha=0.2)
-    for p in range(1, max(len(c[0]) for c in curves.values()) // model.depth + 1):
-        ax.axvline(p * model.depth, color="0.85", lw=0.5)
-    ax.set_yscale("log")
-    ax.set_xlabel("layer (passes marked)")
-    ax.set_ylabel("1 − mean cos(x_1, x_j)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    plots.save(fig, out / "passes.png", 120)
-    names.append("passes.png")
+    if passes_figure(out / "passes.png", tables["passes"], tables["prompts"], model.depth):
+        names.append("passes.png")
     if syn:
         fig, axes = plt.subplots(1, len(syn), figsize=(4 * len(syn), 3.4))
         for ax, (name, (sol, _)) in zip(np.atleast_1d(axes), syn.items(), strict=True):
