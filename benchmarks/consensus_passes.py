@@ -45,7 +45,7 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     import jaxattn as ja
     from jaxattn.analysis import observables
     from jaxattn.dynamics import prompts as prompt_mod
-    from jaxattn.dynamics._runner import working_bytes
+    from jaxattn.dynamics import working_bytes
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_grad_enabled(False)
