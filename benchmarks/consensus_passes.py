@@ -45,7 +45,7 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     import jaxattn as ja
     from jaxattn.analysis import observables
     from jaxattn.dynamics import prompts as prompt_mod
-    from jaxattn.dynamics import working_bytes
+    from jaxattn.dynamics.passes import prompt_bytes
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     torch.set_grad_enabled(False)
@@ -114,7 +114,7 @@ def bench(prompts=20, tokens=200, passes=10, *, d=768, layers=12, heads=12, devi
     th, _ = clock(hf_run)
     known(hf_s=round(th, 3), speedup=round(th / tj, 2))
     if compare_width:
-        default_lanes = ja.dynamics.default_lanes(working_bytes(tokens, d, heads, jnp.float32, hidden=4 * d))
+        default_lanes = ja.dynamics.default_lanes(prompt_bytes(model, tokens, jnp.float32))
         jax_64_run()  # compiled at that width first
         t64, j64 = clock(jax_64_run)
         known(default_lanes=default_lanes, jaxattn_64_lanes_s=round(t64, 3), speedup_over_64_lanes=round(t64 / tj, 2),
@@ -129,7 +129,12 @@ def main():
     ap.add_argument("--passes", type=int, default=10)
     ap.add_argument("--out", default="benchmarks/results_consensus.json")
     a = ap.parse_args()
-    counts = [int(p) for p in a.prompts.split(",")]
+    try:
+        counts = [int(p) for p in a.prompts.split(",")]
+    except ValueError:
+        ap.error(f"--prompts must be a count or counts separated by commas (e.g. 2,20), got {a.prompts!r}")
+    if min(counts) < 1:
+        ap.error(f"--prompts must be positive, got {a.prompts!r}")
     runs = [bench(p, a.tokens, a.passes, compare_width=True) for p in counts]
     res = runs[0] if len(runs) == 1 else runs
     print(json.dumps(res, indent=2))

@@ -70,6 +70,14 @@ def redraw_weights(model: Model, key: PRNGKeyArray, std: float = 0.02) -> Model:
     return model.replace(layers=new)
 
 
+def prompt_bytes(model: Model, n: int, dtype, saved: int = 0) -> int:
+    """The working set of one prompt of ``n`` tokens in a pass of ``model`` (``saved`` states kept): what sizes
+    the default lane width of :func:`repeated_passes` (long prompts run in narrow blocks, see
+    :func:`jaxattn.dynamics.default_lanes`)."""
+    hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
+    return working_bytes(n, model.d_model, model.n_heads, dtype, hidden=hidden, saved=saved)
+
+
 def with_mask(model: Model, mask: str) -> Model:
     """Every weight set of ``model`` with the attention mask ``mask`` ('full', 'causal', 'local:W')."""
     causal, window = parse_mask(mask)
@@ -135,10 +143,7 @@ def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *,
     program = lambda steps: _MapProgram(dyn=dynamics, steps=steps, every=1, observe=observe,
                                         trajectory=bool(save.trajectory), pass_norm=bool(final_norm))
     params = lambda m, start: (m, jnp.asarray(1.0, dt), jnp.asarray(1.0, dt), None, aux, jnp.int32(start))
-    hidden = 0 if base.layers.w1 is None else base.layers.w1.shape[1]
-    # what one prompt needs: long prompts run in narrow blocks by default (runner.default_lanes)
-    cost = working_bytes(X.shape[1], model.d_model, model.n_heads, dt, hidden=hidden,
-                         saved=passes * depth + 1 if save.trajectory else 0)
+    cost = prompt_bytes(base, X.shape[1], dt, saved=passes * depth + 1 if save.trajectory else 0)
     if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
         rec, X, traj = run(program(passes * depth), X, params(base, 0), batch=batch, condition_bytes=cost)
     else:
@@ -155,4 +160,4 @@ def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *,
     return Passes(rec, X, traj)
 
 
-__all__ = ["Layers", "Passes", "redraw_weights", "repeated_passes", "with_mask"]
+__all__ = ["Layers", "Passes", "prompt_bytes", "redraw_weights", "repeated_passes", "with_mask"]

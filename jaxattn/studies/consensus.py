@@ -335,26 +335,26 @@ def passes_figure(path: Path, passes_rows: list[dict], prompt_rows: list[dict], 
     plt = plots.pyplot()
     if plt is None:
         return False
-    runs = list(dict.fromkeys(r["run"] for r in passes_rows))
+    curves: dict[str, list[dict]] = {}
+    for r in passes_rows:
+        curves.setdefault(r["run"], []).append(r)
+    at_passes: dict[str, dict[int, list[float]]] = {}  # run -> pass boundary layer -> every prompt's value
+    for r in prompt_rows:
+        at_passes.setdefault(r["run"], {}).setdefault(int(r["layer"]), []).append(float(r["first_token"]))
     fig, ax = plt.subplots(figsize=(7, 4))
     floor = 1e-16  # where nothing is positive
     last = 0
-    for i, run in enumerate(runs):
-        mine = [r for r in passes_rows if r["run"] == run]
+    for i, (run, mine) in enumerate(curves.items()):
         x = np.array([int(r["layer"]) for r in mine])
         m = np.array([float(r["first_token_mean"]) for r in mine])
         line, = ax.plot(x, np.maximum(m, floor), label=run, color=f"C{i}")
-        by_layer: dict[int, list[float]] = {}
-        for r in prompt_rows:
-            if r["run"] == run:
-                by_layer.setdefault(int(r["layer"]), []).append(float(r["first_token"]))
+        by_layer = at_passes.get(run, {})
         if by_layer:
             xs = np.array(sorted(by_layer))
             # a prompt at consensus reads round-off, often exactly 0 or just below: the smallest positive value
             lo = np.array([min((v for v in by_layer[k] if v > 0), default=floor) for k in xs])
             hi = np.array([np.nanmax(by_layer[k]) for k in xs])
-            ax.fill_between(xs, np.maximum(lo, floor), np.maximum(hi, floor), color=line.get_color(), alpha=0.15,
-                            lw=0)
+            ax.fill_between(xs, lo, np.maximum(hi, floor), color=line.get_color(), alpha=0.15, lw=0)
         last = max(last, int(x.max()) if x.size else 0)
     passes = last // depth
     every = max(1, -(-passes // MARKED_PASSES))
