@@ -120,6 +120,21 @@ RUNS: tuple[Run, ...] = (
                     "--block", "10"),
         ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
         extra="architecture"),
+    # GPT-2 medium to XL (XL is the paper's own model): 8 prompts fill medium's lanes, 4 fill the FFN lanes of large
+    # and XL; the passes are what two cores allow (the four XL runs ~100 s a pass); the command for the paper's 1000
+    # passes is among the larger runs
+    Run("co_gpt2_medium", ("--name", "gpt2-medium", "--prompts", "8", "--tokens", "200", "--passes", "20", "--until",
+                           "1e-3", "--block", "5"),
+        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        extra="architecture"),
+    Run("co_gpt2_large", ("--name", "gpt2-large", "--prompts", "4", "--tokens", "200", "--passes", "10", "--until",
+                          "1e-3", "--block", "5"),
+        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        extra="architecture"),
+    Run("co_gpt2_xl", ("--name", "gpt2-xl", "--prompts", "4", "--tokens", "200", "--passes", "10", "--until", "1e-3",
+                       "--block", "5"),
+        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        extra="architecture"),
     Run("co_gptneo", ("--name", "gpt-neo-125M", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until",
                       "1e-3", "--block", "10"),
         ("--name", "gpt-neo-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block",
@@ -326,7 +341,7 @@ def scale(run: str, d: Path) -> str:
     if run == "co_theorem51":
         return (f"{c.get('gpt2_like_n')} tokens × 4 conditions, d {c.get('gpt2_like_d')}, two causal heads, V = I, "
                 f"t ≤ {c.get('t1')}, float64")
-    if run in ("consensus", "co_gpt2", "co_gptneo"):
+    if run == "consensus" or run.startswith(("co_gpt2", "co_gptneo")):
         passes = max((int(r["passes"]) for r in rows(d / "summary.csv")), default=0)
         text = (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, up to {c.get('passes')} "
                 f"passes (stopping once every finite prompt is below {c.get('until')}; longest run {passes}), "

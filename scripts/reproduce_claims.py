@@ -593,6 +593,12 @@ def _passes(*runs: tuple[str, str]) -> Callable[[Path], Result]:
     return lambda d: _decays(d, list(runs))
 
 
+#: the four runs of a paper architecture with random weights (transformers' initialisation): its own weights every
+#: pass are the paper's random periodic ones
+_RANDOM_PASSES = _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
+                         ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic"))
+
+
 def _ten_percent(d: Path, run: str) -> dict[int, float]:
     """Every prompt's first layer at which its first-token measure is at most ``T("rate-level")`` (10%) of its
     start (inf: never)."""
@@ -1081,16 +1087,13 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("CO8", CO, "§6.2", "Random periodic weights (drawn once, reused every pass), with and without the FFN: "
           "consensus still occurs", "consensus", _passes(("ffn_random_periodic", "FFN, random periodic"),
                                                          ("no_ffn_random_periodic", "no FFN, random periodic"))),
-    Claim("CO9", CO, "§6.2, Figs. 9–10 (GPT-2)", "The paper's GPT-2 with random weights, periodic and aperiodic, with "
-          "and without the FFN: consensus", "co_gpt2",
-          _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
-                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic")),
-          "passes.png"),
+    *(Claim(cid, CO, f"§6.2, Figs. 9–10 (GPT-2 {size})", f"The paper's experiment on GPT-2 {size}{note} with random "
+            "weights, periodic and aperiodic, with and without the FFN: consensus", run, _RANDOM_PASSES, "passes.png")
+      for cid, size, note, run in (("CO9", "small", "", "co_gpt2"), ("CO13", "medium", "", "co_gpt2_medium"),
+                                   ("CO14", "large", "", "co_gpt2_large"),
+                                   ("CO15", "XL", " (the paper's own model)", "co_gpt2_xl"))),
     Claim("CO10", CO, "§6.2, Figs. 9–10 (GPT-Neo)", "The paper's GPT-Neo with random weights, periodic and aperiodic, "
-          "with and without the FFN: consensus", "co_gptneo",
-          _passes(("ffn_periodic", "FFN, random periodic"), ("no_ffn_periodic", "no FFN, random periodic"),
-                  ("ffn_redrawn", "FFN, random aperiodic"), ("no_ffn_redrawn", "no FFN, random aperiodic")),
-          "passes.png"),
+          "with and without the FFN: consensus", "co_gptneo", _RANDOM_PASSES, "passes.png"),
     Claim("CO11", CO, "§6.2", "Rates: with random weights the FFN slows the convergence; trained weights converge "
           "faster than random ones", "consensus", co_rates),
     Claim("CO12", CO, "Theorem 5.1, §6.1.2, Fig. 4", "Theorem 5.1 at GPT-2's size: causal attention, V = I, two heads, "

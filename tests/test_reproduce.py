@@ -720,6 +720,7 @@ def st10(d, ok):
 FLIPS = {"PM1": pm1, "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": pm5, "PM6": pm6, "PM7": pm7, "PM8": pm8,
          "PM9": pm9, "PM10": pm10, "PM11": pm11, "PM12": pm12, "CO1": co1, "CO2": co2, "CO3": co3, "CO4": co4,
          "CO5": co5, "CO6": co6, "CO7": co7, "CO8": co8, "CO9": co9, "CO10": co9, "CO11": co11, "CO12": co12,
+         "CO13": co9, "CO14": co9, "CO15": co9,
          "CL1": cl1, "CL2": cl2, "CL3": cl3, "CL4": cl4, "CL5": cl5, "CL6": cl6, "CL7": cl7, "CL8": cl8, "CL9": cl9,
          "CL10": cl10, "CL11": cl11, "CL12": cl12, "CL13": cl13, "ST1": st1, "ST2": st2, "ST3": st3, "ST4": st4,
          "ST5": st5, "ST6": st6, "ST7": st7, "ST8": st8, "ST9": st9, "ST10": st10}
