@@ -521,8 +521,8 @@ def render_record(record: dict) -> str:
     out += [f"| {PAPERS[p].split(',')[0]} | {_cell(claim)} | `{_cell(cmd)}` |" for p, claim, cmd in OFFLINE]
     out += ["", "## Larger runs", "",
             "The runs above are sized for two shared CPU cores; these commands run the same computations at the "
-            "papers' scale (hours on a CPU; the GPT-2 XL and GPT-Neo 2.7B architectures want a GPU, see "
-            "`docs/gpu.md`).",
+            "papers' scale (hours on a CPU; GPT-2 XL at the paper's 1000 passes and GPT-Neo 1.3B and 2.7B want a "
+            "GPU, see `docs/gpu.md`).",
             "", "| paper | what | command |", "|---|---|---|"]
     out += [f"| {PAPERS[p].split(',')[0]} | {_cell(what)} | `{_cell(cmd)}` |" for p, what, cmd in LARGER]
     out += ["", "## The runs", "",
