@@ -91,11 +91,12 @@ THRESHOLDS: dict[str, Threshold] = {
     "zero": Threshold(1e-6, "a measure at its limit 0 in the float64 theorem settings",
                       "the solver's tolerances (rtol 1e-9): far below any transient, far above round-off"),
     "plateau": Threshold(0.05, "a plateau: the mean measure falls by less than this fraction per 250 passes (a "
-                         "quarter of the paper's 1000), at its rate over the last quarter of the run (at least 2 "
-                         "passes); over the last quarter itself for the theorem settings' saved times",
+                         "quarter of the consensus paper's 1000 passes), judged by its rate over the last quarter of "
+                         "the run (at least 2 passes); for the theorem settings' saved times, over their last quarter",
                          "jaxattn's reading (the papers give no number): a run not at consensus falling more slowly "
                          "is judged stalled (differs); one falling faster is undecided at its horizon. A rate, not a "
-                         "fall over the run's own last quarter, so that a short run's decay is not read as a stall"),
+                         "fall over the run's own last quarter, so that a short run's decay is not read as a stall: "
+                         "a run of a few passes is judged stalled only if its mean barely moves"),
     "very-small-basin": Threshold(0.05, "a “very small” basin of attraction: the share of random starts that end "
                                   "there", "jaxattn's reading: at most 5% (the paper gives no number)"),
     "clear-clusters": Threshold(3.0, "clusters: the tolerance-free cut's gap, in decades",
@@ -291,7 +292,7 @@ PAPER_PASSES = 1000
 
 
 def decay(label: str, means: list[float], finals: list[float], layers_per_step: int = 1, unit: str = "layer",
-          tolerance: str = "consensus", per: int | None = PAPER_PASSES // 4) -> Check:
+          tolerance: str = "consensus", per: int | None = None) -> Check:
     """A measure that should decay to 0 (``means``: its mean at every pass boundary or saved time; ``finals``: every
     prompt's last value). Holds when every prompt ends below the consensus tolerance; otherwise the last quarter
     of the run (at least two points) decides between a plateau (fails) and a decay still under way at the
@@ -325,9 +326,11 @@ def decay(label: str, means: list[float], finals: list[float], layers_per_step: 
         at = f"; {at}" if at else ""
         moved = f"fell by {fmt(100 * drop)}%" if drop >= 0 else f"rose by {fmt(-100 * drop)}%"
         return Check(f"{base}; plateau: the mean {moved} over the last {k * layers_per_step} "
-                     f"{unit}s (mean {fmt(b)}; a plateau below {fmt(100 * stall)}%){at} [plateau]", False)
+                     f"{unit}s (mean {fmt(b)}; a plateau: a fall under {fmt(100 * stall)}% over these {unit}s){at} "
+                     "[plateau]", False)
     return Check(f"{base}; still decaying at the horizon: rate {fmt(rate)} per {unit} over the last "
-                 f"{k * layers_per_step} {unit}s" + (f", {at}" if at else ""), None)
+                 f"{k * layers_per_step} {unit}s (a fall of {fmt(100 * drop)}%, a plateau under {fmt(100 * stall)}%)"
+                 + (f", {at}" if at else ""), None)
 
 
 def share(label: str, count: int, total: int, op: str, threshold: float, tag: str) -> Check:
@@ -592,7 +595,7 @@ def _decays(d: Path, runs: list[tuple[str, str]]) -> Result:
     checks, parts = [], []
     for run, label in runs:
         means, finals, depth = _pass_series(d, run)
-        checks.append(decay(label, means, finals, depth))
+        checks.append(decay(label, means, finals, depth, per=PAPER_PASSES // 4))  # means: one per pass
         parts.append(f"{label}: {fmt(means[0])} → {fmt(means[-1])} after {(len(means) - 1) * depth} layers "
                      f"({len(finals)} prompts, largest {fmt(float(np.nanmax(finals)))})")
     return Result("; ".join(parts), checks, ["prompts.csv"])
@@ -652,8 +655,7 @@ def co_gpt2_like(d: Path) -> Result:
     checks = [none_of(f"conditions whose first token moved by more than {fmt(T('machine'))} [machine]", moved,
                       len(end), "the paper: Theorem 5.1"),
               decay("first-token measure", [num(r["first_token_mean"]) for r in rs],
-                    [num(r["first_token_end"]) for r in end], unit="saved time", tolerance="consensus",
-                    per=None)]
+                    [num(r["first_token_end"]) for r in end], unit="saved time", tolerance="consensus")]
     c = config(d).get("config", {})
     n, dim = c.get("gpt2_like_n"), c.get("gpt2_like_d")
     return Result(f"{len(end)} conditions of {n} tokens in d = {dim}, two heads, a new weight set every unit of time: "
@@ -1097,13 +1099,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("CO8", CO, "§6.2", "Random periodic weights (drawn once, reused every pass), with and without the FFN: "
           "consensus still occurs", "consensus", _passes(("ffn_random_periodic", "FFN, random periodic"),
                                                          ("no_ffn_random_periodic", "no FFN, random periodic"))),
-    *(Claim(cid, CO, f"§6.2, Figs. 9–10 (GPT-2 {size})", f"The paper's experiment on GPT-2 {size}{note} with random "
+    *(Claim(cid, CO, f"§6.2, as Figs. 9–10 (GPT-2 {size})", f"The paper's experiment on GPT-2 {size}{note} with random "
             "weights, periodic and aperiodic, with and without the FFN: consensus", run, _RANDOM_PASSES, "passes.png")
       for cid, size, note, run in (("CO9", "small", "", "co_gpt2"), ("CO13", "medium", "", "co_gpt2_medium"),
                                    ("CO14", "large", "", "co_gpt2_large"),
                                    ("CO15", "XL", " (the paper's own model)", "co_gpt2_xl"))),
-    Claim("CO10", CO, "§6.2, Figs. 9–10 (GPT-Neo)", "The paper's GPT-Neo with random weights, periodic and aperiodic, "
-          "with and without the FFN: consensus", "co_gptneo", _RANDOM_PASSES, "passes.png"),
+    Claim("CO10", CO, "§6.2, as Figs. 9–10 (GPT-Neo 125M)", "The paper's experiment on GPT-Neo 125M with random "
+          "weights, periodic and aperiodic, with and without the FFN: consensus", "co_gptneo", _RANDOM_PASSES,
+          "passes.png"),
     Claim("CO11", CO, "§6.2", "Rates: with random weights the FFN slows the convergence; trained weights converge "
           "faster than random ones", "consensus", co_rates),
     Claim("CO12", CO, "Theorem 5.1, §6.1.2, Fig. 4", "Theorem 5.1 at GPT-2's size: causal attention, V = I, two heads, "

@@ -339,15 +339,15 @@ def test_decay_tells_a_plateau_from_a_decay_still_under_way():
     assert (done.ok, plateau.ok, slow.ok) == (True, False, None)
     assert "plateau" in plateau.text and "still decaying" in slow.text and "rate" in slow.text
     rising = claims.decay("x", [1.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5001], [0.5, 0.5])
+    assert rising.ok is False and "rose by 0.02%" in rising.text
     # the plateau is a rate (5% per 250 passes, a quarter of the paper's horizon), not a fall over the run's own last
     # quarter: 10 passes falling 1.8% a pass are still decaying, the same fall spread over 1000 passes is a stall
-    short = claims.decay("x", [1.0 * 0.982 ** k for k in range(11)], [0.8, 0.9])
-    long = claims.decay("x", [1.0 * 0.982 ** (k / 100) for k in range(1001)], [0.8, 0.9])
+    short = claims.decay("x", [1.0 * 0.982 ** k for k in range(11)], [0.8, 0.9], per=250)
+    long = claims.decay("x", [1.0 * 0.982 ** (k / 100) for k in range(1001)], [0.8, 0.9], per=250)
     assert short.ok is None and "still decaying" in short.text
-    assert long.ok is False and "plateau" in long.text and "a plateau below 5%" in long.text
-    # the theorem settings' saved times (per=None) keep the fall over their own last quarter
+    assert long.ok is False and "plateau" in long.text and "a fall under 5% over these layers" in long.text
+    # without a rate (per=None: the theorem settings' saved times), a fall under 5% over the run's last quarter
     assert claims.decay("x", [1.0, 0.9, 0.8, 0.79, 0.78, 0.775, 0.77, 0.765], [0.7], per=None).ok is False
-    assert rising.ok is False and "rose by 0.02%" in rising.text
     # the mean below the tolerance, one prompt above it (a run stopped on its mean did this): how far that prompt
     # is, never a negative distance from the mean
     behind = claims.decay("x", [1.0, 0.1, 0.01, 0.001, 5e-4], [1e-4, 1e-4, 1.3e-3])
