@@ -537,8 +537,10 @@ def render_record(record: dict) -> str:
         # read verdicts from them can differ: a run is measured again whenever the page is rewritten from it
         out.append(f"| {name} | {t.get('commit', '?')} | {e['measured']} | {e['commit']} | {code} | "
                    f"{dev.get('backend', '?')} | {t.get('wall_s', '?')} | `{_cell(cmd)}` |")
+    walls = [float(w) for e in entries.values() if isinstance(w := (e.get("timing") or {}).get("wall_s"), int | float)]
+    total = f" (together {sum(walls) / 3600:.1f} h for the {len(walls)} runs timed)" if walls else ""
     out += ["", "Wall times on 2 shared CPU cores under `nice` (other jobs running), not benchmarks. A full "
-            "reproduction takes longer than a working day there, so the page is completed run by run: "
+            f"reproduction takes hours there{total}, so the page is completed run by run: "
             "`--only RUN` followed by `--page-only` measures the runs present and keeps the others' cells from "
             "`docs/reproductions.json`.", ""]
     return "\n".join(out)
@@ -614,7 +616,7 @@ def _commit() -> str:
 def merge_record(record: dict, cells: list[dict], meta: dict, runs: Path) -> dict:
     """``record`` with the entries of the runs present in ``runs`` replaced by what was just measured from them.
 
-    A full reproduction takes longer than a working day on two cores, so the page is completed run by run: the
+    A full reproduction takes hours on two cores, so the page is completed run by run: the
     runs not present keep their cells (and figures, already beside the page) from the last time they were
     measured, each with its date, the commit that measured it and the digest of the claims' code."""
     now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
