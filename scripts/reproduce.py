@@ -83,6 +83,10 @@ class Run:
         return " ".join(["jaxattn", *self.argv(reduced), "--out", out])
 
 
+#: the reduced mode of every GPT-2 architecture run: GPT-2's tiny stand-in, 2 prompts of 6 tokens, 2 passes
+_GPT2_TINY = ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block",
+              "1")
+
 RUNS: tuple[Run, ...] = (
     Run("pm_minilm",
         ("analyze", "minilm", "--num-init", "1000", "--n", "10", "--init", "gaussian",
@@ -118,22 +122,22 @@ RUNS: tuple[Run, ...] = (
     # passes (the consensus run's horizon): 860 s for the four GPT-2 runs on two cores
     Run("co_gpt2", ("--name", "gpt2", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until", "1e-3",
                     "--block", "10"),
-        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        _GPT2_TINY,
         extra="architecture"),
     # GPT-2 medium to XL (XL is the paper's own model): 8 prompts fill medium's default batch width, 4 that of large
     # and XL with the FFN; the passes are what two cores allow (the four XL runs ~110 s a pass); the command for the
     # paper's 1000 passes is among the larger runs
     Run("co_gpt2_medium", ("--name", "gpt2-medium", "--prompts", "8", "--tokens", "200", "--passes", "20", "--until",
                            "1e-3", "--block", "5"),
-        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        _GPT2_TINY,
         extra="architecture"),
     Run("co_gpt2_large", ("--name", "gpt2-large", "--prompts", "4", "--tokens", "200", "--passes", "10", "--until",
                           "1e-3", "--block", "5"),
-        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        _GPT2_TINY,
         extra="architecture"),
     Run("co_gpt2_xl", ("--name", "gpt2-xl", "--prompts", "4", "--tokens", "200", "--passes", "30", "--until", "1e-3",
                        "--block", "5"),
-        ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block", "1"),
+        _GPT2_TINY,
         extra="architecture"),
     Run("co_gptneo", ("--name", "gpt-neo-125M", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until",
                       "1e-3", "--block", "10"),
