@@ -277,6 +277,26 @@ def test_failed_condition_is_flagged_and_others_intact():
     assert capped.ok.shape == (6,)
 
 
+def test_a_solve_stopped_by_its_step_budget_says_so(tmp_path, capsys):
+    """``solve --max-steps 1`` blamed its failed solves on non-finite values and advised a smaller step or float64:
+    the cause is the step budget. diffrax's own result is reported per condition, in the Solution and the message."""
+    from jaxattn.cli import main
+    from jaxattn.dynamics.continuous import failures
+
+    model = ja.random_model(jax.random.key(0), 4, 1, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 3, 3, 4)
+    sol = ja.solve(model, X0, 1.0, max_steps=1, save=ja.Save(ts=[0.0, 1.0]))
+    assert sol.result_names.tolist() == ["max_steps_reached"] * 3
+    assert failures(sol.result) == {"max_steps_reached": 3} and failures([0, 0]) == {}
+    assert main(["solve", "--d", "4", "--heads", "1", "--depth", "1", "--n", "3", "--num-init", "3", "--t1", "1",
+                 "--saves", "2", "--max-steps", "1", "--no-progress", "--out", str(tmp_path / "r")]) == 0
+    cap = capsys.readouterr()
+    assert "0 of 3 solves succeeded (3 max_steps_reached)" in cap.out
+    assert "jaxattn: warning: 3 of 3 solves stopped before t = 1 (3 max_steps_reached: raise --max-steps (now 1))" \
+        in cap.err
+    assert "non-finite" not in cap.out + cap.err and "float64" not in cap.out + cap.err
+
+
 def test_observables_receive_the_attention_weights():
     model = ja.random_model(jax.random.key(25), 6, 2, 2, shared=False, mask="local:2")
     X0 = ja.init_tokens(jax.random.key(26), 3, 4, 6, dtype=jnp.float64)

@@ -271,6 +271,32 @@ def test_a_blown_up_configuration_has_a_nan_diameter_at_every_width(lanes):
         np.isnan(np.asarray(ja.metrics.diameter(jnp.asarray([[0.0, 1.0], [jnp.inf, 0.0]]))))
 
 
+def test_a_token_whose_update_overflowed_is_non_finite_on_every_path(monkeypatch, tmp_path, capsys):
+    """α = 1e30 in float32: ``x + α u`` is finite but its squared norm overflows, and ``y / inf`` made every token
+    the zero vector: diameter 0, ok True and no warning (perfect consensus) from the API, while the CLI warned. The
+    token is non-finite whatever the norm makes of it, on the plain and fused paths, in the core and the CLI."""
+    import functools
+
+    from jaxattn.cli import main
+    from jaxattn.dynamics import _kernels, discrete
+
+    monkeypatch.setattr(discrete, "fused_simulate", functools.partial(_kernels.fused_simulate, interpret=True))
+    model = ja.random_model(jax.random.key(0), 4, heads=1, depth=1, dtype="float32")
+    X0 = ja.init_tokens(jax.random.key(1), 3, 4, 4, dtype="float32")
+    for path in ("plain", "fused"):
+        with pytest.warns(NonFiniteWarning, match="3 of 3 conditions"):
+            res = ja.simulate(model, X0, 1, alpha=1e30, batch=ja.Batch(path=path))
+        assert not np.asarray(res.ok).any(), path
+        assert np.isnan(np.asarray(res.observables["diameter"])[:, -1]).all(), path
+    for dyn in (ja.D1, ja.D4):  # the sphere and flat space (no norm: the squared norm overflows first)
+        one = ja.simulate_one(model, X0[0], 1, dynamics=dyn, alpha=1e30)
+        assert np.isnan(np.asarray(one.final)).all() and np.isnan(np.asarray(one.observables["diameter"][-1]))
+    # one token per condition: its cosine consensus is 0 by definition, so only the state itself can say it
+    assert main(["simulate", "--d", "4", "--heads", "1", "--depth", "1", "--n", "1", "--num-init", "2",
+                 "--alpha", "1e30", "--no-progress", "--out", str(tmp_path / "r")]) == 0
+    assert "2 of 2 initial conditions (100.0%) became non-finite" in capsys.readouterr().err
+
+
 def test_simulate_says_when_conditions_become_non_finite(tmp_path, capsys):
     from jaxattn.cli import main
 

@@ -9,11 +9,13 @@ run directory is a sweep store (chunked, checksummed, resumable) with ``config.j
 from __future__ import annotations
 
 import re
+import sys
 
 from jaxattn.cli._shared import add_options, model_dims, write_summary
 from jaxattn.cli._study import formatter
 from jaxattn.cli.movie import MOVIE, write_movie
 from jaxattn.cli.sweep import add_process_options, add_store_output, execute
+from jaxattn.dynamics.continuous import RESULT_NAMES, failures
 from jaxattn.errors import ConfigError
 from jaxattn.io import load_config
 from jaxattn.io.checkpoints import load_any
@@ -120,6 +122,19 @@ def _point_config(args) -> dict:
     return cfg
 
 
+#: What to do about a failed solve, by diffrax's result (jaxattn.dynamics.continuous.RESULT_NAMES).
+_ADVICE = {"max_steps_reached": "raise --max-steps (now {max_steps})",
+           "max_steps_rejected": "raise --max-steps (now {max_steps}) or loosen --rtol/--atol",
+           "dt_min_reached": "loosen --rtol/--atol", "nonfinite": "a smaller --beta or --dtype float64 may keep them "
+           "finite"}
+
+
+def _reasons(failed: dict[str, int], flow: FlowRun) -> str:
+    """Failed solves counted by diffrax's result, each with what to do: ``3 max_steps_reached: raise --max-steps``."""
+    return "; ".join(f"{count:,} {name}" + (f": {_ADVICE[name].format(max_steps=flow.max_steps)}"
+                                             if name in _ADVICE else "") for name, count in failed.items())
+
+
 def _recorded(resolved: dict) -> tuple[dict, dict]:
     """The configuration ``config.json`` records, and what goes beside it: with a converted model, its own
     dimensions (``model_dims``) instead of the random model's defaults, which describe nothing in this run
@@ -157,12 +172,23 @@ def run(args, cfg) -> int:
                                          f"rtol={flow.rtol:g} atol={flow.atol:g}"),
              f"run          {p.num_init} initial conditions x {p.n} tokens, seed {p.seed}, {p.dtype}, "
              f"{sw.summary['seconds']:.2f} s ({sw.summary['computed']} computed, {sw.summary['resumed']} resumed)"]
-    if res is not None:
-        bad = int(np.sum(res != 0))
-        steps = arrays["num_steps"]
-        lines.append(f"solver       {len(res) - bad} of {len(res)} solves succeeded; steps per condition median "
-                     f"{int(np.median(steps))}, max {int(steps.max())}")
     nonfinite = nonfinite_conditions(arrays, p.num_init)
+    overflowed, stopped = nonfinite, None
+    if res is not None:
+        failed = failures(res)
+        steps = arrays["num_steps"]
+        why = f" ({', '.join(f'{c:,} {name}' for name, c in failed.items())})" if failed else ""
+        lines.append(f"solver       {len(res) - sum(failed.values())} of {len(res)} solves succeeded{why}; steps per "
+                     f"condition median {int(np.median(steps))}, max {int(steps.max())}")
+        # a solve that stopped early (its step budget, a step size too small) leaves its later saved values at inf:
+        # the cause is diffrax's result, not an overflow, and the warning says which
+        early = (res != 0) & (res != RESULT_NAMES.index("nonfinite"))
+        if early.any():
+            stopped = (f"{int(early.sum()):,} of {len(res):,} solves stopped before t = {flow.t1:g} "
+                       f"({_reasons(failures(res[early]), flow)}): their values after the stop are not computed "
+                       "and are left out of the statistics")
+            lines.append(f"warning      {stopped}")
+            overflowed = nonfinite & ~early
     for name in p.observables:
         a = arrays.get(f"observables.{name}")
         if a is not None and a.ndim == 2 and not nonfinite.all():
@@ -170,7 +196,9 @@ def run(args, cfg) -> int:
             q = np.quantile(a[:, -1], [0.0, 0.5, 1.0])
             lines.append(f"{name:<12} t=0 mean {np.mean(a[:, 0]):.4g} -> t={ts[-1]:g}: min {q[0]:.3g} "
                          f"median {q[1]:.3g} max {q[2]:.3g}")
-    write_summary(out, lines, nonfinite, "config.json, summary.txt, manifest.json, data.zarr")
+    if stopped:
+        print(f"jaxattn: warning: {stopped}", file=sys.stderr)
+    write_summary(out, lines, overflowed, "config.json, summary.txt, manifest.json, data.zarr")
     if args.movie:
         write_movie(out, progress=args.progress)
     return 0

@@ -83,6 +83,26 @@ class Solution(NamedTuple):
         """``[B]`` bool: the solve of each condition succeeded."""
         return self.result == 0
 
+    @property
+    def result_names(self) -> np.ndarray:
+        """``[B]`` diffrax's result of each condition by name (:data:`RESULT_NAMES`): ``'successful'``,
+        ``'max_steps_reached'`` (the step budget ran out: raise ``max_steps``), ``'nonfinite'`` (the state left the
+        finite numbers), ...; the reason a solve failed, as :func:`failures` counts them."""
+        return np.asarray(RESULT_NAMES)[np.asarray(self.result)]
+
+
+def failures(result) -> dict[str, int]:
+    """How many solves failed, by diffrax's result (:data:`RESULT_NAMES`), from :attr:`Solution.result` codes;
+    successes are left out (``{}``: every solve succeeded).
+
+    Examples:
+        >>> from jaxattn.dynamics.continuous import failures
+        >>> failures([0, 1, 1, 3])
+        {'max_steps_reached': 2, 'nonfinite': 1}
+    """
+    codes = np.asarray(result).reshape(-1)
+    return {name: int(np.sum(codes == i)) for i, name in enumerate(RESULT_NAMES) if i and np.any(codes == i)}
+
 
 def _solver(solver):
     if isinstance(solver, diffrax.AbstractSolver):

@@ -189,11 +189,19 @@ def _weights_at(X, lw, model, dyn, beta, form):
 
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
+    """The block's normalisation of ``y``. A token whose update overflowed is non-finite whatever the norm makes of
+    it: the retractions return NaN where the squared norm is not finite (``y / inf`` would be a zero token, read as
+    a finite state at consensus), and so do the affine norms and the flat space (the tokens' squared norms are
+    what :func:`~jaxattn.dynamics.observables.diameter` calls blown up)."""
     if dyn.norm == "layernorm":  # the model's own affine norm: LayerNorm or RMSNorm
-        return nn.affine_norm(y, w, b, model.ln_eps, model.norm_kind)
-    geom = geometry_of(dyn, S)
-    assert geom is not None  # every norm but layernorm has a geometry
-    return geom.retract(y)
+        out = nn.affine_norm(y, w, b, model.ln_eps, model.norm_kind)
+    else:
+        geom = geometry_of(dyn, S)
+        assert geom is not None  # every norm but layernorm has a geometry
+        if geom.kind != "flat":
+            return geom.retract(y)  # NaN where its own squared norm overflowed
+        out = y
+    return jnp.where(jnp.sum(y * y, axis=-1, keepdims=True) < jnp.inf, out, jnp.nan)
 
 
 @full_precision

@@ -48,10 +48,15 @@ class Geometry:
         return jnp.sum(X * V, axis=-1)
 
     def retract(self, Y: jax.Array) -> jax.Array:
-        """Normalisation over the last axis (the discrete models' ``N`` or ``N_S``)."""
+        """Normalisation over the last axis (the discrete models' ``N`` or ``N_S``).
+
+        A token whose squared norm overflowed (an update too large for the precision) comes out NaN, not
+        ``y / inf = 0``: a zero token would read as a finite state, at consensus with the others.
+        """
         if self.kind == "flat":
             return Y
-        return Y / jnp.sqrt(self._metric(Y, Y))[..., None]
+        m = self._metric(Y, Y)[..., None]
+        return jnp.where(m < jnp.inf, Y / jnp.sqrt(m), jnp.nan)
 
     def project(self, X: jax.Array, V: jax.Array) -> jax.Array:
         """Tangent projection of ``V`` at ``X`` (both ``[..., n, d]``)."""
