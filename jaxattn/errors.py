@@ -39,3 +39,16 @@ def real(name: str, value, *, positive: bool = False, error: type[JaxattnError] 
     if f is None or not np.isfinite(f) or (positive and f <= 0):
         raise error(f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}")
     return f
+
+
+def path_arg(name: str, value, error: type[JaxattnError] = ConfigError):
+    """``value`` as a :class:`pathlib.Path` if it is a ``str`` or an ``os.PathLike`` naming a path, else ``error``
+    naming the argument (``pathlib`` would say "expected str, bytes or os.PathLike object, not NoneType"); an empty
+    string is refused too (``Path('')`` silently means the current directory)."""
+    import os
+    from pathlib import Path
+
+    if not isinstance(value, (str, os.PathLike)) or str(value) == "":
+        got = "an empty string" if value == "" else repr(value)
+        raise error(f"{name} must name a path (a str or pathlib.Path), got {got}")
+    return Path(value)

@@ -238,3 +238,23 @@ def test_analyze_steer_target(tmp_path, capsys):
     steered = list(csv.DictReader((out / "steered_layers.csv").open()))
     assert len(steered) == model.depth and float(steered[-1]["rho1"]) > 0.9  # the steered v1 is ≈ u
     assert main(["analyze", str(src), "--steer-target", "1.5", "--out", str(tmp_path / "bad"), "--no-progress"]) == 2
+
+
+# ---------------------------------------------------------------- reliability, fourth round (issue 49)
+def test_a_closed_output_pipe_ends_every_command_quietly(tmp_path):
+    """``jaxattn spectrum FILE | head -2`` ended in a BrokenPipeError traceback. The reader closes its end before the
+    command prints: no traceback, status 141 (what a shell reports for SIGPIPE)."""
+    import subprocess
+    import sys
+
+    from .subprocess_env import one_device_env
+
+    path = tmp_path / "m.safetensors"
+    ja.save_checkpoint(ja.random_model(jax.random.key(0), 4, 1, 2, shared=False), path)
+    for command in ("spectrum", "inspect"):
+        p = subprocess.Popen([sys.executable, "-m", "jaxattn.cli", command, str(path)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, env=one_device_env())
+        assert p.stdout is not None and p.stderr is not None
+        p.stdout.close()
+        err = p.stderr.read().decode()
+        assert p.wait() == 141 and err == "", (command, err)

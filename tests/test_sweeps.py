@@ -399,6 +399,21 @@ def test_open_sweep_of_a_finished_simulate_run_says_what_it_is(tmp_path):
         ja.open_sweep(tmp_path)
 
 
+def test_a_store_path_that_is_not_a_path_is_named(tmp_path):
+    """``sweep_grid(cfg, None)`` and ``open_sweep(None)`` raised pathlib's TypeError ("expected str, bytes or
+    os.PathLike object"): the argument is named, and nothing is computed or written."""
+    cfg = {"num_init": 2, "init": {"n": 3}, "model": {"d": 4, "heads": 1, "depth": 1}}
+    with pytest.raises(ConfigError, match=r"^sweep_grid: out must name a path \(a str or pathlib.Path\), got None$"):
+        ja.sweep_grid(cfg, None, progress=False)
+    with pytest.raises(ConfigError, match=r"^open_sweep: path must name a path .*, got None$"):
+        ja.open_sweep(None)
+    with pytest.raises(ConfigError, match=r"^open_sweep: path must name a path .*, got an empty string$"):
+        ja.open_sweep("")
+    with pytest.raises(ConfigError, match=r"^a configuration is a table \(dict\) or a path .*, got None$"):
+        ja.sweep_grid(None, tmp_path / "s", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):
     """steps = 2.5 with a store: the store's manifest names the saved steps, which raised a TypeError."""
     model = ja.random_model(jax.random.key(0), 4, 1, 1)

@@ -49,12 +49,27 @@ def _register_command_modules(sub) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``jaxattn`` command: its exit status (0, 2 on bad input, 130 on Ctrl-C, 141 when the output pipe
+    closed early, as in ``jaxattn spectrum FILE | head -2``)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        return _pipe_closed()
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:  # --help, --version, a usage error: what argparse printed is flushed while we can catch it
+        sys.stdout.flush()
+        raise
     try:
         with interrupts():  # a Ctrl-C during a garbage collection is not lost
             cfg = resolve(args, args.defaults) if hasattr(args, "defaults") else {}
-            return int(args.func(args, cfg) or 0)
+            status = int(args.func(args, cfg) or 0)
+            sys.stdout.flush()  # a closed pipe is found here, not by the interpreter's last flush
+            return status
     except JaxattnError as e:
         print(f"jaxattn: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -67,6 +82,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print("jaxattn: interrupted; nothing was kept, run the same command again to start over", file=sys.stderr)
         return _interrupted(as_program=argv is None)
+
+
+#: The exit status of a command whose output pipe closed (``jaxattn spectrum FILE | head -2``): what a shell reports
+#: for a program that SIGPIPE ended (128 + 13), without its traceback.
+EXIT_PIPE_CLOSED = 141
+
+
+def _pipe_closed() -> int:
+    """The reader of the output went away: stop quietly (Python's recipe for SIGPIPE). Standard output is pointed at
+    ``os.devnull``, so that the interpreter's last flush of what is still buffered does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (a caller's StringIO): nothing to redirect
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 def _interrupted(as_program: bool) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,8 @@ def load_config(source) -> dict:
             return json.loads(json.dumps(source, default=_plain))
         except TypeError as e:
             raise ConfigError(f"a configuration holds numbers, strings, booleans, lists and tables: {e}") from None
+    if not isinstance(source, (str, os.PathLike)) or str(source) == "":
+        raise ConfigError(f"a configuration is a table (dict) or a path to a TOML or JSON file, got {source!r}")
     p = Path(source)
     if p.is_dir():
         raise ConfigError(f"config file {source} is a directory, not a TOML or JSON file")

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io._atomic import replace_bytes
 from jaxattn.io.results import config_hash, device_info, versions, write_json
 from jaxattn.io.rundir import is_ours
@@ -469,7 +469,7 @@ class Sweep:
 
 def open_sweep(path) -> Sweep:
     """Open a sweep store (finished or not) for reading: ``.arrays(point)``, ``.table()``."""
-    return Sweep(path)
+    return Sweep(path_arg("open_sweep: path", path))
 
 
 def fingerprint(config: Mapping) -> str:

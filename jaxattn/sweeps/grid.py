@@ -42,7 +42,7 @@ import numpy as np
 
 from jaxattn.dynamics import lanes_for, mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io import load_config
 from jaxattn.io.store import SweepStore, manifest, open_sweep
 from jaxattn.model.sampling import init_tokens
@@ -125,6 +125,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                               batch.path) != ("highest", "auto"):
         raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
                           "path): give Batch(size=..., devices=...) only")
+    out = path_arg("sweep_grid: out", out)
     cfg = validate_config(load_config(config))
     points = [point_of(p) for p in expand(cfg)]
     if batch is not None and batch.size is not None and any(p.batch.path == "fused" for p in points):
