@@ -363,3 +363,48 @@ def test_every_attention_form_gives_the_general_numbers(tiny, family):
     """Issue 29: the forms of jaxattn.model.forms on BERT, ALBERT, GPT-2 and GPT-Neo weights (biases, masks,
     local windows, GPT-Neo's unscaled scores, ALBERT's shared groups)."""
     assert_forms_agree_on(ck.load_any(str(tiny[family][0])))
+
+
+# ---------------------------------------------------------------- reliability, fourth round (issue 49)
+def _small_model():
+    import jax
+
+    return ja.random_model(jax.random.key(0), 8, 2, 2, shared=False)
+
+
+@pytest.mark.parametrize("name,shape", [("q", (2, 2, 4, 7)), ("q", (2, 2, 3, 8)), ("k", (2, 2, 4, 7)),
+                                        ("v", (2, 1, 4, 8)), ("o", (2, 2, 8, 3))])
+def test_a_mis_shaped_tensor_is_named_and_nothing_is_written(tmp_path, name, shape):
+    """A model whose q alone was mis-shaped was reported as a wrong k (the expected shapes came from q), and
+    save_checkpoint wrote it anyway. Each attention tensor is checked against what the others say."""
+    from jaxattn.errors import ConfigError
+
+    model = _small_model()
+    bad = model.replace(layers=model.layers.replace(**{name: jnp.zeros(shape)}))
+    want = {"q": (2, 2, 4, 8), "k": (2, 2, 4, 8), "v": (2, 2, 4, 8), "o": (2, 2, 8, 4)}[name]
+    with pytest.raises(ConfigError, match=rf"^tensor '{name}' has shape \({', '.join(map(str, shape))}\), "
+                                          rf"expected \({', '.join(map(str, want))}\)$"):
+        ja.save_checkpoint(bad, tmp_path / "m.safetensors")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_save_checkpoint_and_convert_write_only_safetensors(tmp_path, capsys):
+    """ja.convert and ja.save_checkpoint replaced any existing file silently, a user's .txt included. They keep the
+    Python convention (an existing .safetensors is replaced, and the docstrings say so) but refuse a target of
+    another format, before reading anything."""
+    from jaxattn.errors import ConfigError
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(ConfigError, match=r"^save_checkpoint: path must end in \.safetensors .*which ends in \.txt$"):
+        ja.save_checkpoint(_small_model(), notes)
+    with pytest.raises(ConfigError, match=r"^convert: out must end in \.safetensors"):  # the source is never read
+        ja.convert(tmp_path / "no-such-checkpoint", notes)
+    assert main(["convert", str(tmp_path / "no-such-checkpoint"), "--out", str(notes), "--overwrite"]) == 2
+    assert "jaxattn: error: --out must end in .safetensors" in capsys.readouterr().err
+    assert notes.read_text() == "mine"
+    out = tmp_path / "m.safetensors"
+    out.write_bytes(b"an earlier file")
+    assert ja.save_checkpoint(_small_model(), out) == out and ck.load(out).d_model == 8  # replaced, as documented
+    for fn in (ja.save_checkpoint, ja.convert):
+        assert "existing file" in " ".join(fn.__doc__.split()) and "replaced" in fn.__doc__

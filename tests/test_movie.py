@@ -156,6 +156,27 @@ def test_trajectory_files_round_trip(tmp_path):
         mv.load_trajectory(tmp_path / "bad.safetensors")
 
 
+def test_writers_replace_only_files_of_their_format(tmp_path):
+    """The movie writer replaces an existing file as NumPy and safetensors do (and says so), but never a file of
+    another format: a user's .txt stays as it was, for the movie and its trajectory file alike."""
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(ConfigError, match=r"a \.gif or an \.mp4 file, got 'notes\.txt'"):
+        mv.movie(_circle(), notes)
+    with pytest.raises(ConfigError, match=r"^a trajectory file is a \.safetensors file, got 'notes.txt'$"):
+        mv.save_trajectory(notes, _circle(), np.arange(6.0))
+    with pytest.raises(ConfigError, match=r"^movie: path must name a path"):
+        mv.movie(_circle(), None)
+    assert notes.read_text() == "mine"
+    gif = tmp_path / "m.gif"
+    gif.write_bytes(b"an earlier movie")
+    mv.movie(_circle(), gif)
+    with Image.open(gif) as im:
+        assert im.n_frames == 6
+    for fn in (mv.movie, mv.save_trajectory):
+        assert "existing file" in " ".join(fn.__doc__.split()) and "replaced" in fn.__doc__
+
+
 # ---------------------------------------------------------------- the command line
 SIM = ["simulate", "--num-init", "6", "--n", "4", "--d", "3", "--heads", "1", "--depth", "2", "--steps", "5",
        "--chunk", "4", "--no-progress"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from jaxattn.cli._study import formatter
 from jaxattn.errors import JaxattnError
-from jaxattn.io.checkpoints import FAMILIES, convert_source, inspect, save_checkpoint
+from jaxattn.io.checkpoints import FAMILIES, convert_source, inspect, safetensors_path, save_checkpoint
 from jaxattn.io.rundir import file_out
 
 
@@ -26,7 +26,7 @@ def register(sub):
 
 
 def run(args, cfg) -> int:
-    target = file_out(args.out, args.overwrite)
+    target = safetensors_path(file_out(args.out, args.overwrite), "--out")
     model, info = convert_source(args.source, dtype=args.dtype, revision=args.revision)
     try:
         out = save_checkpoint(model, target, info)

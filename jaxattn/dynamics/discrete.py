@@ -29,6 +29,7 @@ A parallel model (GPT-NeoX, Phi) with the FFN: ``x' = x + α Attn(Norm1 x) + FFN
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import warnings
 from collections.abc import Callable
@@ -585,10 +586,12 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     if choice == "fused":
         try:
             with jax.default_matmul_precision(check_precision(batch.precision)):
-                obs, final = fused_simulate(model, X0.astype(dtype), steps, dyn=dynamics, alpha=alpha,
-                                            beta=beta, S=S, every=save.every)
+                obs, final = _no_derivative(functools.partial(fused_simulate, steps=steps, dyn=dynamics,
+                                                              every=save.every), model, X0.astype(dtype), alpha,
+                                            beta, S)
             fused = Simulation(obs, final, None)
-            _warn_non_finite(fused)
+            if not traced(final):
+                _warn_non_finite(fused)
             return fused
         except ConfigError:
             raise
@@ -612,6 +615,24 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     if not traced(res.final):
         _warn_non_finite(res)
     return res
+
+
+def _no_derivative(kernel: Callable, model: Model, X0, alpha, beta, S):
+    """``kernel(model, X0, alpha=alpha, beta=beta, S=S)`` under a derivative rule that refuses in one line: the fused
+    Pallas kernel defines none, and differentiating through it failed deep inside JAX, reported as the kernel
+    failing on the backend. Its forward pass (also under ``jit`` and ``vmap``) is unchanged."""
+
+    @jax.custom_jvp
+    def call(model, X0, alpha, beta, S):
+        return kernel(model, X0, alpha=alpha, beta=beta, S=S)
+
+    @call.defjvp
+    def refuse(primals, tangents):
+        raise ConfigError("Batch(path='fused') has no derivative (reverse- or forward-mode): the fused kernel "
+                          "defines none; its forward pass runs, and Batch(path='plain') or 'auto' (which takes the "
+                          "plain path under jax.grad) differentiates the same map")
+
+    return call(model, X0, alpha, beta, S)
 
 
 def one_head_bytes(model: Model, n: int, dtype, key_chunk: int | None = None) -> int | None:

@@ -250,18 +250,27 @@ LAYER_FIELDS = tuple(f.name for f in dataclasses.fields(Layers))
 EMBEDDING_FIELDS = tuple(f.name for f in dataclasses.fields(Embeddings))
 
 
+def _most(*sizes: int) -> int:
+    """The size most of ``sizes`` agree on (the first of them on a tie)."""
+    return max(sizes, key=sizes.count)
+
+
 def validate(model: Model) -> Model:
     """Check shapes, the schedule and finiteness; raise :class:`ConfigError` with one clear line."""
     if not isinstance(model, Model):  # None, a name, a dict: one line rather than an AttributeError
         raise ConfigError(f"model must be a jaxattn Model (ja.load_any('minilm'), ja.random_model(...)), got "
                           f"{type(model).__name__} {model!r:.60}")
     lay = model.layers
-    if lay.q.ndim != 4:
-        raise ConfigError(f"q must be [G, H, d_h, d], got shape {tuple(lay.q.shape)}")
-    G, H, dh, d = lay.q.shape
-    if lay.k.ndim != 4:
-        raise ConfigError(f"k must be [G, H_kv, d_h, d], got shape {tuple(lay.k.shape)}")
-    Hkv = lay.k.shape[1]
+    for name, axes in (("q", "G, H, d_h, d"), ("k", "G, H_kv, d_h, d"), ("v", "G, H_kv, d_h, d"),
+                       ("o", "G, H, d, d_h")):
+        if getattr(lay, name).ndim != 4:
+            raise ConfigError(f"tensor '{name}' must be [{axes}], got shape {tuple(getattr(lay, name).shape)}")
+    # each size is what most of the attention tensors that carry it say (q first on a tie), so that the tensor named
+    # below is the odd one out: a mis-shaped q alone was reported as a wrong k
+    q, k, v, o = (tuple(getattr(lay, name).shape) for name in ("q", "k", "v", "o"))
+    G = _most(q[0], k[0], v[0], o[0])
+    H, Hkv = _most(q[1], o[1]), _most(k[1], v[1])
+    dh, d = _most(q[2], k[2], v[2], o[3]), _most(q[3], k[3], v[3], o[2])
     if Hkv < 1 or H % Hkv:
         raise ConfigError(f"{H} query heads cannot be grouped over {Hkv} key/value heads "
                           "(the number of key/value heads must divide the number of heads)")

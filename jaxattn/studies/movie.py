@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io.results import atomic_write_bytes, save_arrays
 
 #: Formats :func:`movie` writes, by file suffix.
@@ -234,7 +234,10 @@ def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titl
           max_frames: int = 400, progress: bool = False) -> Path:
     """Render ``trajectory`` (``[T, n, d]``; ``[K, T, n, d]`` or a list of K ``[T, n_k, d_k]``: K panels side by
     side) into ``path``, an animated
-    GIF or (with an encoder, see :func:`encoder_available`) an MP4, by its suffix; written atomically.
+    GIF or (with an encoder, see :func:`encoder_available`) an MP4, by its suffix; written atomically. An existing
+    file at ``path`` is replaced, as NumPy's, PyTorch's and safetensors' savers replace theirs (``jaxattn movie``
+    refuses one without ``--overwrite``); a path ending in anything but ``.gif`` or ``.mp4`` (a ``.txt``) is refused,
+    never replaced by a movie.
 
     Args:
         ts: the saved times ``[T]`` (default: the frame index, ``time_label`` then naming it).
@@ -258,7 +261,7 @@ def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titl
         >>> im = Image.open(path); (im.n_frames, im.size)
         (5, (320, 340))
     """
-    path = Path(path)
+    path = path_arg("movie: path", path)
     fmt = path.suffix.lower().lstrip(".")
     if fmt not in FORMATS:
         raise ConfigError(f"a movie is a .gif or an .mp4 file, got {path.name!r}")
@@ -327,7 +330,12 @@ def _mp4(rendered: Iterator[np.ndarray], fps: float) -> bytes:
 def save_trajectory(path, trajectory, ts, *, observables: Mapping | None = None, titles: Sequence[str] = (),
                     time_label: str = "t", note: str = "") -> Path:
     """A trajectory for :func:`movie` and ``jaxattn movie`` as a safetensors file: one ``trajectory.<k> [T, n, d]``
-    per panel, ``ts [T]``, ``observables.<name> [K, T]``; titles, the time label and a note in its metadata."""
+    per panel, ``ts [T]``, ``observables.<name> [K, T]``; titles, the time label and a note in its metadata.
+    An existing file at ``path`` is replaced (the Python convention, as :func:`movie`); a path that does not end
+    in ``.safetensors`` is refused."""
+    path = path_arg("save_trajectory: path", path)
+    if path.suffix != ".safetensors":
+        raise ConfigError(f"a trajectory file is a .safetensors file, got {path.name!r}")
     trajs = _trajectories(trajectory)
     K, T = len(trajs), trajs[0].shape[0]
     arrays = {f"trajectory.{k}": a for k, a in enumerate(trajs)} | {"ts": np.asarray(ts, np.float64).reshape(T)}

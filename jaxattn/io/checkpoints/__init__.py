@@ -14,7 +14,7 @@ import numpy as np
 
 from jaxattn.errors import CheckpointError
 from jaxattn.io.checkpoints import albert, bert, gemma, gpt2, gpt_neo, gpt_neox, llama, opt, phi
-from jaxattn.io.checkpoints._format import FORMAT_VERSION, load, read_meta, save_checkpoint
+from jaxattn.io.checkpoints._format import FORMAT_VERSION, load, read_meta, safetensors_path, save_checkpoint
 from jaxattn.io.checkpoints._source import read
 from jaxattn.model.params import Model
 
@@ -47,9 +47,12 @@ def convert(source, out, *, dtype: str = "source", revision: str | None = None) 
     Args:
         source: a local checkpoint folder (``config.json`` + ``model.safetensors``, sharded
             safetensors or ``pytorch_model.bin``) or a hub model id (needs a network).
-        out: the ``.safetensors`` file to write.
+        out: the ``.safetensors`` file to write. An existing file there is replaced, as NumPy's, PyTorch's and
+            safetensors' savers do (the command line's ``convert`` refuses one without ``--overwrite``); a path
+            that does not end in ``.safetensors`` is refused before anything is read.
         dtype: ``'source'`` keeps the stored precision; ``'float32'`` / ``'float64'`` cast.
     """
+    safetensors_path(out, "convert: out")
     model, info = convert_source(source, dtype=dtype, revision=revision)
     return save_checkpoint(model, out, info)
 
@@ -126,5 +129,5 @@ def inspect(path) -> str:
 
 __all__ = [
     "FAMILIES", "FORMAT_VERSION", "builtin_path", "convert", "convert_source", "inspect", "load", "load_any", "read",
-    "read_meta", "save_checkpoint",
+    "read_meta", "safetensors_path", "save_checkpoint",
 ]

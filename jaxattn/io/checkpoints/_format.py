@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxattn.errors import CheckpointError, ConfigError
+from jaxattn.errors import CheckpointError, ConfigError, path_arg
 from jaxattn.io.results import atomic_write_bytes
 from jaxattn.model.params import EMBEDDING_FIELDS, LAYER_FIELDS, MASK_DTYPE, Embeddings, Layers, Model, validate
 from jaxattn.model.rope import Rope
@@ -116,10 +116,28 @@ def from_arrays(arrays: Mapping[str, np.ndarray], meta: Mapping[str, Any]) -> Mo
     return validate(model)
 
 
+def safetensors_path(path, name: str) -> Path:
+    """``path`` as the file a converted model is written to: it must end in ``.safetensors`` (a ``.txt``, or any
+    other kind of file, is refused rather than replaced by weights). ``name``: the argument, as the error says it."""
+    path = path_arg(name, path)
+    if path.suffix != ".safetensors":
+        got = f"ends in {path.suffix}" if path.suffix else "has no suffix"
+        raise ConfigError(f"{name} must end in .safetensors (the format written), got {str(path)!r}, which {got}")
+    return path
+
+
 def save_checkpoint(model: Model, path, info: Mapping[str, Any] | None = None) -> Path:
-    """Write ``model`` in the canonical layout (atomically). ``info``: provenance to record."""
+    """Write ``model`` in the canonical layout at ``path`` (atomically). ``info``: provenance to record.
+
+    An existing file at ``path`` is replaced, as NumPy's, PyTorch's and safetensors' own savers replace theirs (the
+    command line's ``convert`` refuses one without ``--overwrite``); ``path`` must end in ``.safetensors``, the
+    format written, so that no other kind of file (a ``.txt``) is replaced by weights. The model is validated
+    first: a mis-shaped or non-finite tensor is refused, naming it, and nothing is written.
+    """
     from safetensors.numpy import save as st_save
 
+    path = safetensors_path(path, "save_checkpoint: path")
+    validate(model)
     arrays = to_arrays(model)
     meta = {"format_version": FORMAT_VERSION, **static_meta(model), **dict(info or {}),
             "content_sha256": content_sha256(arrays)}
