@@ -258,3 +258,20 @@ def test_a_closed_output_pipe_ends_every_command_quietly(tmp_path):
         p.stdout.close()
         err = p.stderr.read().decode()
         assert p.wait() == 141 and err == "", (command, err)
+
+
+def test_negative_numbers_and_minus_inf_are_values_of_every_numeric_option(tmp_path, capsys):
+    """``--beta -inf`` ended in argparse's "expected one argument" (so did ``-1e3``): every negative number is a
+    value, refused or taken by the option's own check."""
+    from jaxattn.cli import build_parser
+
+    assert main(["simulate", "--beta", "-inf", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err == "jaxattn: error: --beta: must be finite, got -inf\n"
+    parser = build_parser()
+    for value, want in (("-1e3", -1000.0), ("-.5", -0.5), ("-Infinity", -np.inf), ("-2.5E-7", -2.5e-7)):
+        assert float(parser.parse_args(["simulate", "--beta", value]).beta) == want
+        assert float(parser.parse_args(["solve", "--t1", value]).t1) == want
+    assert np.isnan(float(parser.parse_args(["simulate", "--alpha", "-nan"]).alpha))
+    path = tmp_path / "m.safetensors"
+    ja.save_checkpoint(ja.random_model(jax.random.key(0), 4, 1, 2, shared=False), path)
+    assert main(["spectrum", str(path), "--order", "step", "--alpha", "-1e-1"]) == 0

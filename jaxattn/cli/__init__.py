@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -25,7 +26,17 @@ COMMAND_MODULES = ("simulate", "analyze", "convert", "inspect", "spectrum", "sol
                    "clusters", "stability", "metastability", "movie")
 
 
+#: What argparse must read as a value, not an option: every negative number Python writes (``-1e-3``, ``-.5``,
+#: ``-inf``, ``-nan``), where argparse's own test takes only ``-1`` and ``-0.5`` (``--beta -inf`` was "expected one
+#: argument"). No option of jaxattn's looks like one, so nothing is shadowed.
+NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = NEGATIVE_NUMBER  # argparse's own pattern, read by its parse_args
+
     def error(self, message):  # one line, non-zero exit
         self.exit(EXIT_BAD_INPUT, f"jaxattn: error: {message}\n")
 
