@@ -275,3 +275,60 @@ def test_negative_numbers_and_minus_inf_are_values_of_every_numeric_option(tmp_p
     path = tmp_path / "m.safetensors"
     ja.save_checkpoint(ja.random_model(jax.random.key(0), 4, 1, 2, shared=False), path)
     assert main(["spectrum", str(path), "--order", "step", "--alpha", "-1e-1"]) == 0
+
+
+def test_a_resume_refusal_names_each_difference_once(tmp_path, monkeypatch, capsys):
+    """An interrupted run asked to resume with another seed listed the seed and the weights' hash twice each (the
+    command's own options, then the sweep machinery's copies of them)."""
+    argv = ["simulate", "--d", "4", "--heads", "1", "--depth", "1", "--n", "3", "--num-init", "8", "--chunk", "4",
+            "--no-progress", "--out", str(tmp_path / "r")]
+    real, calls = sweep_mod.simulate, []
+
+    def interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(sweep_mod, "simulate", interrupted)
+    assert main(argv) == 130
+    monkeypatch.setattr(sweep_mod, "simulate", real)
+    capsys.readouterr()
+    assert main([*argv, "--seed", "2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("seed: 0 there, 2 now") == 1 and err.count(" there, ") == 2, err
+    assert err.count("weights_sha256: ") == 1 and "weights: " not in err
+
+
+def test_every_command_takes_no_progress(tmp_path, capsys):
+    """convert, inspect and spectrum refused --no-progress, which every other command takes."""
+    from jaxattn.cli import COMMAND_MODULES, build_parser
+
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert sorted(commands) == sorted(COMMAND_MODULES)
+    assert all("--no-progress" in p._option_string_actions for p in commands.values())
+    path = tmp_path / "m.safetensors"
+    ja.save_checkpoint(ja.random_model(jax.random.key(0), 4, 1, 2, shared=False), path)
+    assert main(["inspect", str(path), "--no-progress"]) == 0
+    assert main(["spectrum", "--no-progress", str(path)]) == 0
+    assert main(["convert", str(tmp_path / "nowhere"), "--out", str(tmp_path / "c.safetensors"), "--no-progress"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_one_token_per_condition_is_said_to_be_trivial_consensus(tmp_path, capsys):
+    """--n 1 was reported as 100% consensus with no note: one token is at consensus by definition."""
+    assert main(["simulate", "--n", "1", "--d", "4", "--heads", "1", "--depth", "1", "--num-init", "2",
+                 "--no-progress", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "in 100.0%" in out and "note         one token per initial condition (--n 1)" in out
+
+
+def test_a_sweep_style_table_in_a_command_config_says_the_options_are_flat(tmp_path, capsys):
+    """A [model] table (a sweep grid's layout) in a simulate config said "config value model: expected str"."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("seed = 1\n[model]\nd = 8\nheads = 2\n")
+    assert main(["simulate", "--config", str(cfg), "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"jaxattn: error: config file {cfg}: [model] is a table, as in a `jaxattn sweep` grid; "
+                          "`jaxattn simulate` takes its options flat, one per line (d = ..., not [model] d = ...)")
+    assert "expected str" not in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()

@@ -241,3 +241,21 @@ def test_movie_refuses_what_it_cannot_draw(tmp_path, capsys):
     assert main(["movie", str(tmp_path / "nowhere")]) == 2
     assert main(["movie", str(tmp_path / "empty"), "--fps", "0"]) == 2
     assert "--fps must be in (0, 100]" in capsys.readouterr().err
+
+
+def test_a_damaged_config_and_too_many_conditions_are_said(simulated, tmp_path, capsys):
+    """A run whose config.json is corrupt was called "not a finished run"; --conditions beyond the run's conditions
+    was capped silently."""
+    out = tmp_path / "sim"
+    shutil.copytree(simulated, out)
+    assert main(["movie", str(out), "--no-progress", "--conditions", "100", "--out", str(tmp_path / "m.gif")]) == 0
+    assert "jaxattn: warning: --conditions 100: the run has 6 condition(s), all drawn" in capsys.readouterr().err
+    with Image.open(tmp_path / "m.gif") as im:
+        assert im.size == (6 * mv.PANEL[0], mv.PANEL[1])
+    (out / "config.json").write_text('{"command": "simulate", "conf')
+    assert main(["movie", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{out / 'config.json'} is unreadable (not valid JSON" in err and "not a finished" not in err
+    (out / "config.json").write_text('{"command": "analyze", "config": {}}')
+    assert main(["movie", str(out), "--no-progress"]) == 2
+    assert "its config.json records a `jaxattn analyze` run, not a finished simulate" in capsys.readouterr().err

@@ -242,3 +242,22 @@ def test_a_numpy_integer_every_is_a_python_int(tmp_path):
     got = ja.sweep(_model(), num_init=2, n=4, steps=3, save=save, out_dir=tmp_path / "sw", progress=False)
     ref = ja.sweep(_model(), num_init=2, n=4, steps=3, save=ja.Save(every=2), progress=False)
     np.testing.assert_array_equal(got["observables.diameter"], ref["observables.diameter"])
+
+
+def test_an_observable_of_the_wrong_signature_is_named():
+    """An observe function that cannot take (t, X, ctx) raised Python's TypeError about positional arguments from
+    inside the traced program; every driver now names the expected signature first."""
+    model = ja.random_model(jax.random.key(0), 4, 1, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    wrong = ja.Save(observe=lambda X: X.sum())
+    for call in (lambda: ja.simulate(model, X0, 2, save=wrong), lambda: ja.simulate_one(model, X0[0], 2, save=wrong),
+                 lambda: ja.solve(model, X0, 1.0, save=ja.Save(observe=lambda t, X: X.sum())),
+                 lambda: ja.repeated_passes(model, X0, passes=1, dynamics=ja.D1, save=wrong)):
+        with pytest.raises(ConfigError, match=r"^Save\(observe=...\) is called as observe\(t, X, ctx\) .*"
+                                              r"<lambda>\(.*\) cannot take those three arguments$"):
+            call()
+
+    def extra(t, X, ctx=None, *, scale=1.0):  # defaults and keyword-only parameters are fine
+        return scale * X.sum()
+
+    assert ja.simulate(model, X0, 2, save=ja.Save(observe=extra)).observables.shape == (2, 3)

@@ -57,6 +57,10 @@ def _register_command_modules(sub) -> None:
 
     for name in COMMAND_MODULES:
         importlib.import_module(f"jaxattn.cli.{name}").register(sub)
+        p = sub.choices[name]
+        if "--progress" not in p._option_string_actions:  # taken by every command, so scripts can pass it to any
+            p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                           help="accepted by every command; this one shows no progress bar")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

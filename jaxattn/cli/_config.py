@@ -53,6 +53,14 @@ def resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
         if cfg.get("model", "random") == "random" and getattr(args, "model", None) not in (None, "random"):
             # the replayed run's random model is replaced by the one named now: its dimensions do not apply
             cfg = {k: v for k, v in cfg.items() if k not in RANDOM_ONLY}
+    tables = [k for k, v in cfg.items() if isinstance(v, dict)]
+    if tables and not replay:  # a sweep-style file: [model] d = 8 gave "expected str" (for model) or "unknown"
+        k = tables[0]
+        inner = next(iter(cfg[k]), "d")
+        raise JaxattnError(f"config file {args.config}: [{k}] is a table, as in a `jaxattn sweep` grid; "
+                           f"`jaxattn {args.command}` takes its options flat, one per line ({inner} = ..., not "
+                           f"[{k}] {inner} = ...)" + (", and model = names the model (random, minilm or a file)"
+                                                      if k == "model" else ""))
     known = set(defaults)
     unknown = sorted(set(cfg) - known)
     if unknown:

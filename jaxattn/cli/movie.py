@@ -109,6 +109,9 @@ def run(args, cfg) -> int:
         tr = load_trajectory(saved)
     else:
         tr = recompute(run_dir, args.conditions or CONDITIONS)
+        if args.conditions is not None and len(tr["trajectory"]) < args.conditions:
+            print(f"jaxattn: warning: --conditions {args.conditions}: the run has {len(tr['trajectory'])} "
+                  f"condition(s), all drawn", file=sys.stderr)
     for target in targets:
         render(tr, target, fps=args.fps, max_frames=args.max_frames, progress=args.progress)
         print(f"movie        {target}")
@@ -163,14 +166,24 @@ def recompute(run_dir: Path, conditions: int) -> dict:
     as :func:`jaxattn.studies.movie.load_trajectory` returns them (one panel per condition, the diameter and the
     run's other scalar observables in the corner). The observables recomputed are compared with those stored;
     a difference beyond round-off is said on stderr (the movie is still drawn)."""
-    try:
-        record = json.loads((run_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        record = None
-    command = record.get("command") if isinstance(record, dict) else None
-    if command not in ("simulate", "solve") or not isinstance(record.get("config"), dict):
+    config = run_dir / "config.json"
+    if not config.is_file():
         raise ConfigError(f"{run_dir} holds no saved trajectory ({TRAJECTORY}) and is not a finished simulate or "
-                          "solve run (its config.json): nothing to render")
+                          "solve run (no config.json): nothing to render")
+    try:
+        record = json.loads(config.read_text())
+    except (OSError, ValueError) as e:  # the run's own record, damaged: not "not a run"
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"not valid JSON: {e}"
+        raise ConfigError(f"{config} is unreadable ({why}): the run's trajectories cannot be recomputed without it; "
+                          "restore it, or run the command again with --movie") from None
+    command = record.get("command") if isinstance(record, dict) else None
+    if command in ("simulate", "solve") and not isinstance(record.get("config"), dict):
+        raise ConfigError(f"{config} records a {command} run without its configuration (an edited or damaged "
+                          "file): the run's trajectories cannot be recomputed")
+    if command not in ("simulate", "solve"):
+        what = f"a `jaxattn {command}` run" if isinstance(command, str) else "no jaxattn run"
+        raise ConfigError(f"{run_dir} holds no saved trajectory ({TRAJECTORY}) and its config.json records {what}, "
+                          "not a finished simulate or solve run: nothing to render")
     tr = _simulate(run_dir, record["config"], conditions) if command == "simulate" else \
         _solve(run_dir, record["config"], conditions)
     worst = _compare(tr.pop("stored"), tr["observables"], tr.pop("every"), tr.pop("dtype"))

@@ -67,19 +67,22 @@ SIM_DEFAULTS = {k: s.default for k, s in [(sp.dest, sp) for g in GROUPS.values()
     "out": "runs/simulate", "overwrite": False, "progress": True, "movie": False}
 
 
-def consensus_lines(diam, cosc, ok, steps: int) -> list[str]:
-    """The summary's statistics of the diameter and 1 - cos over the finite conditions ``ok``."""
+def consensus_lines(diam, cosc, ok, steps: int, n: int | None = None) -> list[str]:
+    """The summary's statistics of the diameter and 1 - cos over the finite conditions ``ok``; ``n`` tokens per
+    condition (one token is at consensus by definition, which a note says)."""
     import numpy as np
 
     if not ok.any():
         return ["diameter     n/a: no initial condition stayed finite"]
     final = diam[ok, -1]
     q = np.quantile(final, [0.0, 0.5, 0.9, 1.0])
+    trivial = ["note         one token per initial condition (--n 1): its diameter is 0 and 1-cos is 0 by definition, "
+               "so the consensus above is trivial; --n 2 or more measures it"] if n == 1 else []
     return [f"diameter     step 0 mean {diam[ok, 0].mean():.4g}  ->  step {steps}: min {q[0]:.3g}  median {q[1]:.3g}  "
             f"90% {q[2]:.3g}  max {q[3]:.3g}",
             f"consensus    diameter < 1e-2 in {np.mean(final < 1e-2) * 100:.1f}%, "
             f"< 1e-4 in {np.mean(final < 1e-4) * 100:.1f}% of {'the finite ' if not ok.all() else ''}initial "
-            f"conditions; mean 1-cos {cosc[ok, -1].mean():.3g}"]
+            f"conditions; mean 1-cos {cosc[ok, -1].mean():.3g}", *trivial]
 
 
 def run(args, cfg) -> int:
@@ -142,7 +145,8 @@ def run(args, cfg) -> int:
         f"matmul={cfg['matmul_precision']} seed={cfg['seed']}",
         f"time         {t.seconds:.2f} s ({rate:,.0f} condition-steps/s computed"
         + (f"; {stats['resumed']} conditions resumed from an interrupted run)" if resumed else ")"),
-        *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps),
+        *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps,
+                         n=cfg["n"]),
     ]
     write_summary(out, lines, bad, "config.json, observables.safetensors, summary.txt")
     if cfg["movie"]:

@@ -6,9 +6,13 @@ metrics.
 
 from __future__ import annotations
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
+
+from jaxattn.errors import ConfigError
 
 
 def pairwise_distances(X: Float[Array, "n d"]) -> Float[Array, "n n"]:
@@ -104,3 +108,22 @@ def consensus_observables(t, X: Float[Array, "n d"], ctx=None) -> dict[str, Floa
     """Default observables of :func:`jaxattn.simulate` and :func:`jaxattn.solve` (signature
     ``(t, X, ctx)``): diameter and cosine consensus."""
     return {"diameter": diameter(X), "cos_consensus": cos_consensus(X)}
+
+
+def check_observe(observe) -> None:
+    """Refuse, in one line naming the expected signature, an observable that cannot be called ``observe(t, X, ctx)``
+    (``t`` the step or time, ``X: [n, d]`` one configuration, ``ctx`` the context: ``ctx.aux``, ``ctx.attention()``):
+    the call inside the traced program raised Python's own ``TypeError`` about positional arguments."""
+    name = getattr(observe, "__name__", repr(observe))
+    if not callable(observe):
+        raise ConfigError(f"Save(observe=...) must be a function observe(t, X, ctx), got {observe!r}")
+    try:
+        sig = inspect.signature(observe)
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read: called as it is
+        return
+    try:
+        sig.bind(0, None, None)
+    except TypeError:
+        raise ConfigError(f"Save(observe=...) is called as observe(t, X, ctx) (t the step or time, X one "
+                          f"configuration [n, d], ctx.aux and ctx.attention()); {name}{sig} cannot take those three "
+                          "arguments") from None

@@ -24,6 +24,7 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from jaxattn.dynamics.observables import check_observe
 from jaxattn.errors import ConfigError
 from jaxattn.model.forms import Form
 
@@ -175,6 +176,8 @@ def check_save(save, driver: str, *, kind: str) -> Save:
     if kind == "flow" and save.every is not None:
         raise ConfigError(f"Save(every=...) gives steps of a map; {driver} solves a flow: save times with "
                           "Save(ts=...)")
+    if save.observe is not None:
+        check_observe(save.observe)  # observe(t, X, ctx), or one line naming it
     return save
 
 

@@ -325,6 +325,9 @@ def _differences(old: dict, new: dict, most: int = 4) -> str:
         return f"fingerprint {old.get('fingerprint')} != {new['fingerprint']}"
     # the caller's own options (a command's) read better than the machinery's copies of them
     show = lambda v: "(not set)" if v is missing else repr(v)
+    pair = lambda k: (show(a.get(k, missing)), show(b.get(k, missing)))
+    own = {pair(k) for k in keys if k.startswith("fingerprint.")}  # a copy (the seed, the weights' hash): said once
+    keys = [k for k in keys if k.startswith("fingerprint.") or pair(k) not in own]
     name = lambda k: k.removeprefix("config.").removeprefix("fingerprint.")  # the keys as the user wrote them
     shown = [f"{name(k)}: {show(a.get(k, missing))} there, {show(b.get(k, missing))} now"
              for k in keys[:most]]
