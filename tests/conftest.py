@@ -71,6 +71,38 @@ def _count_cache_event(name: str, **kwargs) -> None:
 jax.monitoring.register_event_listener(_count_cache_event)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--tier-budget", type=float, default=None, metavar="SECONDS",
+                     help="fail the run when its tests' durations (set-up, call and tear-down, summed over every test "
+                          "and worker) exceed SECONDS: make test holds the fast tier to 600 s on the 2-core machine")
+
+
+_summed = {"seconds": 0.0, "tests": 0}
+
+
+def pytest_runtest_logreport(report):
+    """Sum every phase's duration (in the controller with xdist: the workers' reports arrive there)."""
+    _summed["seconds"] += report.duration
+    _summed["tests"] += report.when == "call"
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """Hold the tier to ``--tier-budget``: a test that grows past it fails ``make test`` here, not a reviewer later."""
+    budget = session.config.getoption("--tier-budget")
+    if budget is None or hasattr(session.config, "workerinput"):
+        return
+    tr = session.config.pluginmanager.get_plugin("terminalreporter")
+    line = (f"this tier: {_summed['tests']} tests, their durations summed {_summed['seconds']:.0f} s "
+            f"(budget {budget:.0f} s)")
+    if _summed["seconds"] > budget:
+        line += ": over budget; move the slowest to the slower tier (@pytest.mark.e2e) or make them cheaper"
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if tr is not None:
+        tr.write_line(line, red=_summed["seconds"] > budget, bold=True)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "strict_dtypes: run under jax_numpy_dtype_promotion='strict' (no implicit "
                                        "promotion between dtypes: a mixed expression is an error, not an upcast)")

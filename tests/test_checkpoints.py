@@ -21,6 +21,8 @@ from . import hf_models, reference  # noqa: E402
 from .test_forms import assert_forms_agree_on  # noqa: E402
 
 FAMILIES = list(hf_models.FAMILY_CONFIGS)
+#: one encoder and one decoder in the fast tier; ALBERT's shared groups and GPT-Neo's windows in make test-all
+TIERED = [f if f in ("bert", "gpt2") else pytest.param(f, marks=pytest.mark.e2e) for f in FAMILIES]
 # Sequences longer than GPT-Neo's window (3); the second uses token type 1 for BERT/ALBERT.
 PROMPTS = [np.array([3, 17, 5, 88, 42, 7, 1, 60, 33, 2, 9]), np.array([50, 4, 4, 96, 0, 12])]
 
@@ -50,7 +52,7 @@ def max_errors(model, ids, tt, hs_ref, att_ref, dtype):
     return eh, ea
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TIERED)
 def test_faithful_matches_transformers(tiny, family, gpt_neo_exact):
     folder, tm = tiny[family]
     model = ck.load_any(str(folder))
@@ -102,7 +104,7 @@ def raw_F(family, folder):
             for i in range(cfg["num_layers"])]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TIERED)
 def test_layer_matrix_equals_raw_einsum(tiny, family, tmp_path):
     folder = tiny[family][0]
     path = ck.convert(folder, tmp_path / "m.safetensors")
@@ -116,7 +118,7 @@ def test_layer_matrix_equals_raw_einsum(tiny, family, tmp_path):
         np.testing.assert_allclose(F[g], Fw, rtol=0, atol=1e-6)  # float32 sums in different order
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TIERED)
 def test_convert_is_byte_stable_and_round_trips(tiny, family, tmp_path):
     folder = tiny[family][0]
     a = ck.convert(folder, tmp_path / "a.safetensors")
@@ -358,7 +360,7 @@ def test_unreachable_hub_id_offline(monkeypatch):
         ck.convert_source("no-such-org/no-such-model")
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", TIERED)
 def test_every_attention_form_gives_the_general_numbers(tiny, family):
     """Issue 29: the forms of jaxattn.model.forms on BERT, ALBERT, GPT-2 and GPT-Neo weights (biases, masks,
     local windows, GPT-Neo's unscaled scores, ALBERT's shared groups)."""

@@ -219,6 +219,30 @@ def test_save_every_with_a_last_partial_segment_matches_numpy_reference(steps, e
         np.testing.assert_allclose(np.asarray(res.observables["attention"][b]), A, rtol=0, atol=1e-12)
 
 
+def test_save_every_is_every_step_saving_subsampled():
+    """``Save(every=m)`` keeps exactly what saving every step keeps at steps 0, m, 2m, … and the last step, for every
+    remainder ``steps % m`` (0 and 1 included: a one-step last segment is a segment, not none). Three distinct layers,
+    so a segment that runs the wrong layers changes the numbers."""
+    d, n, depth, B = 6, 4, 3, 2
+    model = ja.random_model(jax.random.key(25), d, 2, depth, shared=False)
+    X0 = ja.init_tokens(jax.random.key(26), B, n, d, dtype=jnp.float64)
+    full = ja.simulate(model, X0, 8, alpha=0.8, beta=1.3,
+                       save=ja.Save(every=1, trajectory=True, observe=_first_coord_and_attention))
+    for every, steps in [(1, 2), (2, 4), (2, 5), (3, 6), (3, 7), (3, 8)]:  # every remainder 0 .. m-1
+        res = ja.simulate(model, X0, steps, alpha=0.8, beta=1.3,
+                          save=ja.Save(every=every, trajectory=True, observe=_first_coord_and_attention))
+        want = sorted({*range(0, steps + 1, every), steps})
+        assert list(ja.dynamics.discrete.saved_steps(steps, every)) == want
+        at = f"every={every}, steps={steps}"
+        np.testing.assert_allclose(np.asarray(res.trajectory), np.asarray(full.trajectory)[:, want], rtol=0,
+                                   atol=1e-13, err_msg=at)
+        np.testing.assert_allclose(np.asarray(res.final), np.asarray(full.trajectory)[:, steps], rtol=0, atol=1e-13)
+        for name in ("x0", "attention"):
+            np.testing.assert_allclose(np.asarray(res.observables[name]),
+                                       np.asarray(full.observables[name])[:, want], rtol=0, atol=1e-13,
+                                       err_msg=f"{name}, {at}")
+
+
 def _first_coord_and_attention(t, X, ctx):
     return {"x0": X[:, 0], "attention": ctx.attention()}
 

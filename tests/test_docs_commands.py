@@ -26,6 +26,8 @@ from . import hf_models
 from .once import once, shared_folder
 from .subprocess_env import one_device_env
 
+pytestmark = pytest.mark.e2e  # the slower tier (make test-all): every documented command, run as written
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 

@@ -19,6 +19,9 @@ from jaxattn.errors import CheckpointError  # noqa: E402
 from . import hf_models  # noqa: E402
 from .test_forms import assert_forms_agree_on  # noqa: E402
 
+# the slower tier (make test-all): every converted family (BERT and GPT-2 stay in the fast tier: test_checkpoints)
+pytestmark = pytest.mark.e2e
+
 # longer than the sliding windows (3) and than the dynamic-RoPE variant's 8 positions
 PROMPT = np.array([3, 17, 5, 88, 42, 7, 1, 60, 33, 2, 9])
 

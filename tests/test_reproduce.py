@@ -17,6 +17,8 @@ import pytest
 
 from .once import once, shared_folder
 
+pytestmark = pytest.mark.e2e  # the slower tier (make test-all): the reduced reproductions and their verdict flips
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
