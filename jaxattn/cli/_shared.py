@@ -23,7 +23,9 @@ class Output:
     """The options of a command's run directory (the library has none: they are the command line's)."""
 
     out: str = option("runs/out", "output run directory (new, empty, or an unfinished run of this command)")
-    overwrite: bool = option(False, "replace a finished run in --out (only the files jaxattn wrote)")
+    overwrite: bool = option(False, "replace a finished run (or a run of another command) in --out: the new run is "
+                                    "built beside it, in .NAME.jaxattn-replace, and swapped in when it finishes; a "
+                                    "folder holding files jaxattn did not write is refused")
     progress: bool = option(True, "show progress on stderr")
     figures: bool = option(True, "write PNG figures")
 
@@ -61,14 +63,16 @@ def output_options(p: argparse.ArgumentParser, *, out: str, figures: bool = Fals
 
 def start_run(cfg: dict, command: str, own: tuple[str, ...]):
     """``--out`` of a resumable command, checked and prepared before any computation: new, empty, an unfinished
-    run of the command (resumed) or, with ``--overwrite``, a finished one (see :mod:`jaxattn.io.rundir`)."""
+    run of the command (resumed) or, with ``--overwrite``, a finished one (replaced by a run built beside it: the
+    returned run's ``path``; see :mod:`jaxattn.io.rundir`)."""
     return rundir.start(cfg["out"], command, overwrite=cfg["overwrite"], resumable=True, own=own)
 
 
-def write_summary(out, lines: list[str], bad, files: str) -> str:
+def write_summary(out, lines: list[str], bad, files: str, shown=None) -> str:
     """The summary of a run of many conditions: ``lines``, a warning when some of the conditions (``bad``: a
-    ``[N]`` bool array) became non-finite (also on stderr), and where the ``files`` are; written to
-    ``out/summary.txt`` atomically, printed, and returned."""
+    ``[N]`` bool array) became non-finite (also on stderr), and where the ``files`` are (``shown``, default
+    ``out``: the ``--out`` a replacement written in ``out`` is swapped into); written to ``out/summary.txt``
+    atomically, printed, and returned."""
     import sys
 
     lines = list(lines)
@@ -76,7 +80,7 @@ def write_summary(out, lines: list[str], bad, files: str) -> str:
         warning = nonfinite_warning(int(bad.sum()), len(bad))
         lines.append(f"warning      {warning}")
         print(f"jaxattn: warning: {warning}", file=sys.stderr)
-    lines.append(f"output       {out}/ ({files})")
+    lines.append(f"output       {out if shown is None else shown}/ ({files})")
     text = "\n".join(lines) + "\n"
     atomic_write_text(out / "summary.txt", text)
     print(text, end="")

@@ -51,7 +51,7 @@ def run(args, cfg) -> int:
     out = Path(cfg["out"])
     run = start_run(cfg, "analyze", own=(STORE,))
     with rundir.undone_if_refused(run):
-        tables = power_method.run(out, study, model=model, model_name=str(cfg["model"]))
+        tables = power_method.run(run.path, study, model=model, model_name=str(cfg["model"]))  # or its replacement
     rundir.finish(run)
     main_rows = tables["main"]
     holds = sum(r["holds"] for r in main_rows)

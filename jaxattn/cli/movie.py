@@ -137,11 +137,13 @@ def _record(path: Path) -> None:
         rundir.record(path)
 
 
-def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = False) -> list[Path]:
+def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = False, shown: Path | None = None
+                ) -> list[Path]:
     """``--movie`` of ``simulate`` and ``solve``: the first ``conditions`` of the run just written into ``out``
     recomputed (:func:`recompute`), saved as ``trajectory.safetensors`` and rendered to ``movie.gif`` (and
     ``movie.mp4`` where an encoder is installed; one line on stdout where not). A trajectory that cannot be drawn
-    (not finite) leaves the run as it is, with one warning line."""
+    (not finite) leaves the run as it is, with one warning line. The files are named in ``shown`` (default ``out``:
+    the ``--out`` a replacement written in ``out`` is swapped into)."""
     try:
         tr = recompute(out, conditions)
     except ConfigError as e:
@@ -153,9 +155,10 @@ def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = Fal
     written = [render(tr, out / "movie.gif", progress=progress)]
     if encoder_available():
         written.append(render(tr, out / "movie.mp4", progress=progress))
-    print(f"trajectory   {out / TRAJECTORY}")  # the run's report listed its files before these were written
+    where = out if shown is None else shown
+    print(f"trajectory   {where / TRAJECTORY}")  # the run's report listed its files before these were written
     for path in written:
-        print(f"movie        {path}")
+        print(f"movie        {where / path.name}")
     if not encoder_available():
         print(f"movie.mp4    not written: {NO_ENCODER}")
     return written

@@ -110,6 +110,7 @@ def run(args, cfg) -> int:
         raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
     check_rope(model, cfg["rope"])
     run = start_run(cfg, "simulate", own=(STORE,))
+    work = run.path  # --out, or the replacement beside it that rundir.finish swaps in
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
     if cfg["model"] != "random":  # the random model's defaults describe nothing here (and would break a replay)
         for k in RANDOM_ONLY:
@@ -118,19 +119,19 @@ def run(args, cfg) -> int:
     resolved.update(steps=steps, model_summary=model.summary().splitlines(), weights_sha256=weights_sha256(model))
     stats: dict = {}
     with rundir.undone_if_refused(run), Timer() as t:
-        arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=out,
+        arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=work,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
                        dtype=dtype, batch=Batch(precision=cfg["matmul_precision"]), progress=cfg["progress"],
                        keep_final=cfg["keep_final"], stats=stats, overwrite=cfg["overwrite"],
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
                                                                                    "overwrite", "model_summary",
                                                                                    "movie")})
-    save_arrays(out / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
+    save_arrays(work / "observables.safetensors", arrays, {"config": json.dumps(resolved, sort_keys=True)})
     resumed = stats.get("resumed", 0) > 0
     resolved["chunk"] = stats.get("chunk", cfg["chunk"])  # the chunk size used (auto when not given)
     rate = stats.get("computed", 0) * steps / max(t.seconds, 1e-9)
     bad = nonfinite_conditions(arrays, cfg["num_init"])
-    write_json(out / "config.json", {"command": "simulate", "config": resolved, **provenance(),
+    write_json(work / "config.json", {"command": "simulate", "config": resolved, **provenance(),
                                      "seconds": round(t.seconds, 3), "resumed": resumed,
                                      "computed_conditions": stats.get("computed", 0),
                                      "resumed_conditions": stats.get("resumed", 0),
@@ -148,9 +149,9 @@ def run(args, cfg) -> int:
         *consensus_lines(arrays["observables.diameter"], arrays["observables.cos_consensus"], ~bad, steps,
                          n=cfg["n"]),
     ]
-    write_summary(out, lines, bad, "config.json, observables.safetensors, summary.txt")
+    write_summary(work, lines, bad, "config.json, observables.safetensors, summary.txt", shown=out)
     if cfg["movie"]:
-        write_movie(out, progress=cfg["progress"])
+        write_movie(work, progress=cfg["progress"], shown=out)
     rundir.finish(run)
     finish(out)
     return 0

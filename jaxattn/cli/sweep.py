@@ -28,8 +28,9 @@ def add_store_output(p, out: str):
     g = p.add_argument_group("output")
     g.add_argument("--out", help=f"output store directory [{out}]")
     g.add_argument("--overwrite", action="store_true",
-                   help="replace a store of another configuration in --out (only the store's own files; a store of "
-                        "this configuration is resumed)")
+                   help="replace a store of another configuration in --out: the new store is built beside it, in "
+                        ".NAME.jaxattn-replace, and swapped in when it finishes (a store of this configuration is "
+                        "resumed; a folder holding files jaxattn did not write is refused)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="show a progress bar [True]")
     g.add_argument("--quiet", dest="progress", action="store_false", help=argparse.SUPPRESS)  # the earlier spelling
     return g

@@ -17,8 +17,14 @@ is never deleted. :func:`start` decides, before any computation:
   refused, naming it; a directory of an older jaxattn (no marker) is never replaced: remove it by hand;
 * an unfinished run of the same command resumes (resumable commands; stale temporaries are removed)
   or is cleared and started again (studies, which cannot resume);
-* a finished run, or a run of another command, is refused unless ``overwrite``: then what the
-  marker lists is removed and the run starts afresh.
+* a finished run, or a run of another command, is refused unless ``overwrite``: then it is replaced
+  atomically. The new run is built beside it, in the hidden sibling ``.NAME.jaxattn-replace``
+  (:func:`replacement`), under these same rules (an unfinished replacement of the same command resumes
+  there, whatever else is cleared), and :func:`finish` swaps it in (:func:`swap`): ``--out`` is renamed
+  to ``.NAME.jaxattn-replaced``, the replacement to ``--out``, and the old run is removed. Until then the
+  old run stays whole and readable; a replacement killed at any point leaves the old run as it was (a
+  swap killed between its renames is put back by :func:`recover`, which :func:`start` runs first), and
+  the same command run again resumes the replacement and swaps it in.
 
 Commands that write one file (``convert``) use :func:`file_out`: an existing file is replaced only
 with ``overwrite``. ``sweep`` and ``solve`` write a sweep store, recognised by its own manifest
@@ -27,10 +33,12 @@ with ``overwrite``. ``sweep`` and ``solve`` write a sweep store, recognised by i
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,17 +50,22 @@ MARKER = ".jaxattn-run.json"
 FORMAT = "jaxattn-run"
 VERSION = 1
 _TMP = re.compile(r"^\.(?P<name>.+)\.[^.]+\.tmp$")  # tempfile.mkstemp(prefix=".NAME.", suffix=".tmp")
+REPLACE = ".jaxattn-replace"  # .NAME.jaxattn-replace: the run that replaces NAME, built beside it
+REPLACED = ".jaxattn-replaced"  # .NAME.jaxattn-replaced: the old run NAME while the replacement is swapped in
 
 
 @dataclass(frozen=True)
 class RunDir:
-    """A started run directory: ``path``; ``created``: the outermost folder :func:`start` created (or None);
-    ``fresh``: a new run (nothing of an earlier one kept to resume)."""
+    """A started run directory: ``path``, where the run is written; ``created``: the outermost folder :func:`start`
+    created (or None; a replacement's own folder always); ``fresh``: a new run (nothing of an earlier one kept to
+    resume); ``replaces``: the ``--out`` whose run this one replaces, swapped in by :func:`finish` (``path`` is
+    then its :func:`replacement`), or None."""
 
     path: Path
     command: str
     created: Path | None = None
     fresh: bool = True
+    replaces: Path | None = None
 
 
 # ---------------------------------------------------------------- paths
@@ -153,6 +166,90 @@ def clear(out: Path, marker: dict, *, temporaries_only: bool = False) -> None:
             _remove(p)
 
 
+# ---------------------------------------------------------------- replacing a run (or a sweep store) atomically
+def _base(out) -> Path:
+    """The folder a swap renames: ``out`` itself, resolved (``--out .``, a symbolic link: its target)."""
+    return Path(os.path.realpath(out))
+
+
+def replacement(out) -> Path:
+    """Where the run (or store) that replaces ``out`` is built: the hidden sibling ``.NAME.jaxattn-replace``."""
+    base = _base(out)
+    return base.parent / f".{base.name}{REPLACE}"
+
+
+def _replaced(out) -> Path:
+    base = _base(out)
+    return base.parent / f".{base.name}{REPLACED}"
+
+
+def _move(src: Path, dst: Path) -> None:
+    """One step of a swap: a rename, atomic on one file system (``dst`` must not exist)."""
+    os.rename(src, dst)
+
+
+def _sync_dir(folder: Path) -> None:
+    """Make the renames in ``folder`` durable (where directories can be synced)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def recover(out) -> None:
+    """Settle a swap into ``out`` that was killed half-way (:func:`swap`): the old run, moved away before the
+    replacement was moved in, is put back (the replacement waits, finished, for the same command to swap it in
+    again); once the replacement is in, what is left of the old run is removed. A no-op otherwise."""
+    old, base = _replaced(out), _base(out)
+    if not old.is_dir() or old.is_symlink():
+        return
+    if base.exists() or base.is_symlink():
+        shutil.rmtree(old)  # checked to be only jaxattn's before the swap moved it there
+    else:
+        _move(old, base)
+    _sync_dir(base.parent)
+
+
+def swap(out, staging, foreign_of: Callable[[Path], list[str]], option: str = "--out") -> None:
+    """Put the finished run (or store) ``staging`` in the place of ``out``: ``out`` renamed to
+    ``.NAME.jaxattn-replaced``, ``staging`` to ``out``, then the old run removed. Every step leaves a whole
+    run at ``out`` or under the hidden name, which :func:`recover` settles. If the old run gained entries
+    jaxattn did not write (``foreign_of``, checked once it is out of the way), it is put back and the swap
+    refused: nothing is deleted, and the replacement waits."""
+    base, old = _base(out), _replaced(out)
+    _move(base, old)  # the old run, whole, under a hidden name: nothing is deleted before the new one is in
+    try:
+        names = foreign_of(old)
+    except BaseException:
+        _move(old, base)
+        raise
+    if names:
+        _move(old, base)
+        raise ConfigError(f"{option} {out} now holds {names[0]!r}, which jaxattn did not write: nothing is deleted and "
+                          f"its finished replacement waits in {staging}; move the file away and run the same command "
+                          "again to swap it in")
+    try:
+        _move(Path(staging), base)
+    except BaseException:
+        if not (base.exists() or base.is_symlink()):
+            _move(old, base)
+        raise
+    _sync_dir(base.parent)
+    shutil.rmtree(old, ignore_errors=True)  # what is left is removed by the next recover()
+
+
+def _pending(out: Path) -> str:
+    """A note for a refusal: a replacement of ``out`` that waits, unfinished or not swapped in, if there is one."""
+    return f" (its replacement waits in {replacement(out)}: --overwrite resumes it)" if replacement(out).exists() \
+        else ""
+
+
 # ---------------------------------------------------------------- the run
 def _create(out: Path, option: str) -> Path | None:
     """Create ``out`` (and missing parents); return the outermost folder created, or None if it existed."""
@@ -193,9 +290,11 @@ def start(raw, command: str, *, overwrite: bool = False, resumable: bool = False
     """Check and prepare the run directory ``raw`` for ``command`` before any computation (see the module
     docstring); ``own``: the folders the command keeps there to resume (listed in the marker at once).
 
-    Returns the :class:`RunDir`; the marker is written (unfinished) before this returns.
+    Returns the :class:`RunDir`; the marker is written (unfinished) before this returns. A run that replaces
+    another is written into its :func:`replacement` (``RunDir.path``) and swapped in by :func:`finish`.
     """
     out = out_path(raw, option)
+    recover(out)
     created = _create(out, option)
     marker = None if created else read_marker(out)
     own, fresh = tuple(own), True
@@ -209,17 +308,46 @@ def start(raw, command: str, *, overwrite: bool = False, resumable: bool = False
         same = marker["command"] == command and not marker.get("finished")
         if same and resumable:
             fresh = False
-        elif same or overwrite:
-            clear(out, marker)
+        elif same:
+            clear(out, marker)  # an unfinished study, which cannot resume: started again
             marker = None
+        elif overwrite:
+            return _beside(out, command, resumable, own, option)
         else:
             state = "a finished" if marker.get("finished") else "an unfinished"
             raise ConfigError(f"{option} {out} holds {state} run of `jaxattn {marker['command']}`; choose another "
-                              "directory or pass --overwrite to replace it")
+                              f"directory or pass --overwrite to replace it{_pending(out)}")
+    return _begin(out, command, marker, own, created, fresh)
+
+
+def _begin(out: Path, command: str, marker: dict | None, own: tuple[str, ...], created: Path | None,
+           fresh: bool) -> RunDir:
+    """Write the unfinished marker of the run (keeping what ``marker`` lists, resumed) and drop stale temporaries."""
     marker = new_marker(command, set(own) | set(marker["files"] if marker is not None else ()))
     _write_marker(out, marker)
     clear(out, marker, temporaries_only=True)  # stale temporaries of writes killed before their rename
     return RunDir(out, command, created, fresh)
+
+
+def _beside(out: Path, command: str, resumable: bool, own: tuple[str, ...], option: str) -> RunDir:
+    """The run that replaces the run in ``out``, started in :func:`replacement`: a replacement of the same
+    command found there resumes (finished too: killed before its swap) if the command can; anything else of
+    jaxattn's there is cleared; an entry that is not jaxattn's is refused."""
+    path = replacement(out)
+    created = _create(path, option)
+    marker = None if created else read_marker(path)
+    names = [] if created else foreign(path, marker)
+    if names:
+        raise ConfigError(f"{path}, where jaxattn builds the replacement of {option} {out}, holds {names[0]!r}, which "
+                          "jaxattn did not write (nothing is deleted); remove it or choose another directory")
+    fresh = True
+    if marker is not None and marker["command"] == command and resumable:
+        fresh = False
+    elif marker is not None:
+        clear(path, marker)
+        marker = None
+    run = _begin(path, command, marker, own, path, fresh)
+    return dataclasses.replace(run, replaces=out)
 
 
 def claim(path) -> None:
@@ -249,9 +377,12 @@ def record(path) -> None:
 
 
 def finish(run: RunDir) -> None:
-    """Mark the run finished: from now on it is replaced only with ``--overwrite``."""
+    """Mark the run finished: from now on it is replaced only with ``--overwrite``. A replacement is then swapped
+    in (:func:`swap`)."""
     marker = read_marker(run.path)
     _write_marker(run.path, {**(marker or new_marker(run.command)), "finished": True})
+    if run.replaces is not None:
+        swap(run.replaces, run.path, lambda old: foreign(old, read_marker(old)))
 
 
 @contextmanager
@@ -268,7 +399,8 @@ def undone_if_refused(run: RunDir) -> Iterator[None]:
 
 def abandon(run: RunDir) -> None:
     """Put ``run``'s directory back as it was before :func:`start` (a failed or interrupted study): what
-    jaxattn wrote is removed, then the marker, then the folders :func:`start` created if they are empty."""
+    jaxattn wrote is removed, then the marker, then the folders :func:`start` created if they are empty (a
+    replacement's own folder: the run it was to replace is left as it was)."""
     marker = read_marker(run.path)
     if marker is not None:
         clear(run.path, marker)
@@ -286,4 +418,4 @@ def abandon(run: RunDir) -> None:
 
 
 __all__ = ["MARKER", "RunDir", "abandon", "claim", "clear", "dir_out", "file_out", "finish", "foreign", "is_ours",
-           "out_path", "read_marker", "record", "start", "undone_if_refused"]
+           "out_path", "read_marker", "record", "recover", "replacement", "start", "swap", "undone_if_refused"]

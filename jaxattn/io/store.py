@@ -13,6 +13,9 @@ marker's checksums, so a chunk half-written when a process was killed, truncated
 bytes is recomputed on the next run. Markers are written atomically after the data. A store written
 with another configuration is refused, never mixed; several processes share a store by taking
 disjoint chunks, and a second process started with the same process index is refused (file lock).
+A store of another configuration is replaced (``overwrite``) atomically by the grid's writer: the new
+store is built beside it (:func:`replacing`, in :func:`jaxattn.io.rundir.replacement`) and swapped in
+once finished (:func:`swap_in`), so the old one stays whole and readable until then.
 Zarr, xarray and pandas read the data directly; :func:`open_sweep` is the reader.
 """
 
@@ -32,7 +35,7 @@ import numpy as np
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io._atomic import replace_bytes
 from jaxattn.io.results import config_hash, device_info, versions, write_json
-from jaxattn.io.rundir import is_ours
+from jaxattn.io.rundir import is_ours, recover, replacement, swap
 
 FORMAT = "jaxattn-sweep-1"
 
@@ -69,11 +72,18 @@ class SweepStore:
 
         ``manifest`` must hold ``fingerprint`` (what decides the numbers) and may hold ``decides`` (the
         configuration that was fingerprinted, to name what differs). A store whose fingerprint differs is
-        refused with the differing keys and left untouched, or with ``overwrite`` removed (only the entries a
-        store holds, see :func:`clear_store`; anything else in ``root`` is refused, never deleted) and created anew.
+        refused with the differing keys and left untouched, or with ``overwrite`` removed in place (only the
+        entries a store holds, see :func:`clear_store`; anything else in ``root`` is refused, never deleted) and
+        created anew: for a store that is itself a replacement, or a run's chunk cache; a store a user keeps is
+        replaced beside it instead (:func:`replacing`).
         """
         root = Path(root)
         path = root / "manifest.json"
+        try:
+            recover(root)  # a replacement killed while being swapped in: the old store put back
+        except OSError:
+            if manifest is not None:  # a reader without write access reads what is there
+                raise
         if root.exists() and not root.is_dir():
             raise ConfigError(f"{root} exists and is not a directory")
         if manifest is None:
@@ -85,12 +95,14 @@ class SweepStore:
             return cls(root, _read_manifest(path))
         if path.is_file():
             old = _read_manifest(path)
-            if old.get("fingerprint") == manifest["fingerprint"] or _same_values(old, manifest):
+            if _matches(old, manifest):
                 return cls(root, old)
             if not overwrite:
+                waits = " (its replacement waits beside it: --overwrite resumes it)" if replacement(root).exists() \
+                    else ""
                 raise ConfigError(f"{root} holds a sweep with another configuration ({_differences(old, manifest)}); "
                                   "choose another output directory, or replace it (--overwrite; overwrite=True "
-                                  "in Python)")
+                                  f"in Python){waits}")
             clear_store(root)
         other = sorted(p.name for p in root.iterdir() if p.name != "locks") if root.exists() else []
         command = _run_of(root) if other else None
@@ -249,23 +261,62 @@ def _listed(root: Path) -> list[str]:
     return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
 
 
+def _foreign(root: Path) -> list[str]:
+    """The entries of the store ``root`` that are neither its own nor recorded beside it (:func:`record_file`)."""
+    listed = _listed(root)
+    return sorted(p.name for p in root.iterdir() if not _ENTRY.match(p.name)
+                  and not (listed and p.name != ".jaxattn-run.json" and is_ours(p.name, listed)))
+
+
+def _replaceable(root: Path) -> None:
+    """Refuse to replace or clear the store ``root`` if it holds anything else, or a process is writing it."""
+    other = _foreign(root)
+    if other:
+        raise ConfigError(f"{root} holds {other[0]!r}, which is not part of a jaxattn sweep store: nothing is "
+                          "deleted; choose another directory")
+    _not_in_use(root)
+
+
 def clear_store(root) -> None:
     """Remove the sweep store ``root``'s own entries (its manifest first, so that an interrupted removal leaves no
     store half-trusted) and the files jaxattn recorded beside it (:func:`record_file`); refused, with nothing
     removed, if ``root`` holds anything else."""
-    listed = _listed(Path(root))
+    _replaceable(Path(root))
     entries = sorted(Path(root).iterdir(), key=lambda q: (q.name != "manifest.json", q.name))
-    other = [p.name for p in entries if not _ENTRY.match(p.name)
-             and not (listed and p.name != ".jaxattn-run.json" and is_ours(p.name, listed))]
-    if other:
-        raise ConfigError(f"{root} holds {other[0]!r}, which is not part of a jaxattn sweep store: nothing is "
-                          "deleted; choose another directory")
-    _not_in_use(Path(root))
     for p in entries:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p)
         else:
             p.unlink(missing_ok=True)
+
+
+def _matches(old: dict, new: dict) -> bool:
+    """Whether a store's manifest ``old`` was written with the configuration of ``new`` (then it is resumed)."""
+    return old.get("fingerprint") == new["fingerprint"] or _same_values(old, new)
+
+
+def replacing(root, manifest: dict) -> Path:
+    """Where a sweep with ``manifest`` that may replace the store ``root`` (``overwrite``) writes: ``root``, unless
+    it holds a store of another configuration; then the replacement beside it
+    (:func:`jaxattn.io.rundir.replacement`; one left there by a killed run resumes), swapped in by :func:`swap_in`
+    when finished. The old store is checked first (:func:`clear_store`'s rules), and left whole and readable."""
+    root = Path(root)
+    recover(root)
+    try:
+        old = _read_manifest(root / "manifest.json") if (root / "manifest.json").is_file() else None
+    except ConfigError:
+        return root  # not a store: SweepStore.open says why
+    if old is None or _matches(old, manifest):
+        return root
+    _replaceable(root)
+    return replacement(root)
+
+
+def swap_in(root, work) -> None:
+    """Swap the finished store ``work`` (:func:`replacing`) in for ``root``: a no-op when they are one folder."""
+    if Path(work) != Path(root):
+        _not_in_use(Path(root))
+        swap(root, work, _foreign)
 
 
 def _run_of(root: Path) -> str | None:
@@ -492,4 +543,4 @@ def manifest(decides: Mapping, *, chunk: int, points: list[dict], processes: int
 
 
 __all__ = ["CorruptChunk", "Sweep", "SweepStore", "chunk_ranges", "clear_store", "fingerprint", "manifest",
-           "nonfinite_conditions", "open_sweep"]
+           "nonfinite_conditions", "open_sweep", "replacing", "swap_in"]

@@ -46,8 +46,9 @@ def csv_text(rows: Sequence[dict]) -> str:
 
 def run_into(out, body: Callable[[Path], T], *, command: str, overwrite: bool = False) -> T:
     """``body(path)``, which writes the study ``command`` into the run directory ``out``, checked and prepared
-    first by :func:`jaxattn.io.rundir.start` (a finished study is replaced only with ``overwrite``); if the
-    study fails or is interrupted, what it wrote is removed and ``out`` is left as it was found."""
+    first by :func:`jaxattn.io.rundir.start` (a finished study is replaced only with ``overwrite``: written beside
+    it and swapped in by :func:`jaxattn.io.rundir.finish`); if the study fails or is interrupted, what it wrote is
+    removed and ``out`` is left as it was found."""
     run = rundir.start(out, command, overwrite=overwrite)
     try:
         result = body(run.path)

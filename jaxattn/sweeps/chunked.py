@@ -107,7 +107,8 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     Returns flat arrays: ``observables.<name>: [num_init, T, ...]`` and, with ``keep_final``,
     ``final: [num_init, n, d]``. With ``out_dir`` every chunk is stored and verified and an
     interrupted run resumes (see the module docstring); ``fingerprint`` adds what else decides the
-    numbers; a store of another configuration there is refused, or with ``overwrite`` replaced. ``chunk``
+    numbers; a store of another configuration there is refused, or with ``overwrite`` replaced in place (it is a
+    cache of chunks: ``simulate --overwrite`` replaces a finished run as a whole, :mod:`jaxattn.io.rundir`). ``chunk``
     (conditions per stored chunk) defaults to :func:`auto_chunk`; each chunk is
     computed in a few pieces so the progress bar moves within it. ``stats`` (a dict) receives
     ``computed`` and ``resumed`` condition counts and the ``chunk`` size used. ``save``, ``batch`` and

@@ -44,7 +44,7 @@ from jaxattn.dynamics import lanes_for, mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io import load_config
-from jaxattn.io.store import SweepStore, manifest, open_sweep
+from jaxattn.io.store import SweepStore, manifest, open_sweep, replacing, swap_in
 from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
@@ -99,8 +99,10 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                num_processes: int | None = None, coordinator: str | None = None, progress: bool = True, log=None,
                overwrite: bool = False):
     """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
-    configuration; a store of another configuration is refused, or with ``overwrite`` replaced: only its own
-    entries are removed). Returns the opened :class:`jaxattn.io.store.Sweep`.
+    configuration; a store of another configuration is refused, or with ``overwrite`` replaced: the new store is
+    built beside it, in the hidden ``.NAME.jaxattn-replace``, and swapped in when finished, so the old one stays
+    whole until then and a killed replacement resumes; only the old store's own entries are removed, and a folder
+    holding anything else is refused). Returns the opened :class:`jaxattn.io.store.Sweep`.
 
     ``batch`` (:class:`jaxattn.Batch`): the lane width (``size``) and the devices each chunk is split over;
     default ``Batch(devices=jax.local_devices())``, every local device. Its precision and path are the
@@ -152,9 +154,11 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                            "times": p.times(m.depth).tolist(), "kernel": p.kernel(m)})
     _refuse_same_path(points, point_info)
     decides = {"config": decisive(cfg), "lanes": batch.size}
-    existed = Path(out).exists()
-    store = SweepStore.open(out, manifest(decides, chunk=chunk, points=point_info, processes=nproc, config=cfg),
-                            overwrite=overwrite)
+    man = manifest(decides, chunk=chunk, points=point_info, processes=nproc, config=cfg)
+    # a store of another configuration is replaced beside it and swapped in when finished: it stays whole until then
+    work = replacing(out, man) if overwrite else Path(out)
+    existed = work.exists()
+    store = SweepStore.open(work, man, overwrite=overwrite)
     mine = [w for j, w in enumerate(work_items([p.num_init for p in points], chunk)) if j % nproc == pid]
     replicated: dict = {}
     failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed
@@ -192,6 +196,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
                "conditions_per_second": round(computed / seconds, 1) if seconds > 0 and computed else None,
                "process": pid, "processes": nproc, "devices": [str(d) for d in devices]}
     store.mark_finished(summary, pid)
+    swap_in(out, work)
     if log is not None:
         log(summary)
     sw = open_sweep(out)
