@@ -288,9 +288,14 @@ def test_a_token_whose_update_overflowed_is_non_finite_on_every_path(monkeypatch
             res = ja.simulate(model, X0, 1, alpha=1e30, batch=ja.Batch(path=path))
         assert not np.asarray(res.ok).any(), path
         assert np.isnan(np.asarray(res.observables["diameter"])[:, -1]).all(), path
-    for dyn in (ja.D1, ja.D4):  # the sphere and flat space (no norm: the squared norm overflows first)
-        one = ja.simulate_one(model, X0[0], 1, dynamics=dyn, alpha=1e30)
+    # the core, on the sphere and under a LayerNorm (whose overflowed variance made every token its bias); flat
+    # space has no norm, and its tokens are what the (finite) update made them
+    ln = model.replace(layers=model.layers.replace(ln1_w=jnp.ones((1, 4), "float32"),
+                                                   ln1_b=jnp.full((1, 4), 0.5, "float32")))
+    for m, dyn in ((model, ja.D1), (ln, ja.Dynamics(norm="layernorm"))):
+        one = ja.simulate_one(m, X0[0], 1, dynamics=dyn, alpha=1e30)
         assert np.isnan(np.asarray(one.final)).all() and np.isnan(np.asarray(one.observables["diameter"][-1]))
+    assert np.isfinite(np.asarray(ja.simulate_one(model, X0[0], 1, dynamics=ja.D4, alpha=1e30).final)).all()
     # one token per condition: its cosine consensus is 0 by definition, so only the state itself can say it
     assert main(["simulate", "--d", "4", "--heads", "1", "--depth", "1", "--n", "1", "--num-init", "2",
                  "--alpha", "1e30", "--no-progress", "--out", str(tmp_path / "r")]) == 0

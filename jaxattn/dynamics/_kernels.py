@@ -158,9 +158,9 @@ def _kernel(x_ref, sets_ref, q_ref, k_ref, v_ref, o_ref, causal_ref, window_ref,
                     z = jnp.sum(W, axis=-1, keepdims=True)
             upd = upd + _dot(_dot(W, _dot(X, v_ref[g, h], 1, 1), 1, 0) / z, o_ref[g, h], 1, 1)
         Y = X + alpha * upd
-        # a token whose squared norm overflowed is NaN, not Y / inf = 0 (as the plain path: discrete._norm)
-        m = jnp.sum((_dot(Y, s_ref[...], 1, 0) if norm == "ellipsoid" else Y) * Y, axis=-1, keepdims=True)
-        Y = jnp.where(m < jnp.inf, Y if norm == "none" else Y / jnp.sqrt(m), jnp.nan)
+        if norm != "none":  # a token whose squared norm overflowed is NaN, not Y / inf = 0 (as Geometry.retract)
+            m = jnp.sum((Y if norm == "l2" else _dot(Y, s_ref[...], 1, 0)) * Y, axis=-1, keepdims=True)
+            Y = jnp.where(m < jnp.inf, Y / jnp.sqrt(m), jnp.nan)
         # the padded rows back to copies of token 0: finite (a zero row would normalise to NaN, and NaN times a
         # zero weight is NaN) and no new pair for the diameter
         Y = jnp.where((rows < n)[:, None], Y, _row0(Y, rows)[None, :])

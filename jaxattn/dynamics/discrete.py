@@ -191,18 +191,19 @@ def _weights_at(X, lw, model, dyn, beta, form):
 
 def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
     """The block's normalisation of ``y``. A token whose update overflowed is non-finite whatever the norm makes of
-    it: the retractions return NaN where the squared norm is not finite (``y / inf`` would be a zero token, read as
-    a finite state at consensus), and so do the affine norms and the flat space (the tokens' squared norms are
-    what :func:`~jaxattn.dynamics.observables.diameter` calls blown up)."""
+    it: where the statistic a norm divides by is not finite (``y / inf`` is a zero token, read as a finite state at
+    consensus; a LayerNorm then returns its bias), the token is NaN: the sphere's and the ellipsoid's squared norm
+    (:meth:`~jaxattn.dynamics.geometry.Geometry.retract`), the affine norms' variance or mean square (computed as
+    they compute it, so XLA forms it once). Flat space has no norm: its tokens are what the update made them."""
     if dyn.norm == "layernorm":  # the model's own affine norm: LayerNorm or RMSNorm
-        out = nn.affine_norm(y, w, b, model.ln_eps, model.norm_kind)
-    else:
-        geom = geometry_of(dyn, S)
-        assert geom is not None  # every norm but layernorm has a geometry
-        if geom.kind != "flat":
-            return geom.retract(y)  # NaN where its own squared norm overflowed
-        out = y
-    return jnp.where(jnp.sum(y * y, axis=-1, keepdims=True) < jnp.inf, out, jnp.nan)
+        if model.norm_kind == "rmsnorm":
+            stat = (y * y).mean(-1, keepdims=True)
+        else:
+            stat = ((y - y.mean(-1, keepdims=True)) ** 2).mean(-1, keepdims=True)
+        return jnp.where(stat < jnp.inf, nn.affine_norm(y, w, b, model.ln_eps, model.norm_kind), jnp.nan)
+    geom = geometry_of(dyn, S)
+    assert geom is not None  # every norm but layernorm has a geometry
+    return geom.retract(y)  # NaN where the squared norm overflowed
 
 
 @full_precision
