@@ -185,13 +185,12 @@ def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None, observ
     return run
 
 
-def lanes_of(model, n: int, dtype) -> int:
-    """The block width :func:`jaxattn.simulate` chooses for this model's conditions of ``n`` tokens (``Batch()``)."""
-    import jaxattn as ja
-    from jaxattn.dynamics.discrete import one_head_bytes
+def lanes_of(model, n: int, dtype, B: int) -> int:
+    """The block width :func:`jaxattn.simulate` chooses for ``B`` of this model's conditions of ``n`` tokens
+    (``Batch()``)."""
+    from jaxattn.dynamics.discrete import lanes_of as simulate_lanes
 
-    return ja.dynamics.lanes_for(None, ja.dynamics.working_bytes(n, model.d_model, model.n_heads, dtype),
-                                 one_head_bytes(model, n, dtype))
+    return simulate_lanes(model, n, dtype=dtype, conditions=B)
 
 
 def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None):
@@ -239,8 +238,8 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "torch.compile": lambda: make_torch(X0, V, steps, beta, compiled=True),
         "jax-floor": lambda: make_floor(X0, V, steps, beta, bcast=False),
         "jax-floor-bcast": lambda: make_floor(X0, V, steps, beta, bcast=True),
-        "jax-floor-blocks": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype)),
-        "jax-floor-observed": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype),
+        "jax-floor-blocks": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype, B)),
+        "jax-floor-observed": lambda: make_floor(X0, V, steps, beta, bcast=False, lanes=lanes_of(model, n, dtype, B),
                                                  observed=True),
         "jaxattn": lambda: make_jaxattn(model, X0, steps, beta, last=False),
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),

@@ -31,13 +31,14 @@ def test_simulate_writes_a_complete_run(tmp_path, capsys):
     assert arrays["observables.diameter"].shape == (40, 5) and arrays["final"].shape == (40, 5, 16)
     assert (out / "summary.txt").read_text() == text
     assert not (out / "chunks").exists() and not (out / ".jaxattn-sweep").exists()
-    # the same seed gives the same numbers whatever the chunking
+    # the same seed gives the same numbers whatever the chunking, to round-off
     out2 = tmp_path / "run2"
     assert main(["simulate", "--num-init", "40", "--n", "5", "--d", "16", "--heads", "2", "--depth", "4",
                  "--no-shared", "--mask", "causal", "--chunk", "40", "--seed", "3", "--out", str(out2),
                  "--no-progress", "--keep-final"]) == 0
     b = load_arrays(out2 / "observables.safetensors")
-    np.testing.assert_array_equal(b["final"], arrays["final"])  # bit-identical: fixed compiled block width
+    # the same to round-off: each run's width follows its chunk (16 and 64 lanes)
+    np.testing.assert_allclose(b["final"], arrays["final"], rtol=0, atol=1e-6)
 
 
 def test_config_file_and_precedence(tmp_path, capsys):

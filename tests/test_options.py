@@ -109,33 +109,40 @@ def test_repeated_passes_dtype_defaults_to_the_states_like_the_other_drivers():
     assert ja.simulate(model, X0, 1).final.dtype == jnp.float64
 
 
-def test_batch_size_none_is_the_runners_lanes_whatever_the_split():
-    """``Batch(size=None)`` is one fixed width: the numbers equal an explicit width of that size and do not
-    depend on how the batch is split (``repeated_passes`` used to run the whole batch as one block)."""
+def test_batch_size_none_follows_the_batch_and_a_fixed_size_keeps_the_bits_whatever_the_split():
+    """``Batch(size=None)`` is the runner's width for the batch: 7 conditions run in one block of 8, the numbers of an
+    explicit width of 8. A fixed size gives the same bits however the batch is split (``repeated_passes`` used to run
+    the whole batch as one block); the default widths of the parts (4 lanes each) agree with the whole to round-off."""
     model, X0 = _model(), _tokens(7)
-    lanes = default_lanes(working_bytes(4, 8, 2, jnp.float64))
+    lanes = default_lanes(working_bytes(4, 8, 2, jnp.float64), conditions=7)
+    assert lanes == 8
     for run in (lambda X, b: ja.repeated_passes(model, X, 2, dynamics=ja.D1, batch=b).final,
                 lambda X, b: ja.simulate(model, X, 6, batch=b).final,
                 lambda X, b: ja.solve(model, X, 0.5, batch=b).final):
         whole = np.asarray(run(X0, ja.Batch()))
         np.testing.assert_array_equal(whole, np.asarray(run(X0, ja.Batch(size=lanes))))
-        split = np.concatenate([np.asarray(run(X0[:3], ja.Batch())), np.asarray(run(X0[3:], ja.Batch()))])
+        fixed = ja.Batch(size=lanes)
+        split = np.concatenate([np.asarray(run(X0[:3], fixed)), np.asarray(run(X0[3:], fixed))])
         np.testing.assert_array_equal(whole, split)
+        split = np.concatenate([np.asarray(run(X0[:3], ja.Batch())), np.asarray(run(X0[3:], ja.Batch()))])
+        np.testing.assert_allclose(whole, split, rtol=0, atol=1e-13)
 
 
 def test_one_head_maps_run_in_wider_blocks_whatever_the_split():
     """The papers' one-head models get a wider default block on a CPU (WIDE_LANES, while a block's steps fit
-    WIDE_BLOCK_BYTES); several heads keep DEFAULT_LANES. The width is still one per condition: the numbers equal an
-    explicit width of that size, differ from the narrow width's only by round-off, and do not depend on the split."""
+    WIDE_BLOCK_BYTES); several heads keep DEFAULT_LANES. A small batch caps it (7 conditions: 8 lanes); at a fixed
+    width the numbers do not depend on the split, and differ from another width's only by round-off."""
     from jaxattn.dynamics import _runner
 
     base = _runner.DEFAULT_LANES.get(jax.default_backend(), 1024)
     small = working_bytes(4, 3, 1, jnp.float64)
     assert default_lanes(None) == base and default_lanes(None, None) == base
+    assert default_lanes(None, small, conditions=7) == 8
     if jax.default_backend() != "cpu":
         assert default_lanes(None, small) == base
         return
     assert default_lanes(None, small) == _runner.WIDE_LANES["cpu"] > base
+    assert default_lanes(None, small, conditions=5000) == _runner.WIDE_LANES["cpu"]  # a large batch: the full width
     room = _runner.WIDE_BLOCK_BYTES["cpu"]
     assert default_lanes(None, room // 256) == 256 and default_lanes(None, room // 256 + 1) == 128  # blocks fit room
     assert default_lanes(None, room) == base  # never narrower than the default
@@ -143,14 +150,17 @@ def test_one_head_maps_run_in_wider_blocks_whatever_the_split():
     model = ja.random_model(jax.random.key(0), 3, 1, 2, shared=False, dtype=jnp.float64)
     X0 = ja.init_tokens(jax.random.key(1), 7, 4, 3, dtype=jnp.float64)
     whole = np.asarray(ja.simulate(model, X0, 6).final)
-    np.testing.assert_array_equal(whole, np.asarray(ja.simulate(model, X0, 6, batch=ja.Batch(size=1024)).final))
-    np.testing.assert_array_equal(whole, np.concatenate([np.asarray(ja.simulate(model, X0[:3], 6).final),
-                                                         np.asarray(ja.simulate(model, X0[3:], 6).final)]))
-    np.testing.assert_allclose(whole, np.asarray(ja.simulate(model, X0, 6, batch=ja.Batch(size=base)).final),
-                               rtol=0, atol=1e-13)
-    two = _model()  # two heads: the default width stays DEFAULT_LANES
+    np.testing.assert_array_equal(whole, np.asarray(ja.simulate(model, X0, 6, batch=ja.Batch(size=8)).final))
+    wide = ja.Batch(size=1024)
+    at_1024 = np.asarray(ja.simulate(model, X0, 6, batch=wide).final)
+    parts = [np.asarray(ja.simulate(model, X, 6, batch=wide).final) for X in (X0[:3], X0[3:])]
+    np.testing.assert_array_equal(at_1024, np.concatenate(parts))
+    for other in (at_1024, np.asarray(ja.simulate(model, X0, 6, batch=ja.Batch(size=base)).final)):
+        np.testing.assert_allclose(whole, other, rtol=0, atol=1e-13)
+    two = _model()  # two heads: the default width stays DEFAULT_LANES for a large batch
+    assert default_lanes(working_bytes(4, 8, 2, jnp.float64), conditions=5000) == base
     np.testing.assert_array_equal(np.asarray(ja.simulate(two, _tokens(7), 3).final),
-                                  np.asarray(ja.simulate(two, _tokens(7), 3, batch=ja.Batch(size=base)).final))
+                                  np.asarray(ja.simulate(two, _tokens(7), 3, batch=ja.Batch(size=8)).final))
 
 
 def test_default_lanes_narrow_for_large_conditions():

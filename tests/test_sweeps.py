@@ -298,15 +298,17 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
 
 
 def test_a_point_smaller_than_a_chunk_is_padded_to_the_block_width_only(tmp_path, monkeypatch):
-    """`solve --num-init 8` integrated the whole default chunk (4096 conditions): a point is padded to
-    whole runner blocks, not to the chunk, and gives the numbers of a chunk its own size."""
+    """`solve --num-init 8` integrated the whole default chunk (4096 conditions): a point smaller than a chunk
+    computes its own conditions only (the runner pads them to one block of 8 lanes, not to the chunk, nor to the
+    backend's 64), and gives the numbers of a chunk its own size."""
     drawn = []
     real = grid.init_tokens  # the name sweep_grid calls (imported into the module)
     monkeypatch.setattr(grid, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
                                                                                                    *a, **k))
     big = grid.sweep_grid(_cfg(num_init=6, chunk=4096, seed=0, model__mask="full"), tmp_path / "a", progress=False,
                           batch=ja.Batch(devices=jax.local_devices()[:1]))
-    assert drawn == [64]  # one block of the CPU runner, not 4096
+    assert drawn == [6]  # the point's conditions, not 4096
+    assert [e["lanes"] for e in big.manifest["points"]] == [8]  # one block of 8 lanes
     small = grid.sweep_grid(_cfg(num_init=6, chunk=6, seed=0, model__mask="full"), tmp_path / "b", progress=False,
                             batch=ja.Batch(devices=jax.local_devices()[:1]))
     _assert_same(_arrays(big.store.root), _arrays(small.store.root))
@@ -332,10 +334,11 @@ def test_a_sweep_refused_before_any_result_leaves_no_store_in_the_way(tmp_path):
 @pytest.mark.parametrize("chunk,size,heads", [(1024, None, 2), (64, 8, 2), (64, None, 1)])
 def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, heads, tmp_path, monkeypatch):
     """Issue 32: 200 conditions computed in progress pieces (of 128 conditions in one chunk of the default lane width;
-    of 8 in four chunks of lanes of 8; a one-head model's chunks of 64 in its wider default blocks), stored or not,
-    equal condition by condition one ``ja.simulate`` call on the seed's first 200 initial conditions: a piece that
-    redrew an earlier piece's conditions would repeat its rows."""
+    of 8 in four chunks of lanes of 8; a one-head model's chunks of 64 in blocks of 64, the width the chunk decides),
+    stored or not, equal condition by condition one ``ja.simulate`` call at the sweep's width on the seed's first 200
+    initial conditions: a piece that redrew an earlier piece's conditions would repeat its rows."""
     import jaxattn.sweeps.chunked as chunked
+    from jaxattn.dynamics.discrete import lanes_of
 
     drawn = []
     real = chunked.init_tokens
@@ -347,7 +350,9 @@ def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, head
     got = ja.sweep(model, **kw)
     assert len(drawn) >= 2 and sum(drawn) >= 200 and max(drawn) < 200, drawn  # several pieces
     stored = ja.sweep(model, out_dir=tmp_path, **kw)
-    ref = ja.simulate(model, ja.init_tokens(jax.random.key(4), 200, 5, 8), 3, beta=1.5, batch=batch)
+    width = lanes_of(model, 5, batch=batch, conditions=min(chunk, 200))  # what the chunk decides: 64 lanes each
+    assert width == (size or 64)
+    ref = ja.simulate(model, ja.init_tokens(jax.random.key(4), 200, 5, 8), 3, beta=1.5, batch=ja.Batch(size=width))
     assert len(np.unique(np.asarray(ref.final).reshape(200, -1), axis=0)) == 200
     for out in (got, stored):
         assert sorted(out) == ["final", "observables.cos_consensus", "observables.diameter"]

@@ -4,13 +4,15 @@ A *program* solves one initial condition ``X0: [n, d]`` and returns a pytree (ob
 state, ...). It is a frozen dataclass, so it is hashable and compares by value: two calls with
 equal programs share one compiled executable. The runner owns what both kinds of model need once:
 
-* **Batching with fixed compiled shapes.** The batch is padded to a multiple of a lane width
-  ``lanes`` and run as ``lax.map`` over blocks of ``lanes`` conditions, each block ``vmap``-ed. The
-  program XLA compiles therefore sees ``[lanes, n, d]`` whatever the batch size, so the numbers of
-  condition ``i`` are bit-identical however a sweep is split into chunks (XLA picks different
-  kernels for different shapes, which changed float32 results by ~1e-7 when chunks had their own
-  shapes). The default lane width depends only on the backend and on the working set of one
-  condition (never on the batch): see :func:`default_lanes`.
+* **Batching in blocks of one width.** The batch is padded to a multiple of a lane width ``lanes``
+  and run as ``lax.map`` over blocks of ``lanes`` conditions, each block ``vmap``-ed. The program XLA
+  compiles sees ``[lanes, n, d]`` whatever the batch size, so for a fixed ``Batch(size=...)`` the numbers of
+  condition ``i`` are the same bits however the batch is split (on a CPU; a GPU once gave 1 ulp between
+  one block and several, docs/gpu.md). XLA picks different kernels for different widths, which changes
+  float32 results by ~1e-7: the default width follows the batch (:func:`default_lanes`: the backend's
+  width, capped at the smallest power of two holding each device's share, so padding stays below 2×),
+  and conditions run at other widths agree to round-off. A resumed sweep runs at the width recorded with
+  it (:mod:`jaxattn.sweeps.chunked`, :mod:`jaxattn.sweeps.grid`).
 * **dtype** casting of the states and of every floating parameter.
 * **Observables** ``observe(t, X, ctx)``: ``t`` is the step index of a map or the time of a flow,
   ``ctx.aux`` the user's pytree of arrays, ``ctx.attention()`` the attention weights ``[H, n, n]``
@@ -91,13 +93,23 @@ def checked(observe: Callable) -> Callable:
     return call
 
 
-def default_lanes(condition_bytes: int | None = None, one_head_bytes: int | None = None) -> int:
-    """The default lane width (``Batch(size=None)``): :data:`DEFAULT_LANES` of the backend, halved while a
-    block of conditions of ``condition_bytes`` each (:func:`working_bytes`) would exceed :data:`LANE_BUDGET` (the
-    memory it may take) or :data:`LANE_SATURATION` (the size beyond which a wider block runs no faster).
-    ``one_head_bytes``, the working set of one step of a one-head map's condition, first widens it: doubled up to
-    :data:`WIDE_LANES` while the block's steps fit :data:`WIDE_BLOCK_BYTES` (backends with an entry only). Both
-    are properties of one condition, never of the batch, so a condition's numbers stay independent of the split.
+def pow2_at_least(k: int) -> int:
+    """The smallest power of two ``>= k`` (1 for ``k <= 1``)."""
+    return 1 << max(int(k) - 1, 0).bit_length()
+
+
+def default_lanes(condition_bytes: int | None = None, one_head_bytes: int | None = None,
+                  conditions: int | None = None) -> int:
+    """The default lane width (``Batch(size=None)``) for ``conditions`` conditions on one device:
+    :data:`DEFAULT_LANES` of the backend, halved while a block of conditions of ``condition_bytes`` each
+    (:func:`working_bytes`) would exceed :data:`LANE_BUDGET` (the memory it may take) or :data:`LANE_SATURATION`
+    (the size beyond which a wider block runs no faster); ``one_head_bytes``, the working set of one step of a
+    one-head map's condition, first widens it: doubled up to :data:`WIDE_LANES` while the block's steps fit
+    :data:`WIDE_BLOCK_BYTES` (backends with an entry only). Then capped at the smallest power of two
+    ``>= conditions``, so that a small batch is not padded to the backend's width (at d = 2, n = 32 on a CPU 64
+    conditions cost 13.6 ms each in a block of 1024, 1.0 ms at 1024): fewer than twice the conditions are
+    computed. ``conditions=None``: no cap, the fixed width that every default was before it followed the batch
+    (what sweep stores written then resume at).
 
     Examples:
         >>> import jax
@@ -108,6 +120,8 @@ def default_lanes(condition_bytes: int | None = None, one_head_bytes: int | None
         1
         >>> default_lanes(16 * 2**20) if jax.default_backend() == "cpu" else 8   # 16 MiB: 200 tokens of GPT-2 small
         8
+        >>> default_lanes(conditions=5), default_lanes(conditions=1)            # 5 conditions: one block of 8
+        (8, 1)
     """
     backend = jax.default_backend()
     lanes = DEFAULT_LANES.get(backend, 1024)
@@ -119,17 +133,19 @@ def default_lanes(condition_bytes: int | None = None, one_head_bytes: int | None
     budget = min(block_budget(), LANE_SATURATION.get(backend, block_budget()))
     while condition_bytes and lanes > 1 and lanes * condition_bytes > budget:
         lanes //= 2
-    return lanes
+    return lanes if conditions is None else min(lanes, pow2_at_least(conditions))
 
 
-def lanes_for(size: int | None, condition_bytes: int | None = None, one_head_bytes: int | None = None) -> int:
+def lanes_for(size: int | None, condition_bytes: int | None = None, one_head_bytes: int | None = None,
+              conditions: int | None = None) -> int:
     """The lane width of a :class:`~jaxattn.dynamics.options.Batch` ``size``: the size when given, else
-    :func:`default_lanes` for conditions of ``condition_bytes`` (``one_head_bytes``: see there).
+    :func:`default_lanes` for ``conditions`` conditions per device of ``condition_bytes`` each (``one_head_bytes``,
+    ``conditions=None``: see there).
 
-    Never clamped to the batch: a batch smaller than the lane width is padded, so a condition's
-    numbers do not depend on the size of the batch it was run in.
+    A given size is never clamped to the batch: a batch smaller than it is padded, so that for a fixed size a
+    condition's numbers do not depend on the size of the batch it was run in.
     """
-    return default_lanes(condition_bytes, one_head_bytes) if size is None else size
+    return default_lanes(condition_bytes, one_head_bytes, conditions) if size is None else size
 
 
 @functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))
@@ -195,9 +211,10 @@ def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), conditio
     """Apply ``program(X0[i], params)`` to every condition of ``X0: [B, n, d]`` under ``jit``.
 
     ``params`` is a pytree of arrays (weights, α, β, tolerances, ...): jit inputs, so new values do
-    not recompile. ``batch`` (:class:`~jaxattn.dynamics.options.Batch`): the lane width ``size``; with several
-    ``devices`` the batch is split over them (``shard_map``: each device runs its own blocks of the same
-    width, so a condition's numbers do not depend on the number of devices); ``precision`` the
+    not recompile. ``batch`` (:class:`~jaxattn.dynamics.options.Batch`): the lane width ``size`` (``None``: the
+    default for each device's share of ``B``, :func:`default_lanes`); with several ``devices`` the batch is split
+    over them (``shard_map``: each device runs its own blocks of the same width, so for a given width a
+    condition's numbers do not depend on the number of devices); ``precision`` the
     matrix-product policy (:data:`PRECISIONS`). ``condition_bytes``
     (:func:`working_bytes`): a lane width whose block would need more than half the device's memory is
     refused with the estimate, rather than attempted; ``one_head_bytes`` widens the default width of a one-head map
@@ -205,13 +222,14 @@ def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), conditio
     """
     xla_precision = check_precision(batch.precision)
     B = X0.shape[0]
-    lanes = lanes_for(batch.size, condition_bytes, one_head_bytes)
+    mesh = mesh_of(batch.devices)
+    share = -(-B // (1 if mesh is None else mesh.size))  # conditions per device: what the default width follows
+    lanes = lanes_for(batch.size, condition_bytes, one_head_bytes, share)
     if condition_bytes is not None and lanes * condition_bytes > memory_limit() // 2:
         need, have = lanes * condition_bytes / 2**30, memory_limit() / 2**30
         raise ConfigError(f"Batch(size={lanes}) runs {lanes} conditions at once, about {need:.3g} GiB for one block "
                           f"(the device has {have:.3g} GiB): give a smaller Batch(size=...) (default "
-                          f"{default_lanes(condition_bytes, one_head_bytes)} here)")
-    mesh = mesh_of(batch.devices)
+                          f"{default_lanes(condition_bytes, one_head_bytes, share)} here)")
     width = lanes * (1 if mesh is None else mesh.size)
     pad = (-B) % width
     if pad:  # pad with copies of the first condition: finite, and dropped below

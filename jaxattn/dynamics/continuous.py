@@ -33,6 +33,7 @@ from jaxattn.dynamics._runner import (
     check_states,
     check_weights,
     checked,
+    lanes_for,
     resolve_dtype,
     run,
     traced,
@@ -373,6 +374,19 @@ def _form(model: Model, flow: Flow, n: int, dtype, form, weights_fn) -> Form:
     if weights_fn is not None or flow.rescaled:
         return GENERAL
     return choose(model, n, attention=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget())
+
+
+def lanes_of(model: Model, n: int, *, flow: Flow = C2, batch: Batch = Batch(), dtype="float32",
+             conditions: int | None = None) -> int:
+    """The lane width in which :func:`solve` (of a model's own weights) computes ``conditions`` conditions per device
+    of ``n`` tokens: ``batch.size`` when given, else the default (:func:`jaxattn.dynamics.default_lanes`, capped at
+    the smallest power of two ``>= conditions``; ``None``: uncapped; 1 where the attention runs over key chunks).
+    The sweeps record it and resume at it (:func:`jaxattn.dynamics.discrete.lanes_of` for maps)."""
+    dtype = resolve_dtype(dtype)
+    form = _form(model.astype(dtype), flow, n, dtype, batch.form, None)
+    if form.key_chunk is not None and batch.size is None:  # as solve: one condition fills the device
+        return 1
+    return lanes_for(batch.size, conditions=conditions)
 
 
 def _real_value(leaf) -> bool:

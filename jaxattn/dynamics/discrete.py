@@ -50,6 +50,7 @@ from jaxattn.dynamics._runner import (
     check_states,
     check_weights,
     checked,
+    lanes_for,
     resolve_dtype,
     run,
     traced,
@@ -530,9 +531,10 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
             ``observe(t, X, ctx)`` (``t`` the step index, ``ctx.attention()`` the attention weights of the
             step taken from ``X``; default :func:`jaxattn.analysis.metrics.consensus_observables`) and its
             ``aux``, and the trajectory. ``Save(ts=...)`` (times of a flow) is refused.
-        batch: how the batch runs (:class:`jaxattn.Batch`): conditions per compiled block (default: a fixed
-            width per backend; memory is flat in ``B`` and a condition's numbers do not depend on ``B`` or on
-            how a sweep is split), devices, matrix-product precision, and the path (``'auto'``, the fused
+        batch: how the batch runs (:class:`jaxattn.Batch`): conditions per compiled block (default: the
+            backend's width, capped for a small batch at less than twice ``B``: :func:`lanes_of`; for a fixed
+            ``size`` a condition's numbers are the same bits however the batch is split, for other widths the
+            same to round-off), devices, matrix-product precision, and the path (``'auto'``, the fused
             Pallas kernel ``'fused'`` or ``'plain'``).
         dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default: that of X0;
             float32 unless float64 is asked for).
@@ -607,15 +609,49 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
                           "using the plain path (Batch(path='plain') silences this)", RuntimeWarning, stacklevel=2)
     params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(save.aux, dtype),
               jnp.int32(0))
-    hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
-    cost = working_bytes(X0.shape[1], model.d_model, model.n_heads, dtype, hidden=hidden,
-                         saved=len(saved_steps(steps, save.every)) if save.trajectory else 0, key_chunk=form.key_chunk)
+    cost, one_head = _condition_bytes(model, X0.shape[1], dtype, form, steps, save)
     obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost,
-                           one_head_bytes=one_head_bytes(model, X0.shape[1], dtype, form.key_chunk))
+                           one_head_bytes=one_head)
     res = Simulation(obs, final, traj)
     if not traced(res.final):
         _warn_non_finite(res)
     return res
+
+
+def _condition_bytes(model: Model, n: int, dtype, form: Form, steps: int, save: Save) -> tuple[int, int | None]:
+    """What sizes the default width of :func:`simulate`'s blocks: one condition's working set and, for one head, one
+    step's (:func:`jaxattn.dynamics.default_lanes`)."""
+    hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
+    cost = working_bytes(n, model.d_model, model.n_heads, dtype, hidden=hidden,
+                         saved=len(saved_steps(steps, save.every)) if save.trajectory else 0, key_chunk=form.key_chunk)
+    return cost, one_head_bytes(model, n, dtype, form.key_chunk)
+
+
+def lanes_of(model: Model, n: int, *, dynamics: Dynamics = D1, steps: int = 0, save: Save = Save(),
+             batch: Batch = Batch(), dtype="float32", conditions: int | None = None) -> int | None:
+    """The lane width in which :func:`simulate` computes ``conditions`` conditions per device of ``n`` tokens:
+    ``batch.size`` when given; else the default for this model (:func:`jaxattn.dynamics.default_lanes`: the
+    backend's width for such conditions, capped at the smallest power of two ``>= conditions``; 1 where the
+    attention runs over key chunks). ``conditions=None``: the uncapped width, every default before it followed
+    the batch (what a sweep store written then resumes at). ``None`` on the fused path (the kernel's own tiles).
+    The sweeps record this width and resume at it.
+
+    Examples:
+        >>> import jax, jaxattn as ja
+        >>> from jaxattn.dynamics.discrete import lanes_of
+        >>> model = ja.random_model(jax.random.key(0), d=8, heads=2)
+        >>> lanes_of(model, 5, conditions=6), lanes_of(model, 5, conditions=6, batch=ja.Batch(size=32))
+        (8, 32)
+    """
+    dtype = resolve_dtype(dtype)
+    if choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n) == "fused":
+        return None
+    bare = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)  # as simulate sees it
+    form = form_of(bare, dynamics, n, dtype, batch.form)
+    if form.key_chunk is not None and batch.size is None:  # as simulate: one condition fills the device
+        return 1
+    cost, one_head = _condition_bytes(bare, n, dtype, form, steps, save)
+    return lanes_for(batch.size, cost, one_head, conditions)
 
 
 def _no_derivative(kernel: Callable, model: Model, X0, alpha, beta, S):

@@ -29,7 +29,9 @@ from jaxattn.errors import ConfigError
 from jaxattn.model.forms import Form
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
-#: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa).
+#: on every backend by default ("highest"); NVIDIA GPUs would otherwise use TF32 (10-bit mantissa). "bf16" also
+#: rounds the operands of the attention's and feed-forward products to bfloat16 itself, on every backend
+#: (:func:`jaxattn.model.precision.rounded`); "tf32" is XLA's setting only, which a CPU ignores.
 PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 
 #: How a map's batch is computed: ``'auto'`` (the fused Pallas kernel where it applies on a backend where it
@@ -108,17 +110,25 @@ class Batch:
     """How a batch of conditions is computed; no field changes which map or flow is computed.
 
     Attributes:
-        size: conditions per compiled block (the lane width). ``None``, in every driver: a fixed width set by
-            the backend and the size of one condition, never by the batch (on a CPU 64, up to 1024 for the
-            small conditions of one-head maps, and fewer for large ones such as long prompts of a real model:
-            :func:`jaxattn.dynamics.default_lanes`). The batch is padded to
-            whole blocks, so a
-            condition's numbers do not depend on the batch size or on how a sweep is split, for a given
-            ``size``; memory grows with ``size``, not with the batch.
+        size: conditions per compiled block (the lane width); the batch is padded to whole blocks, and memory
+            grows with ``size``, not with the batch. For a fixed ``size`` a condition's numbers are the same bits
+            whatever the batch it is run in and however a sweep is split (on a CPU; a GPU once gave 1 ulp, see
+            docs/gpu.md); at another width they are the same to round-off (tested within 1e-6 in float32 and
+            1e-13 in float64). ``None``, in every driver: the backend's width for conditions of this size (on a
+            CPU 64, up to 1024 for the small conditions of one-head maps, fewer for large ones such as long
+            prompts of a real model), capped at the smallest power of two holding the batch (each device's share):
+            fewer than twice the batch is computed (:func:`jaxattn.dynamics.default_lanes`). The default thus
+            follows the batch, and so may the numbers, to round-off; a resumed sweep (:func:`jaxattn.sweep`,
+            :func:`jaxattn.sweep_grid`) keeps the width recorded with it, so resuming is bit-identical.
         devices: split the batch over these devices (e.g. ``jax.local_devices()``); ``None``: the default
             device (:func:`jaxattn.sweep_grid`, given no ``Batch``, uses every local device).
-        precision: matrix products in float32 runs: ``'highest'`` (full float32 on every backend, the
-            default), ``'tf32'`` or ``'bf16'`` (faster on GPUs, about 1e-3 off after 24 layers).
+        precision: matrix products in float32 runs (float64 runs are full precision under every policy):
+            ``'highest'`` (full float32 on every backend, the default); ``'bf16'``: the operands of the
+            attention's and feed-forward products are rounded to bfloat16 (8 significant bits) on every backend,
+            products summed in float32 (W1 moves by a few 1e-3 after 24 layers; other products, the observables',
+            take XLA's bfloat16 setting: TF32 on an H200, full float32 on a CPU); ``'tf32'``: XLA's TensorFloat-32
+            setting, which changes only NVIDIA GPUs from Ampere on (10-bit mantissa, about 1e-3 off after 24
+            layers) and TPUs (several bfloat16 passes), and changes nothing on a CPU.
         path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics._kernels` where it
             applies, on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force
             it; interpret mode on a CPU; it runs its own tiles, so ``size`` is refused with it) or ``'plain'``.

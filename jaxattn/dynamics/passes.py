@@ -99,8 +99,9 @@ def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *,
     position embeddings are zero, which is how the tests check it). See the module docstring for the
     options. ``save`` (:class:`jaxattn.Save`) and ``batch`` (:class:`jaxattn.Batch`) mean what they mean in
     :func:`jaxattn.simulate`: the steps are the blocks ``0 .. passes·depth`` (``Save(every=...)``), and
-    ``Batch(size=None)`` is the backend's fixed lane width, so a prompt's numbers do not depend on the
-    batch it is run in. ``dtype``: a name, a NumPy or a JAX dtype (default: that of ``X0``).
+    ``Batch(size=None)`` is the runner's default width for the batch (every pass at that one width; for a fixed
+    ``size`` a prompt's numbers do not depend on the batch it is run in, at other widths only to round-off).
+    ``dtype``: a name, a NumPy or a JAX dtype (default: that of ``X0``).
     Returns :class:`Passes`.
 
     Examples:

@@ -19,7 +19,7 @@ from jaxtyping import Array, Bool, Float
 from jaxattn.errors import ConfigError
 from jaxattn.model.forms import GENERAL, Form
 from jaxattn.model.params import Layers
-from jaxattn.model.precision import full_precision
+from jaxattn.model.precision import full_precision, rounded
 from jaxattn.model.rope import rotate
 
 
@@ -48,6 +48,7 @@ def _broadcast_einsum(spec: str, a: ArrayLike, b: ArrayLike) -> jax.Array:
 
 
 def _contract(spec: str, a: ArrayLike, b: ArrayLike, form: Form) -> jax.Array:
+    a, b = rounded(jnp.asarray(a), jnp.asarray(b))  # bfloat16 operands under Batch(precision='bf16'), in every form
     return jnp.einsum(spec, a, b) if form.products == "einsum" else _broadcast_einsum(spec, a, b)
 
 
@@ -91,7 +92,7 @@ def _queries_keys(X: jax.Array, lw: Layers, *, biases: bool, rope, form: Form):
     ``(X Q_hᵀ + b^q_h, X K_hᵀ + b^k_h)``, or in the bilinear form ``(X B_h, X)`` with ``B_h = Q_hᵀ K_h``."""
     H = lw.q.shape[0]
     if form.scores == "bilinear":  # no biases, no RoPE (forms.choose): x_iᵀ Q_hᵀ K_h x_j
-        B = jnp.einsum("hkd,hke->hde", lw.q, _per_query_head(lw.k, H))
+        B = jnp.einsum("hkd,hke->hde", *rounded(jnp.asarray(lw.q), _per_query_head(lw.k, H)))
         return _contract("nd,hde->hne", X, B, form), jnp.broadcast_to(X[None], (H, *X.shape))
     q = _project(X, lw.q, "q", form)
     k = _project(X, lw.k, "k", form)
@@ -212,7 +213,7 @@ def _values(X: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
 def _output(heads: jax.Array, lw: Layers, *, biases: bool, form: Form) -> jax.Array:
     """``Σ_h O_h heads_h`` (bilinear form: ``Σ_h F_h heads_h``) ``(+ b^o)``, ``[n, d]``."""
     if form.values == "bilinear":
-        F = jnp.einsum("hdk,hke->hde", lw.o, _per_query_head(lw.v, lw.o.shape[0]))
+        F = jnp.einsum("hdk,hke->hde", *rounded(jnp.asarray(lw.o), _per_query_head(lw.v, lw.o.shape[0])))
         out = _contract("hid,hed->ie", heads, F, form)
     elif "o" in form.identity:
         out = heads.transpose(1, 0, 2).reshape(heads.shape[1], -1)

@@ -11,7 +11,7 @@ from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError
 from jaxattn.model.params import Layers  # no cycle: params does not import this module
-from jaxattn.model.precision import full_precision
+from jaxattn.model.precision import full_precision, rounded
 
 
 def l2(y: Float[Array, "*B d"]) -> Float[Array, "*B d"]:
@@ -93,17 +93,18 @@ def ffn(y: Float[Array, "*B d"], lw: Layers, act: str, *, biases: bool = True) -
     """
     assert lw.w1 is not None and lw.w2 is not None  # callers refuse ffn=True on models without FFN weights
     lead = (1,) * (y.ndim - 1)  # explicit broadcast: rank promotion is "raise" in the tests
-    h = y @ lw.w1.T
+    y, w1, w2 = rounded(y, jnp.asarray(lw.w1), jnp.asarray(lw.w2))  # bfloat16 operands under Batch(precision='bf16')
+    h = y @ w1.T
     if biases and lw.b1 is not None:
         h = h + lw.b1.reshape(lead + lw.b1.shape)
     if lw.wg is not None:
-        g = y @ lw.wg.T
+        g = y @ rounded(jnp.asarray(lw.wg))[0].T
         if biases and lw.bg is not None:
             g = g + lw.bg.reshape(lead + lw.bg.shape)
         h = activation(act)(g) * h
     else:
         h = activation(act)(h)
-    out = h @ lw.w2.T
+    out = rounded(h)[0] @ w2.T
     if biases and lw.b2 is not None:
         out = out + lw.b2.reshape(lead + lw.b2.shape)
     return out

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
-from jaxattn.dynamics import choose_path
+from jaxattn.dynamics import choose_path, continuous, discrete
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
@@ -75,6 +75,11 @@ class MapRun:
         """The steps at which observables are saved, as floats."""
         return saved_steps(self.steps_of(depth), save.every).astype(np.float64)
 
+    def lanes(self, model: Model, n: int, save: Save, batch: Batch, dtype, conditions: int | None) -> int | None:
+        """The lane width of :meth:`run` for ``conditions`` conditions per device (:func:`discrete.lanes_of`)."""
+        return discrete.lanes_of(model, n, dynamics=self.dynamics, steps=self.steps_of(model.depth), save=save,
+                                 batch=batch, dtype=dtype, conditions=conditions)
+
     def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
         with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
             warnings.simplefilter("ignore", NonFiniteWarning)
@@ -102,6 +107,10 @@ class FlowRun:
     def times(self, depth: int = 0, save: Save | None = None) -> Float[np.ndarray, " T"]:
         """The saved times: ``saves`` equally spaced in ``[0, t1]``."""
         return np.linspace(0.0, self.t1, self.saves)
+
+    def lanes(self, model: Model, n: int, save: Save, batch: Batch, dtype, conditions: int | None) -> int | None:
+        """The lane width of :meth:`run` for ``conditions`` conditions per device (:func:`continuous.lanes_of`)."""
+        return continuous.lanes_of(model, n, flow=self.flow, batch=batch, dtype=dtype, conditions=conditions)
 
     def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
         sol = solve(model, X0, self.t1, flow=self.flow, beta=self.beta, save=save, batch=batch, dtype=dtype,
@@ -151,12 +160,21 @@ class Point:
         return choose_path(self.batch.path, model, self.run.dynamics, self.save.observe, self.save.trajectory,
                            self.save.every, self.n)
 
+    def _batch(self, batch: Batch | None) -> Batch:
+        """The sweep's lane width and devices under the point's precision and path."""
+        return self.batch if batch is None else dataclasses.replace(batch, precision=self.batch.precision,
+                                                                     path=self.batch.path)
+
+    def lanes(self, model: Model, conditions: int | None, batch: Batch | None = None) -> int | None:
+        """The lane width :meth:`evolve` runs ``conditions`` conditions per device in (``None``: the uncapped
+        default of stores written before the width followed the batch; ``None`` back on the fused path). A sweep
+        records it and resumes at it."""
+        return self.run.lanes(model, self.n, self.save, self._batch(batch), self.dtype, conditions)
+
     def evolve(self, model: Model, X0, batch: Batch | None = None) -> dict[str, Any]:
         """Run the map or the flow from ``X0`` (``batch``: the sweep's lane width and devices, under the point's
         precision and path): the driver's observables, final states (and trajectory, solver results)."""
-        b = self.batch if batch is None else dataclasses.replace(batch, precision=self.batch.precision,
-                                                                  path=self.batch.path)
-        return self.run.run(model, X0, self.save, b, self.dtype)
+        return self.run.run(model, X0, self.save, self._batch(batch), self.dtype)
 
 
 def point_of(p: Mapping) -> Point:

@@ -8,12 +8,15 @@ same folder skips the chunks that verify and recomputes the others (half-written
 folder holding a run with another configuration — any option that changes the numbers, the weights
 themselves included (their sha256 is part of the fingerprint) — is refused rather than mixed, and a run
 stopped before its first chunk (refused, interrupted) removes the store it created. Condition ``i`` is
-always drawn from ``fold_in(key(seed), i)`` and computed in blocks of a fixed width, so the numbers do
-not depend on the chunk size. :func:`finish` removes only the folder the tool created.
+always drawn from ``fold_in(key(seed), i)`` and every chunk is computed in blocks of one width (``Batch(size=...)``,
+else the default for the chunk's conditions), recorded in the store: a resumed run keeps it, so its numbers are the
+same bits as an uninterrupted run's; at a given width they do not depend on the chunk size, and runs at other widths
+agree to round-off. :func:`finish` removes only the folder the tool created.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import time
 import warnings
@@ -39,7 +42,7 @@ from jaxattn.dynamics.discrete import (
     Dynamics,
     check_dynamics,
     check_steps,
-    one_head_bytes,
+    lanes_of,
     saved_steps,
     simulate,
 )
@@ -122,8 +125,8 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         >>> {k: v.shape for k, v in sorted(out.items())}
         {'final': (6, 5, 8), 'observables.cos_consensus': (6, 4), 'observables.diameter': (6, 4)}
         >>> X0 = ja.init_tokens(jax.random.key(0), 6, 5, 8)            # the same conditions, in one batch
-        >>> ref = ja.simulate(model, X0, steps=3)
-        >>> bool((np.asarray(ref.observables["diameter"]) == out["observables.diameter"]).all())
+        >>> ref = ja.simulate(model, X0, steps=3)                       # in one block of 8 lanes, the sweep's of 4
+        >>> bool(np.allclose(ref.observables["diameter"], out["observables.diameter"], rtol=0, atol=1e-6))
         True
     """
     save = check_save(save, "sweep", kind="map")  # before anything is written
@@ -153,18 +156,25 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     d = model.d_model
     check_fits(n, d, model.n_heads, dtype, batch.size)  # before the store and the first draw
     check_kept(num_init, n, d, steps, dtype, keep_final)
-    # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk; the runner's
-    # fixed lane width keeps every condition's numbers independent of the split
+    # a few pieces of one fixed size (one compiled program), so the bar moves within a chunk, all at one lane width
+    # that the chunk decides (its conditions per device; not the last chunk's, nor the piece's): a stored run records
+    # it and resumes at it, so that it is bit-identical to itself resumed
     span = min(chunk, num_init)  # a chunk larger than the run computes only the run's conditions
-    if batch.size is None and model.n_heads == 1:  # simulate's wider one-head blocks
-        lanes = lanes_for(None, None, one_head_bytes(model, n, dtype)) * (
-            1 if batch.devices is None else len(batch.devices))
-    piece = min(span, -(-span // (PIECES * lanes)) * lanes)  # whole lane blocks (no padded lanes computed)
-    held = jnp.dtype(dtype).itemsize * piece * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
-    if held > memory_limit() // 2:  # a piece's states and results are held at once
-        raise ConfigError(f"chunk = {chunk:,} computes {piece:,} conditions at a time, about {held / 2**30:,.3g} GiB "
-                          f"of states and results, more than half the machine's {memory_limit() / 2**30:,.3g} GiB: "
-                          "give a smaller chunk (default: from a 256 MiB budget)")
+    devices = 1 if batch.devices is None else len(batch.devices)
+    width = lanes_of(model, n, dynamics=dynamics, steps=steps, save=save, batch=batch, dtype=dtype,
+                     conditions=-(-span // devices))
+
+    def pieces_of(width: int | None) -> int:  # conditions per simulate call: whole lane blocks, under the budget
+        lanes = (width or lanes_for(None)) * devices
+        piece = min(span, -(-span // (PIECES * lanes)) * lanes)
+        held = jnp.dtype(dtype).itemsize * piece * (n * d * (2 if keep_final else 1) + 8 * (steps + 1))
+        if held > memory_limit() // 2:  # a piece's states and results are held at once
+            raise ConfigError(f"chunk = {chunk:,} computes {piece:,} conditions at a time, about {held / 2**30:,.3g} "
+                              f"GiB of states and results, more than half the machine's {memory_limit() / 2**30:,.3g} "
+                              "GiB: give a smaller chunk (default: from a 256 MiB budget)")
+        return piece
+
+    piece = pieces_of(width)
     key = jax.random.key(seed)
     store, existed = None, True
     if out_dir is not None:
@@ -183,9 +193,17 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
         entry = {"params": {}, "num_init": num_init, "n": n, "d": d,
                  "times": saved_steps(steps, save.every).astype(np.float64).tolist(),
-                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n)}
+                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n),
+                 "lanes": width}  # outside the fingerprint: a run resumes at the width it recorded
         store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[entry]),
                                 overwrite=overwrite)
+        kept = store.manifest["points"][0]
+        # a store written before the width was recorded ran at the uncapped default of then
+        recorded = kept["lanes"] if "lanes" in kept else lanes_of(
+            model, n, dynamics=dynamics, steps=steps, save=save, batch=batch, dtype=dtype, conditions=None)
+        if recorded != width:
+            width, piece = recorded, pieces_of(recorded)
+    run_batch = batch if width is None else dataclasses.replace(batch, size=width)
 
     def compute(point: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
         pieces = []
@@ -194,7 +212,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
             with warnings.catch_warnings():  # non-finite conditions are counted and reported by the caller
                 warnings.simplefilter("ignore", NonFiniteWarning)
                 res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S,
-                               save=save, batch=batch, dtype=dtype)
+                               save=save, batch=run_batch, dtype=dtype)
             got = flatten({"observables": res.observables})
             if keep_final:
                 got["final"] = np.asarray(res.final)

@@ -25,8 +25,10 @@ Execution (:func:`sweep_grid`, on the chunk loop it shares with :func:`jaxattn.s
 split over the local devices (``shard_map``), its observables (and optionally final states) written
 to the store with a checksum, and an interrupted sweep resumes where it stopped. With several
 processes (``jax.distributed``; one per host, e.g. under Slurm) process ``p`` of ``P`` takes the
-chunks ``p, p + P, ...``. Condition ``i`` of a point always starts from ``fold_in(key(seed), i)``,
-so every number is the same whatever the chunk size, device count or process count.
+chunks ``p, p + P, ...``. Condition ``i`` of a point always starts from ``fold_in(key(seed), i)``, and all
+the chunks of a point run at one lane width (``Batch(size=...)``, else the default for the chunk's conditions per
+device), recorded in the store: at a given width every number is the same whatever the chunk size, device count or
+process count, a resumed sweep keeps the width it recorded, and sweeps at other widths agree to round-off.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics import lanes_for, mesh_of, replicate
+from jaxattn.dynamics import mesh_of, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io import load_config
@@ -72,11 +74,25 @@ __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA
            "inert_keys", "point_of", "sweep_grid", "validate_config"]
 
 
-def _rows(chunk: int, num_init: int, batch) -> int:
-    """Conditions computed per chunk of a point: the chunk, or fewer when the whole point is smaller,
-    rounded up to whole blocks of the runner (``batch.size`` lanes per device)."""
-    width = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
-    return min(chunk, -(-num_init // width) * width)
+def _rows(chunk: int, num_init: int) -> int:
+    """Conditions computed per chunk of a point: the chunk, or the whole point when it is smaller (the runner pads
+    them to whole blocks of the point's lane width, :func:`_widths`)."""
+    return min(chunk, num_init)
+
+
+def _widths(points: list[Point], models: dict, entries: list[dict], chunk: int, batch: Batch, devices: int,
+            *, recorded: bool) -> list[int | None]:
+    """Each point's lane width, one for all its chunks: the one its store entry records (``recorded``: a resumed
+    store, so that its chunks are computed as before), else the width the chunk decides (its conditions per device,
+    :meth:`Point.lanes`). A store written before the width was recorded resumes at the uncapped default of then."""
+    out = []
+    for p, e in zip(points, entries, strict=True):
+        if recorded and "lanes" in e:
+            out.append(e["lanes"])
+        else:
+            share = None if recorded else -(-_rows(chunk, p.num_init) // devices)
+            out.append(p.lanes(p.build_model(models), share, batch))
+    return out
 
 
 def _refuse_same_path(points: list[Point], info: list[dict]) -> None:
@@ -153,12 +169,16 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         point_info.append({"params": p.params, "num_init": p.num_init, "n": p.n, "d": m.d_model,
                            "times": p.times(m.depth).tolist(), "kernel": p.kernel(m)})
     _refuse_same_path(points, point_info)
+    for e, w in zip(point_info, _widths(points, models, point_info, chunk, batch, len(devices), recorded=False),
+                    strict=True):
+        e["lanes"] = w  # outside the fingerprint: a store resumes at the width it recorded, on any number of devices
     decides = {"config": decisive(cfg), "lanes": batch.size}
     man = manifest(decides, chunk=chunk, points=point_info, processes=nproc, config=cfg)
     # a store of another configuration is replaced beside it and swapped in when finished: it stays whole until then
     work = replacing(out, man) if overwrite else Path(out)
     existed = work.exists()
     store = SweepStore.open(work, man, overwrite=overwrite)
+    widths = _widths(points, models, store.manifest["points"], chunk, batch, len(devices), recorded=True)
     mine = [w for j, w in enumerate(work_items([p.num_init for p in points], chunk)) if j % nproc == pid]
     replicated: dict = {}
     failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed
@@ -172,12 +192,11 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
             bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
             replicated[key] = replicate(bare, mesh_of(devices))
-        # every chunk of a point has one shape (the last one padded): one compiled program. A point with
-        # fewer conditions than a chunk is padded only to the runner's block width, not to the chunk (a
-        # solve of 8 conditions integrated 4096); the blocks, hence the numbers, are the same either way
-        X0 = init_tokens(jax.random.key(p.seed), _rows(chunk, p.num_init, batch), p.n, m.d_model, kind=p.init,
+        # every chunk of a point has one shape (the last one padded) and one lane width: one compiled program. A
+        # point with fewer conditions than a chunk computes only its own (a solve of 8 conditions integrated 4096)
+        X0 = init_tokens(jax.random.key(p.seed), _rows(chunk, p.num_init), p.n, m.d_model, kind=p.init,
                          start=start, dtype=dtype)
-        res = p.evolve(replicated[key], X0, batch)
+        res = p.evolve(replicated[key], X0, batch if widths[i] is None else dataclasses.replace(batch, size=widths[i]))
         arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
         if p.keep_final:
             arrays["final"] = np.asarray(res["final"])[:size]
