@@ -9,6 +9,21 @@ class ConfigError(JaxattnError):
     """An impossible or inconsistent configuration (shapes, options, non-finite weights)."""
 
 
+class DiskFullError(JaxattnError):
+    """A write found the disk (or the user's quota) full: one line naming what was being written and what was kept
+    (nothing is ever left half-written: every file is written to a temporary name and renamed). Raised by every
+    writer of jaxattn (:func:`jaxattn.io._atomic.full_disk`); the command line prints it as ``jaxattn: error: ...``
+    with exit status 2, saying what its command keeps. ``path``: what was being written; ``then``: what to do."""
+
+    def __init__(self, path, then: str, quota: bool = False):
+        self.path, self.then, self.quota = path, then, quota
+        full = "the disk quota is exceeded" if quota else "the disk is full"
+        super().__init__(f"writing {path} failed: {full}; {then}")
+
+    def __reduce__(self):  # pickled with what it was built from (a worker process's error re-raised in the parent)
+        return type(self), (self.path, self.then, self.quota)
+
+
 class NonFiniteWarning(RuntimeWarning):
     """Some conditions of a run reached NaN or inf (the dynamics overflowed); they are flagged, not dropped.
     Sweeps count and report them themselves, and silence this warning."""

@@ -270,6 +270,7 @@ def test_cli_bad_input_one_line_exit_2_nothing_left(args, match, tmp_path):
 def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkeypatch):
     import errno
 
+    from jaxattn.errors import DiskFullError
     from jaxattn.io import store
 
     out = tmp_path / "s"
@@ -290,7 +291,8 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
         process_id = num_processes = coordinator = None
         progress, overwrite = False, False
 
-    with pytest.raises(ConfigError, match="disk is full"):
+    with pytest.raises(DiskFullError, match=f"^writing {out} failed: the disk is full; finished chunks are kept, "
+                                            "run the same command again to resume$"):
         execute(cfg, out, Args)
     monkeypatch.setattr(store.SweepStore, "write_chunk", real)
     sw = grid.sweep_grid(cfg, out, progress=False)

@@ -16,7 +16,8 @@ from jaxattn import __version__
 from jaxattn.cli._config import resolve
 from jaxattn.cli._interrupt import interrupts
 from jaxattn.cli._study import formatter
-from jaxattn.errors import JaxattnError
+from jaxattn.errors import DiskFullError, JaxattnError
+from jaxattn.io import AGAIN, RESUME, STUDY
 
 EXIT_BAD_INPUT = 2
 
@@ -85,6 +86,11 @@ def _main(argv: Sequence[str] | None) -> int:
             status = int(args.func(args, cfg) or 0)
             sys.stdout.flush()  # a closed pipe is found here, not by the interpreter's last flush
             return status
+    except DiskFullError as e:  # said with what this command keeps: its finished chunks, or its folder as found
+        resumes = getattr(args, "resumes", None)  # not said by convert and movie, which write one file
+        then = AGAIN if resumes is None else RESUME if resumes else STUDY
+        print(f"jaxattn: error: {DiskFullError(e.path, then, e.quota)}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except JaxattnError as e:
         print(f"jaxattn: error: {e}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 from pathlib import Path
 
 from jaxattn.errors import ConfigError
+from jaxattn.io import RESUME, full_disk
 from jaxattn.io.rundir import dir_out
 from jaxattn.io.store import nonfinite_warning
 from jaxattn.sweeps.grid import SCHEMA, sweep_grid
@@ -33,6 +33,7 @@ def add_store_output(p, out: str):
                         "resumed; a folder holding files jaxattn did not write is refused)")
     g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True, help="show a progress bar [True]")
     g.add_argument("--quiet", dest="progress", action="store_false", help=argparse.SUPPRESS)  # the earlier spelling
+    p.set_defaults(resumes=True)  # a store resumes (said on Ctrl-C and on a full disk)
     return g
 
 
@@ -63,14 +64,14 @@ def register(sub) -> None:
 
 
 def execute(config, out: Path, args):
-    """Run ``sweep_grid`` with the CLI's output and process options; disk errors become one clear line."""
+    """Run ``sweep_grid`` with the CLI's output and process options; disk errors become one clear line (a full
+    disk: the :class:`jaxattn.errors.DiskFullError` every writer raises, naming ``out``)."""
     try:
-        return sweep_grid(config, out, process_id=args.process_id, num_processes=args.num_processes,
-                          coordinator=args.coordinator, progress=args.progress, overwrite=args.overwrite)
+        with full_disk(out, RESUME):
+            return sweep_grid(config, out, process_id=args.process_id, num_processes=args.num_processes,
+                              coordinator=args.coordinator, progress=args.progress, overwrite=args.overwrite)
     except OSError as e:
-        why = "the disk is full" if e.errno == errno.ENOSPC else (e.strerror or str(e))
-        raise ConfigError(f"writing {out} failed: {why}; finished chunks are kept, run the same command "
-                          "again to resume") from None
+        raise ConfigError(f"writing {out} failed: {e.strerror or e}; {RESUME}") from None
 
 
 def run(args, cfg) -> int:

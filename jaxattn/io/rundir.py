@@ -43,8 +43,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxattn.errors import ConfigError, JaxattnError
-from jaxattn.io._atomic import replace_bytes
+from jaxattn.errors import ConfigError, DiskFullError, JaxattnError
+from jaxattn.io._atomic import full_disk, replace_bytes
 
 MARKER = ".jaxattn-run.json"
 FORMAT = "jaxattn-run"
@@ -262,7 +262,8 @@ def _create(out: Path, option: str) -> Path | None:
     while not top.parent.exists() and top.parent != top:
         top = top.parent
     try:
-        out.mkdir(parents=True)
+        with full_disk(out):
+            out.mkdir(parents=True)
     except OSError as e:
         raise ConfigError(f"cannot create {option} {out}: {e.strerror or e}") from None
     return top
@@ -388,9 +389,12 @@ def finish(run: RunDir) -> None:
 @contextmanager
 def undone_if_refused(run: RunDir) -> Iterator[None]:
     """Around a run's computation: if it refuses its input (:class:`JaxattnError`) and the run is fresh, what it
-    wrote is removed (:func:`abandon`), so bad input leaves no output; an interruption keeps it to resume."""
+    wrote is removed (:func:`abandon`), so bad input leaves no output; an interruption, or a full disk
+    (:class:`DiskFullError`, no bad input), keeps it to resume."""
     try:
         yield
+    except DiskFullError:
+        raise
     except JaxattnError:
         if run.fresh:
             abandon(run)

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from jaxattn.errors import ConfigError, path_arg
-from jaxattn.io._atomic import replace_bytes
+from jaxattn.io._atomic import RESUME, full_disk, replace_bytes
 from jaxattn.io.results import config_hash, device_info, versions, write_json
 from jaxattn.io.rundir import is_ours, recover, replacement, swap
 
@@ -113,15 +113,21 @@ class SweepStore:
             raise ConfigError(f"{root} is not empty and holds no sweep: it holds {other[0]!r}, which is no part of a "
                               "sweep store (nothing is deleted); choose a new or empty directory")
         try:
-            root.mkdir(parents=True, exist_ok=True)
-            probe = root / ".jaxattn-write-test"
-            probe.write_bytes(b"")
-            probe.unlink()
+            with full_disk(root):
+                root.mkdir(parents=True, exist_ok=True)
+                probe = root / ".jaxattn-write-test"
+                probe.write_bytes(b"")
+                probe.unlink()
         except OSError as e:
             raise ConfigError(f"cannot write to {root}: {e.strerror or e}") from None
         manifest = {"format": FORMAT, **manifest}
         tmp = root / f".manifest.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        try:
+            with full_disk(root):
+                tmp.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         try:
             os.link(tmp, path)  # atomic create: exactly one process wins
         except FileExistsError:
@@ -180,15 +186,19 @@ class SweepStore:
 
     def write_chunk(self, point: int, chunk_index: int, start: int, arrays: Mapping[str, np.ndarray],
                     rows: int, chunk: int, info: dict | None = None) -> None:
-        """Write rows ``start : start + len`` of every array, then the chunk's marker (atomically)."""
+        """Write rows ``start : start + len`` of every array, then the chunk's marker (atomically). A full disk
+        raises :class:`jaxattn.errors.DiskFullError` naming the store (a chunk written in part has no marker: it is
+        recomputed when the run resumes)."""
         sums = {}
-        for name, a in arrays.items():
-            a = np.asarray(a)
-            arr = self._array(point, name, a, rows, chunk)
-            arr[start:start + a.shape[0]] = a
-            sums[name] = _digest(a)
-        size = int(next(iter(arrays.values())).shape[0])
-        write_json(self._marker(point, chunk_index), {"start": start, "rows": size, "sha256": sums, **(info or {})})
+        with full_disk(self.root, RESUME):
+            for name, a in arrays.items():
+                a = np.asarray(a)
+                arr = self._array(point, name, a, rows, chunk)
+                arr[start:start + a.shape[0]] = a
+                sums[name] = _digest(a)
+            size = int(next(iter(arrays.values())).shape[0])
+            write_json(self._marker(point, chunk_index), {"start": start, "rows": size, "sha256": sums,
+                                                          **(info or {})})
 
     def read_chunk(self, point: int, chunk_index: int, start: int, size: int) -> dict[str, np.ndarray] | None:
         """The verified arrays of a finished chunk (``{name: rows}``); ``None`` if it is not finished (no

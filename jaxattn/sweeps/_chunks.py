@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from jaxattn.io import RESUME, full_disk
 from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, nonfinite_conditions
 
 Work = tuple[int, int, int, int]  # (point, chunk index, start, size)
@@ -88,7 +89,8 @@ def run_chunks(store: SweepStore | None, work: Sequence[Work], compute: Compute,
                 moved = 0
                 got = compute(point, start, size, advance)
                 if store is not None:
-                    store.write_chunk(point, c, start, got, rows[point], chunk, info)
+                    with full_disk(store.root, RESUME):  # one line, whatever the store's writer raised
+                        store.write_chunk(point, c, start, got, rows[point], chunk, info)
                 computed += size
                 bar.update(size - moved)  # what the callback did not report itself
             nonfinite[point] += int(nonfinite_conditions(got, size).sum())
