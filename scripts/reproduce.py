@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import re
 import json
 import math
+import re
 import shutil
 import subprocess
 import sys

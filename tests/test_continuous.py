@@ -226,14 +226,20 @@ def test_weight_function_in_another_precision_runs_in_the_tokens_precision():
 
 
 def test_batch_split_does_not_change_results():
+    """The two promises of ``Batch``: the same bits for a fixed ``Batch(size=...)`` however the batch is split, and
+    the same to round-off (1e-6 in float32) at the default width, which follows each split's size."""
     model = ja.random_model(jax.random.key(19), 8, 2, 3, shared=False, mask="causal")
     X0 = ja.init_tokens(jax.random.key(20), 70, 5, 8)  # float32
-    whole = ja.solve(model, X0, 4.0)
-    parts = [ja.solve(model, X0[i:i + 23], 4.0) for i in range(0, 70, 23)]
-    one = ja.solve(model, X0[41], 4.0)
+    fixed = ja.Batch(size=8)
+    whole = ja.solve(model, X0, 4.0, batch=fixed)
+    parts = [ja.solve(model, X0[i:i + 23], 4.0, batch=fixed) for i in range(0, 70, 23)]
+    one = ja.solve(model, X0[41], 4.0, batch=fixed)
     np.testing.assert_array_equal(np.asarray(whole.final), np.concatenate([np.asarray(p.final) for p in parts]))
     np.testing.assert_array_equal(np.asarray(whole.final[41]), np.asarray(one.final[0]))
     np.testing.assert_array_equal(np.asarray(whole.num_steps[41]), np.asarray(one.num_steps[0]))
+    default = [ja.solve(model, X0[i:i + 23], 4.0) for i in range(0, 70, 23)]
+    np.testing.assert_allclose(np.concatenate([np.asarray(p.final) for p in default]), np.asarray(whole.final),
+                               rtol=0, atol=1e-6)
 
 
 _TRACES = []

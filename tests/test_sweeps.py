@@ -102,6 +102,7 @@ def _env(devices: int = 1, **extra):
     return env
 
 
+@pytest.mark.e2e  # two processes with a coordinator: the slower tier
 @pytest.mark.requires_cpu("eight forced CPU devices and two processes on one machine")
 def test_eight_devices_and_two_processes_give_the_same_numbers(tmp_path):
     cfg = _cfg()  # every run in a fresh process with the same settings (this one has x64 on)
