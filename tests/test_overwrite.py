@@ -106,6 +106,7 @@ CASES = {
 }
 
 
+@pytest.mark.e2e  # the SIGKILL matrix (processes killed and rerun): the slower tier; the swap's logic is tested below
 @pytest.mark.parametrize("command", list(CASES))
 def test_a_replacement_killed_at_any_point_leaves_the_old_run_and_the_same_command_finishes_it(command, tmp_path,
                                                                                               capsys):
