@@ -2,9 +2,11 @@
 deadlocked XLA's CPU thread pool) and no loss of accuracy with the conditioning of e^{tV} (issue 24)."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import jax
@@ -15,7 +17,10 @@ import scipy.linalg as sla
 
 import jaxattn as ja
 from jaxattn.analysis import clusters as cl
+from jaxattn.cli import main
 from jaxattn.dynamics.fields import MAX_SQUARINGS, expm
+from jaxattn.errors import ConfigError
+from jaxattn.sweeps._schema import validate_config
 
 from .subprocess_env import one_device_env
 
@@ -72,8 +77,10 @@ _ISSUE_22 = textwrap.dedent("""
     import os
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])  # XLA's CPU pool: two threads, as where it hung
     import jax, jaxattn as ja
+    jax.config.update("jax_enable_x64", True)  # the rescaled flow runs in float64 only (issue 49)
     model = ja.random_model(jax.random.key(0), d=64, heads=4, depth=2, shared=True)
-    sol = ja.solve(model, ja.init_tokens(jax.random.key(1), 2, 10, 64), t1=0.1, flow=ja.C3_RESCALED)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 10, 64, dtype="float64")
+    sol = ja.solve(model, X0, t1=0.1, flow=ja.C3_RESCALED)
     print("ok", bool(sol.ok.all()))
 """)
 
@@ -205,3 +212,80 @@ def test_field_is_differentiable_at_long_horizons():
     fd = (float(loss(1.0 + 1e-7)) - float(loss(1.0 - 1e-7))) / 2e-7
     assert np.isfinite(g)
     np.testing.assert_allclose(g, fd, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- float32 refused, progress in time
+
+
+def test_float32_is_refused_at_once():
+    """Issue 49: in float32 the adaptive step of the rescaled flow shrank until max_steps (a random d = 8 model
+    stalled near t = 7, minutes at the default max_steps = 100000): refused before anything is compiled, in one line
+    saying why and what to give instead, whatever the kernel or the solver."""
+    model = ja.random_model(jax.random.key(0), d=8, heads=4, depth=1, shared=True)
+    X0 = ja.init_tokens(jax.random.key(1), 8, 10, 8)  # float32, as by default
+    unnormalised = ja.Flow(space="flat", rescaled=True, attention="unnormalised")
+    for flow, dtype, kw in ((ja.C3_RESCALED, None, {}), (ja.C3_RESCALED, "bfloat16", {}),
+                            (unnormalised, "float32", {"solver": "euler", "dt": 0.1})):
+        start = time.perf_counter()
+        with pytest.raises(ConfigError, match=r"runs in float64 only \((float32|bfloat16) given\): .* max_steps; "
+                                              r"pass dtype='float64'") as e:
+            ja.solve(model, X0, 10.0, flow=flow, dtype=dtype, **kw)
+        assert time.perf_counter() - start < 2.0
+        assert "\n" not in str(e.value)
+    # a configuration (solve's, a sweep's): any float32 point is refused before a store is written
+    with pytest.raises(ConfigError, match=r"dynamics.rescaled runs in float64 only: .*; set dtype = 'float64'"):
+        validate_config({"dtype": ["float64", "float32"], "dynamics": {"kind": "continuous", "space": "flat",
+                                                                       "rescaled": True}})
+
+
+def test_cli_refuses_float32_in_one_line(tmp_path, capsys):
+    """`jaxattn solve --space flat --rescaled` (float32 by default) printed nothing for minutes; now one line naming
+    --dtype float64, exit status 2, nothing written."""
+    start = time.perf_counter()
+    argv = ["solve", "--space", "flat", "--rescaled", "--d", "8", "--num-init", "8", "--out", str(tmp_path / "c3")]
+    assert main(argv) == 2
+    assert time.perf_counter() - start < 5.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("jaxattn: error: --rescaled runs in float64 only: in float32 "), err
+    assert err[0].endswith("set --dtype 'float64'") and "dynamics." not in err[0], err
+    assert not (tmp_path / "c3").exists()
+
+
+def test_readme_command_runs_and_shows_the_time_reached(tmp_path, capsys):
+    """The README's command for the rescaled flow (it gives --dtype float64), made tiny, runs; its progress bar shows
+    how far in time the solver has come, not only the chunks finished."""
+    line = next(c for c in (ROOT / "README.md").read_text().splitlines() if "--rescaled" in c and "jaxattn" in c)
+    argv = line.split("#")[0].split()[1:]
+    assert argv[argv.index("--dtype") + 1] == "float64"
+    argv[argv.index("--out") + 1] = str(tmp_path / "c3")
+    tiny = ["--num-init", "4", "--n", "3", "--d", "4", "--heads", "2", "--t1", "2", "--saves", "3", "--progress"]
+    assert main(argv + tiny) == 0
+    err = capsys.readouterr().err
+    assert re.search(r"t=[0-9.e-]+ of 2\b", err), err[-2000:]
+    assert (tmp_path / "c3" / "summary.txt").read_text().count("4 of 4 solves succeeded") == 1
+
+
+def test_progress_reports_the_time_reached_and_changes_no_bit():
+    """solve(progress=f): f gets the time reached (diffrax's progress meter, every 20 steps, the slowest condition of
+    a block; a layered model: where each layer interval starts), and the numbers are the same bits without it."""
+    model = ja.random_model(jax.random.key(2), d=4, heads=2, depth=3, shared=True)
+    X0 = ja.init_tokens(jax.random.key(3), 3, 4, 4, dtype=jnp.float64)
+    kw = dict(rtol=1e-10, atol=1e-10, batch=ja.Batch(size=2))  # two blocks of two
+    seen: list[float] = []
+    plain = ja.solve(model, X0, 3.0, **kw)
+    shown = ja.solve(model, X0, 3.0, progress=seen.append, **kw)
+    for a, b in zip(jax.tree_util.tree_leaves(plain), jax.tree_util.tree_leaves(shown), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert int(plain.num_steps.max()) > 40 and len(seen) >= 4, (plain.num_steps, seen)
+    assert all(0.0 < t <= 3.0 for t in seen) and max(seen) > 1.0, seen
+    # a layered model (solved interval by interval): the start of each interval
+    layered = ja.random_model(jax.random.key(4), d=4, heads=2, depth=3, shared=False)
+    seen.clear()
+    ja.solve(layered, X0, 2.5, progress=seen.append, batch=ja.Batch(size=4))
+    assert sorted(set(seen)) == [0.0, 1.0, 2.0, 2.5], seen  # 2.5: the padding intervals, empty
+    # under jit the program runs after solve returns: nothing to report to, the program is the one without progress
+    lowered = [jax.jit(lambda X, f=f: ja.solve(model, X, 3.0, progress=f, **kw).final).lower(X0).as_text()
+               for f in (None, seen.append)]
+    assert lowered[0] == lowered[1]
+    with pytest.raises(ConfigError, match="progress must be a function"):
+        ja.solve(model, X0, 1.0, progress=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -38,7 +39,7 @@ from jaxattn.dynamics._runner import (
     run,
     traced,
 )
-from jaxattn.dynamics.fields import C2, Flow, attention_at, field, weights_at
+from jaxattn.dynamics.fields import C2, RESCALED_NEEDS_FLOAT64, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
@@ -113,6 +114,44 @@ def _solver(solver):
     raise ConfigError(f"solver must be one of {', '.join(SOLVERS)} or a diffrax solver, got {solver!r}")
 
 
+#: Where the time reached goes while :func:`solve` runs with ``progress=``: the callable of the solve in flight (one
+#: at a time per process; the callbacks arrive on XLA's host threads, so a context variable would not reach them).
+_REPORT: list[Callable[[float], None] | None] = [None]
+_REPORT_LOCK = threading.Lock()
+
+
+def _report(t) -> None:
+    """Hand the time reached to the solve in flight (host side)."""
+    fn = _REPORT[0]
+    if fn is not None:
+        fn(float(np.asarray(t).reshape(())))
+
+
+class _TimeMeter(diffrax.TqdmProgressMeter):
+    """diffrax's progress meter (its host-side machinery: a callback every ``refresh_steps`` steps carrying the
+    slowest condition of a vmapped solve), reporting the time ``a + progress (b − a)`` reached in the interval
+    ``[a, b]`` being solved to :func:`_report` instead of drawing a bar of its own. The callback threads only the
+    meter's own state: the solver's numbers are the same bits with or without it."""
+
+    a: Any = 0.0
+    b: Any = 1.0
+
+    def step(self, state, progress):
+        return super().step(state, jax.lax.stop_gradient(self.a + progress * (self.b - self.a)))
+
+    @staticmethod
+    def _init_bar() -> None:
+        return None
+
+    @staticmethod
+    def _step_bar(bar, progress) -> None:
+        _report(progress)
+
+    @staticmethod
+    def _close_bar(bar) -> None:
+        pass
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Static:
     """A static option that may not be hashable (diffrax's ``BacksolveAdjoint`` holds a dict): compared and
@@ -157,6 +196,7 @@ class _FlowProgram:
     # fields (rtol, atol, factors) travel in params, so a new tolerance does not recompile
     controller: Any = None
     form: Form = GENERAL  # how the attention's products are arranged (jaxattn.model.forms)
+    progress: bool = False  # report the time reached to solve's `progress` (layered: where each interval starts)
 
     def __call__(self, X0, p):
         model, beta, S, aux, t0, t1, ts, rtol, atol, dt, bounds, sets, own = p
@@ -179,6 +219,7 @@ class _FlowProgram:
             else:
                 controller, dt0 = diffrax.ConstantStepSize(), dt
             adjoint = self.adjoint.value
+            meter = {"progress_meter": _TimeMeter(a=a, b=b)} if self.progress and not self.layered else {}
             if isinstance(adjoint, diffrax.BacksolveAdjoint):
                 # the continuous adjoint takes neither SaveAt(fn=...) nor subs: save the states at the saved
                 # times and at b, and evaluate the observables on them afterwards
@@ -186,13 +227,13 @@ class _FlowProgram:
                 sol = diffrax.diffeqsolve(diffrax.ODETerm(vf), self.solver, a, b, dt0, y0,
                                           saveat=diffrax.SaveAt(ts=times), stepsize_controller=controller,
                                           args=(model, beta, S), max_steps=self.max_steps, throw=False,
-                                          adjoint=adjoint)
+                                          adjoint=adjoint, **meter)
                 obs, traj = jax.vmap(lambda t, y: save(t, y, None))(times[:-1], sol.ys[:-1])
                 return obs, traj, sol.ys[-1], result_code(sol.result), sol.stats["num_steps"].astype(jnp.int32)
             saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=save_ts, fn=save), diffrax.SubSaveAt(t1=True)])
             sol = diffrax.diffeqsolve(diffrax.ODETerm(vf), self.solver, a, b, dt0, y0, saveat=saveat,
                                       stepsize_controller=controller, max_steps=self.max_steps, throw=False,
-                                      adjoint=adjoint, args=(model, beta, S))
+                                      adjoint=adjoint, args=(model, beta, S), **meter)
             (obs, traj), final = sol.ys
             return obs, traj, final[0], result_code(sol.result), sol.stats["num_steps"].astype(jnp.int32)
 
@@ -202,6 +243,8 @@ class _FlowProgram:
 
         def body(carry, seg):
             a, b, g = seg
+            if self.progress:  # each layer interval's start (diffrax's meter, an IO effect, cannot run in the cond)
+                jax.debug.callback(_report, a)
 
             def run_segment(c):
                 y, obs, traj, res, nsteps = c
@@ -225,7 +268,8 @@ class _FlowProgram:
 def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, t0=0.0, beta=1.0,
           S: Float[ArrayLike, "d d"] | None = None, save: Save = Save(), batch: Batch = Batch(), dtype=None,
           solver="tsit5", rtol=None, atol=None, dt=None, max_steps: int = 100_000, layer_time=1.0,
-          weights_fn: Callable | None = None, stepsize_controller=None, adjoint=None) -> Solution:
+          weights_fn: Callable | None = None, stepsize_controller=None, adjoint=None,
+          progress: Callable[[float], None] | None = None) -> Solution:
     """Integrate a continuous-time model from every initial configuration, under ``jit``.
 
     Args:
@@ -245,7 +289,10 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
         batch: how the batch runs (:class:`jaxattn.Batch`, as in :func:`jaxattn.simulate`): conditions per
             compiled block, devices, matrix-product precision (``Batch(path='fused')`` is refused: the fused
             kernel runs maps).
-        dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default that of ``X0``).
+        dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default that of ``X0``). A
+            rescaled flow (:data:`C3_RESCALED`) runs in float64 only, any other dtype is refused at once: in float32
+            its adaptive step shrinks until ``max_steps`` (minutes, then every condition failed), because ``e^{tF}``
+            amplifies the rounding of ``z`` (see :data:`jaxattn.dynamics.fields.RESCALED_NEEDS_FLOAT64`).
         solver: ``'tsit5'`` (default), ``'dopri5'``, ``'dopri8'``, ``'bosh3'``, ``'heun'``,
             ``'midpoint'``, ``'ralston'``, ``'euler'`` or any diffrax solver instance.
         rtol, atol: tolerances of the PID step-size controller (adaptive steps); default ``1e-6`` and ``1e-8``.
@@ -264,6 +311,12 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
             ``RecursiveCheckpointAdjoint()`` (the default: exact gradients of the discretised solve,
             memory logarithmic in the number of steps) or ``BacksolveAdjoint(...)`` (the continuous
             adjoint, solved backwards in time).
+        progress: a host function called with the time reached while the solve runs (every 20 steps; the
+            slowest condition of the block of conditions being solved, from ``t0`` to ``t1`` again for each
+            block), e.g. to show how far a long solve has come (the command line's progress bar). The numbers are
+            the same bits with or without it; it costs a host callback every 20 steps, so it is off by default.
+            One solve with ``progress`` at a time per process; ignored under ``jit``, ``vmap`` or ``grad`` (the
+            program runs after ``solve`` returns). A layered model reports where each layer interval starts.
 
     ``solve`` composes with ``jax.jit``, ``jax.vmap`` and ``jax.grad`` / ``jax.jvp`` with respect to
     ``X0``, ``beta``, ``S``, the model's weights and, for shared-weight models, ``t0`` and ``t1``
@@ -327,6 +380,10 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
         _check_weights_fn(weights_fn, model, dtype)
     if flow.rescaled and (weights_fn is not None or not model.shared):
         raise ConfigError("the rescaled flow z = e^{-tF} x needs time-invariant weights (a shared-weight model)")
+    if flow.rescaled and dtype != jnp.float64:
+        raise ConfigError(f"the rescaled flow z = e^{{-tF}} x runs in float64 only ({dtype.name} given): "
+                          f"{RESCALED_NEEDS_FLOAT64.replace('in float32', 'in ' + dtype.name, 1)}; pass "
+                          "dtype='float64' (after jax.config.update('jax_enable_x64', True))")
     ts = _check_ts(save.ts, t0f, t1f)
     layered = weights_fn is None and not model.shared and not flow.rescaled
     if layered and (times_traced or traced(layer_time)):
@@ -348,17 +405,30 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
     form = _form(model, flow, X0.shape[1], dtype, batch.form, weights_fn)
     if form.key_chunk is not None and batch.size is None:  # one such condition fills the device: no padded lanes
         batch = dataclasses.replace(batch, size=1)
+    if progress is not None and not callable(progress):
+        raise ConfigError(f"progress must be a function of the time reached, got {progress!r}")
     own = None if stepsize_controller is None else eqx.partition(stepsize_controller, _real_value)
+    # under jit, vmap or grad the program runs after solve returns: nothing to report to then
+    report = progress is not None and not traced((X0, model, beta, S, t0f, t1f, ts))
     program = _FlowProgram(form=form, flow=flow, solver=solver_, adaptive=adaptive, layered=layered,
                            observe=save.observe or consensus_observables, trajectory=bool(save.trajectory),
                            max_steps=int(max_steps), weights_fn=weights_fn,
                            adjoint=_Static(diffrax.RecursiveCheckpointAdjoint() if adjoint is None else adjoint),
-                           controller=None if own is None else _Static(own[1]))
+                           controller=None if own is None else _Static(own[1]), progress=report)
     as_ = lambda v: None if v is None else jnp.asarray(v, dtype)
     params = (model, as_(beta), as_(S), cast_floats(save.aux, dtype), as_(t0f), as_(t1f), as_(ts), as_(rtol),
               as_(atol), as_(dt), as_(bounds), None if sets is None else jnp.asarray(sets),
               None if own is None else jax.tree_util.tree_map(as_, own[0]))
-    obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch=batch)
+    if not report:
+        obs, traj, final, result, nsteps = run(program, X0.astype(dtype), params, batch=batch)
+    else:
+        with _REPORT_LOCK:  # the callbacks run while the program does: wait for it before handing the slot back
+            _REPORT[0] = progress
+            try:
+                obs, traj, final, result, nsteps = jax.block_until_ready(run(program, X0.astype(dtype), params,
+                                                                             batch=batch))
+            finally:
+                _REPORT[0] = None
     return Solution(ts, obs, final, traj, result, nsteps)
 
 

@@ -21,8 +21,9 @@ from jaxattn.io.store import CorruptChunk, SweepStore, chunk_ranges, nonfinite_c
 
 Work = tuple[int, int, int, int]  # (point, chunk index, start, size)
 #: ``compute(point, start, size, advance)``: the chunk's arrays by store name (``observables/<name>``,
-#: ``final``, ...), ``size`` rows each; ``advance(k)`` may move the progress bar within the chunk
-Compute = Callable[[int, int, int, Callable[[int], None]], dict[str, np.ndarray]]
+#: ``final``, ...), ``size`` rows each; ``advance(k)`` may move the progress bar within the chunk, ``advance(0, note)``
+#: shows ``note`` beside it (a flow's time reached; ``''`` clears it)
+Compute = Callable[[int, int, int, Callable[..., None]], dict[str, np.ndarray]]
 
 
 @dataclasses.dataclass
@@ -72,11 +73,15 @@ def run_chunks(store: SweepStore | None, work: Sequence[Work], compute: Compute,
     bar = tqdm(total=sum(w[3] for w in work), unit="cond", desc=desc, file=sys.stderr, disable=not progress,
                smoothing=0.1)
     moved = 0  # conditions of the chunk being computed that the callback reported
+    noted = 0.0  # when a note was last drawn: at most five a second (a solver reports every 20 steps)
 
-    def advance(k: int) -> None:
-        nonlocal moved
+    def advance(k: int, note: str | None = None) -> None:
+        nonlocal moved, noted
         moved += k
         bar.update(k)
+        if note is not None and (not note or time.perf_counter() - noted >= 0.2):
+            noted = time.perf_counter()
+            bar.set_postfix_str(note)
 
     t0 = time.perf_counter()
     try:

@@ -80,7 +80,7 @@ class MapRun:
         return discrete.lanes_of(model, n, dynamics=self.dynamics, steps=self.steps_of(model.depth), save=save,
                                  batch=batch, dtype=dtype, conditions=conditions)
 
-    def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
+    def run(self, model: Model, X0, save: Save, batch: Batch, dtype, progress=None) -> dict[str, Any]:
         with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
             warnings.simplefilter("ignore", NonFiniteWarning)
             res = simulate(model, X0, self.steps_of(model.depth), dynamics=self.dynamics, alpha=self.alpha,
@@ -112,10 +112,11 @@ class FlowRun:
         """The lane width of :meth:`run` for ``conditions`` conditions per device (:func:`continuous.lanes_of`)."""
         return continuous.lanes_of(model, n, flow=self.flow, batch=batch, dtype=dtype, conditions=conditions)
 
-    def run(self, model: Model, X0, save: Save, batch: Batch, dtype) -> dict[str, Any]:
+    def run(self, model: Model, X0, save: Save, batch: Batch, dtype, progress=None) -> dict[str, Any]:
+        """``progress``: :func:`jaxattn.solve`'s, a host function of the time reached."""
         sol = solve(model, X0, self.t1, flow=self.flow, beta=self.beta, save=save, batch=batch, dtype=dtype,
                     solver=self.solver, rtol=self.rtol, atol=self.atol, dt=self.dt, max_steps=self.max_steps,
-                    layer_time=self.layer_time)
+                    layer_time=self.layer_time, progress=progress)
         return {"observables": sol.observables, "final": sol.final, "trajectory": sol.trajectory,
                 "result": sol.result, "num_steps": sol.num_steps}
 
@@ -171,10 +172,11 @@ class Point:
         records it and resumes at it."""
         return self.run.lanes(model, self.n, self.save, self._batch(batch), self.dtype, conditions)
 
-    def evolve(self, model: Model, X0, batch: Batch | None = None) -> dict[str, Any]:
+    def evolve(self, model: Model, X0, batch: Batch | None = None, progress=None) -> dict[str, Any]:
         """Run the map or the flow from ``X0`` (``batch``: the sweep's lane width and devices, under the point's
-        precision and path): the driver's observables, final states (and trajectory, solver results)."""
-        return self.run.run(model, X0, self.save, self._batch(batch), self.dtype)
+        precision and path): the driver's observables, final states (and trajectory, solver results).
+        ``progress``: a flow's solve reports the time reached to it (a map ignores it)."""
+        return self.run.run(model, X0, self.save, self._batch(batch), self.dtype, progress)
 
 
 def point_of(p: Mapping) -> Point:

@@ -13,6 +13,7 @@ from jaxattn.config import seed as seed_check
 from jaxattn.dynamics import SIMULATION_DTYPES
 from jaxattn.dynamics.continuous import SOLVERS, adaptive
 from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
+from jaxattn.dynamics.fields import RESCALED_NEEDS_FLOAT64
 from jaxattn.dynamics.geometry import NEEDS_S, SPACES
 from jaxattn.dynamics.options import PATHS, PRECISIONS
 from jaxattn.errors import ConfigError
@@ -107,7 +108,7 @@ class DynamicsOptions:
                        "'model' the model's own RoPE (Llama, GPT-NeoX...), 'on' the model's or the standard RoPE "
                        "(θ = 10⁴)", choices=ROPES)
     space: str = option("sphere", "continuous: token space", choices=_plain(SPACES, NEEDS_S))
-    rescaled: bool = option(False, "continuous, flat: the rescaled form z = e^{-tF} x")
+    rescaled: bool = option(False, "continuous, flat: the rescaled form z = e^{-tF} x (in float64 only)")
     t1: float = option(10.0, "continuous: final time", check=positive)
     saves: int = option(11, "continuous: number of equally spaced saved times in [0, t1]", check=at_least(2))
     solver: str = option("tsit5", "continuous: diffrax solver", choices=tuple(SOLVERS))
@@ -281,6 +282,9 @@ def _check_point(p: dict) -> None:
     if p["dynamics.kind"] == "continuous":
         if p["dynamics.rescaled"] and p["dynamics.space"] != "flat":
             raise ConfigError("dynamics.rescaled needs dynamics.space = 'flat'")
+        if p["dynamics.rescaled"] and p["dtype"] != "float64":
+            raise ConfigError(f"dynamics.rescaled runs in float64 only: {RESCALED_NEEDS_FLOAT64}; set dtype = "
+                              "'float64'")
         if p["dynamics.dt"] is None and not adaptive(p["dynamics.solver"]):
             raise ConfigError(f"dynamics.solver = {p['dynamics.solver']} has no error estimate: give a fixed step "
                               "size dynamics.dt")

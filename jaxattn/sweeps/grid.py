@@ -124,7 +124,9 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     default ``Batch(devices=jax.local_devices())``, every local device. Its precision and path are the
     configuration's (``matmul_precision``, ``path``), so a ``Batch`` giving its own is refused.
     ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
-    under ``jax.distributed``; see :func:`distributed_from_env`.
+    under ``jax.distributed``; see :func:`distributed_from_env`. ``progress``: a bar of the conditions done (on
+    stderr); a flow's shows beside it the time its solver has reached (:func:`jaxattn.solve`'s ``progress``), the
+    numbers being the same bits without it.
 
     Examples:
         >>> import os, shutil, tempfile, jaxattn as ja
@@ -183,7 +185,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     replicated: dict = {}
     failed = 0  # flows' conditions whose solve did not succeed (result != 0), among those computed
 
-    def compute(i: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
+    def compute(i: int, start: int, size: int, advance: Callable[..., None]) -> dict[str, np.ndarray]:
         nonlocal failed
         p = points[i]
         m = p.build_model(models)
@@ -196,7 +198,13 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         # point with fewer conditions than a chunk computes only its own (a solve of 8 conditions integrated 4096)
         X0 = init_tokens(jax.random.key(p.seed), _rows(chunk, p.num_init), p.n, m.d_model, kind=p.init,
                          start=start, dtype=dtype)
-        res = p.evolve(replicated[key], X0, batch if widths[i] is None else dataclasses.replace(batch, size=widths[i]))
+        # a flow's chunk can take minutes: the bar shows the time its solver has reached (the slowest condition)
+        t1 = p.run.t1 if isinstance(p.run, FlowRun) and progress else None
+        at = None if t1 is None else (lambda t: advance(0, f"t={t:.3g} of {t1:g}"))
+        res = p.evolve(replicated[key], X0, batch if widths[i] is None else dataclasses.replace(batch, size=widths[i]),
+                       progress=at)
+        if at is not None:
+            advance(0, "")
         arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
         if p.keep_final:
             arrays["final"] = np.asarray(res["final"])[:size]
