@@ -333,3 +333,15 @@ def test_a_sweep_style_table_in_a_command_config_says_the_options_are_flat(tmp_p
     assert err.startswith(f"jaxattn: error: config file {cfg}: [model] is a table, as in a `jaxattn sweep` grid; "
                           "`jaxattn simulate` takes its options flat, one per line (d = ..., not [model] d = ...)")
     assert "expected str" not in err and len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+
+
+def test_unknown_config_key_names_the_file_and_the_option_meant(tmp_path, capsys):
+    """The new-user round of 2026-11-27: a misspelt key was 'unknown option(s) in config file: num_inti', with
+    neither the file nor the option meant."""
+    f = tmp_path / "typo.toml"
+    f.write_text("num_inti = 4\ncolour = 1\n")
+    assert main(["simulate", "--config", str(f), "--out", str(tmp_path / "o"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"jaxattn: error: unknown option(s) in config file: colour, num_inti (in {f}; num_inti: did you "
+                   "mean num_init?)\n")
+    assert not (tmp_path / "o").exists()

@@ -316,6 +316,13 @@ MATRIX = [
     (["stability", "--basin-n", "1"], "a bipartite split needs two tokens"),
     (["spectrum", "minilm", "--alpha", "2"], "--alpha only applies to --order step"),
     (["spectrum", "minilm", "--order", "step", "--alpha", "nan"], "--alpha must be a finite number"),
+    # the round of 2026-11-27: options that changed nothing were run and recorded; a missing model was told as --d
+    (["clusters", "--high-dim-n", "64"], "--high-dim-n does nothing with --check-num 0"),
+    (["clusters", "--rate-n", "5,8"], "--rate-n does nothing with --check-num 0"),
+    (["clusters", "--check-num", "2", "--high-dim-d", "4"], "--high-dim-d does nothing with --high-dim-n 0"),
+    (["stability", "--heads", "2"], "--heads does nothing with --multi-head-models 0"),
+    (["stability", "--basin-starts", "3"], "--basin-starts does nothing with --basin-models 0"),
+    (["simulate", *SIM3, "--model", "no-such-model.safetensors"], "no-such-model.safetensors does not exist"),
 ]
 
 
@@ -342,3 +349,124 @@ def test_inspect_and_spectrum_of_what_is_no_converted_file(make, inspect_says, s
     for command, says in (("inspect", inspect_says), ("spectrum", spectrum_says)):
         assert main([command, str(f)]) == 2
         assert says in _err(capsys)
+
+
+# ------------------------------------------------------------------ the new-user round of 2026-11-27 (commit 814a5fa)
+# Every subcommand tried as a new user would (bad input first, then one tiny run), on the 2-core CPU machine, after
+# issue 49's reliability fixes. One row per try: the command (S = --d 4 --heads 1 --depth 1 --num-init 4 --n 3),
+# what happened, the judgement (good / awkward / unclear message / traceback / silent / stall / data loss / crash)
+# and, for a row that is not good, whether it was fixed in this round (with its test) or remains.
+ROUND_2026_11_27 = [
+    ("jaxattn ; jaxattn frobnicate", "rc 2, one line each (COMMAND required; invalid choice, listed)", "good", ""),
+    ("simulate S --model nosuch.safetensors", "rc 2 '--d only applies to --model random', not that the file is "
+     "missing", "awkward", "fixed: the missing model is said first (MATRIX)"),
+    ("simulate --model '' | bad.safetensors | random bytes | /etc/passwd | an empty folder",
+     "rc 2, one line each (empty string; not a readable safetensors file; has no config.json)", "good", ""),
+    ("simulate S --d 0 | --d -4 | --heads 3 | --n 0 | --num-init -1 | --seed -1 | --chunk 0 | --steps 1.5",
+     "rc 2, one line naming the option and the value", "good", ""),
+    ("simulate S --alpha nan | --beta inf | --mask diagonal | --norm l3", "rc 2, one line each", "good", ""),
+    ("simulate --n 100000000000", "rc 2, refused before allocating, with the estimate", "good", ""),
+    ("simulate --config nosuch.toml | truncated TOML | truncated JSON", "rc 2, one line with the parser's position",
+     "good", ""),
+    ("simulate --config typo.toml (num_inti = 4)", "rc 2 'unknown option(s) in config file: num_inti': no file, no "
+     "hint", "awkward", "fixed: names the file and the option meant (test_cli)"),
+    ("simulate --config neg.toml (n = -3) | type.toml (num_init = 'four')", "rc 2 'config value n: must be > 0, got "
+     "-3': the file is not named", "awkward", "remains (the wording is pinned by many tests)"),
+    ("simulate --config empty.toml ; --config RUN/config.json (replay)", "rc 0, the defaults; the replayed run",
+     "good", ""),
+    ("simulate S --out r/sim (tiny run)", "rc 0 in 8.5 s, summary printed, 3 files and the marker", "good", ""),
+    ("simulate S --out r/sim again ; with --beta 2", "rc 2 'holds a finished run ... pass --overwrite'", "good", ""),
+    ("simulate S --beta 2 --overwrite --out r/sim", "rc 0, replaced; no .r.jaxattn-replace left", "good", ""),
+    ("simulate (80000 conditions) SIGINT after the first chunks, then the same command",
+     "rc 130 'interrupted; run the same command again to resume'; rerun: 4000 resumed, rc 0", "good", ""),
+    ("simulate SIGINT, then rerun with --beta 3", "rc 2 'r/simint3/.jaxattn-sweep holds a sweep with another "
+     "configuration (beta: 1.0 there, 3.0 now; beta: 1.0 there, 3 now)'", "unclear message",
+     "fixed: beta said once (test_reliability); remains: the internal .jaxattn-sweep path and 'a sweep'"),
+    ("simulate S | head -1 (stdout, and 2>&1)", "rc 0, first line printed, the run complete", "good", ""),
+    ("analyze nosuch --d 4", "rc 2 '--d only applies to --model random'", "awkward", "fixed (as simulate's)"),
+    ("analyze nosuch | bad.safetensors | an empty folder", "rc 2, one line each (offline hub id said)", "good", ""),
+    ("analyze random --gammas 1,,2 | --gammas inf | --steer-target nan | --num-init 0 | --n -1 | --order x | "
+     "--chunk -5 | --prolong nan", "rc 2, one line each", "good", ""),
+    ("analyze random --alpha -1", "rc 0, a negative step size accepted and run (64 s at default sizes)",
+     "unclear message", "remains: accepted by design in every command (spectrum --order step too), not documented"),
+    ("analyze random S --no-figures --out r/an (tiny run)", "rc 0 in 24 s, report.md", "good", ""),
+    ("solve S --t1 -1 | nan | --dt 0 | -0.1 | --space torus | --solver rk99 | --rtol 0 | --atol inf | --saves 0 | "
+     "--max-steps -3", "rc 2, one line each", "good", ""),
+    ("solve S --space flat --rescaled (float32)", "rc 2 at once, why and what to pass", "good", ""),
+    ("solve S --t1 0.2 --out r/so (tiny run) ; the same again", "rc 0 in 17 s; again rc 0, 4 of 4 resumed (a store "
+     "of the same configuration)", "good", ""),
+    ("solve S --t1 0.3 --out r/so (finished, changed)", "rc 2 '... another configuration (dynamics.t1: 0.2 there, "
+     "0.3 now)': the key, not --t1", "awkward", "remains"),
+    ("solve S --t1 0.3 --overwrite --out r/so", "rc 0, replaced", "good", ""),
+    ("solve (4000 conditions) SIGINT after the first chunk, then the same command", "rc 130; rerun 1500 computed, "
+     "2500 resumed", "good", ""),
+    ("solve S | head -1", "rc 0; the progress bar on stderr is labelled 'sweep:'", "awkward", "remains"),
+    ("sweep ; nosuch.toml ; a folder ; truncated TOML", "rc 2, one line each", "good", ""),
+    ("sweep empty.toml", "rc 0, the defaults (1,000 conditions)", "good", ""),
+    ("sweep gridrep.toml (n = [3, 3]) | gridneg.toml (n = -3) | gridtypo.toml ([modle])", "rc 2, one line each "
+     "(the known keys listed)", "good", ""),
+    ("sweep RUN/config.json (a finished simulate run's)", "rc 2 \"unknown key 'command' (known: ...)\": not that it "
+     "is a run's config.json, not a grid", "unclear message", "remains"),
+    ("sweep grid.toml --out '' | under a file | a simulate run | a solve store", "rc 2, one line each", "good", ""),
+    ("sweep grid.toml --chunk 0", "rc 2 'unrecognized arguments' (chunk is a key of the grid)", "good", ""),
+    ("sweep (40000 conditions) SIGINT, changed grid, the same grid", "rc 130; rc 2 naming model.depth; rc 0, "
+     "24,000 resumed", "good", ""),
+    ("sweep --overwrite on a finished store of the same grid", "rc 0, 40,000 resumed, nothing recomputed (simulate "
+     "--overwrite recomputes)", "awkward", "remains (documented: a store of the same configuration resumes)"),
+    ("consensus random | nosuch.safetensors | bad.safetensors", "rc 2, one line each", "good", ""),
+    ("consensus --prompts 0 | --tokens -3 | --until nan | -1 | --block 0 | --dtype float8 | --gpt2-like-n -1 | "
+     "--no-synthetic --t1 5", "rc 2, one line each", "good", ""),
+    ("consensus minilm --passes 1 --prompts 2 --tokens 4 --no-synthetic (tiny run) ; again ; --overwrite",
+     "rc 0 in 28 s; rc 2 finished run; rc 0 replaced", "good", ""),
+    ("consensus SIGINT mid-run, then a tiny run into the same --out", "rc 130 'nothing was kept', --out absent; "
+     "rc 0", "good", ""),
+    ("consensus tiny | head -1", "rc 0, the run complete", "good", ""),
+    ("consensus --block 5 without --until", "rc 0, --block changes nothing and is recorded", "silent",
+     "remains (docs/reproductions.md's CO12 command passes --block 1 without --until)"),
+    ("clusters --n 0 | --t1 inf | --beta nan | --num -1 | --table-n 3,x | --table-beta 1,1 | --good-d 0 | "
+     "--ensembles gaussian | --good-samples 0 | --high-dim-d 0 | --rate-n 1", "rc 2, one line each", "good", ""),
+    ("clusters --high-dim-n 64 | --rate-n 5,8 (no --check-num)", "rc 0, Fig. 7(b) and the rate check silently not "
+     "run (they run among the theorem checks)", "silent", "fixed: refused, naming --check-num 0 (MATRIX)"),
+    ("clusters --n 4 --n-1d 4 --t1 1 --num 4 --table-n 4 --table-d 2 --table-beta 1 --good-d 1,2 ... (tiny run)",
+     "rc 0 in 80 s (compilation on the busy 2-core machine)", "awkward", "remains: slow for the smallest options"),
+    ("clusters tiny --overwrite, SIGINT after 20 s", "rc 130; the old run whole, the replacement removed; the line "
+     "says 'nothing was kept' while the old run is kept", "unclear message", "remains"),
+    ("stability --d 0 | --tokens 2,70 | --models 0 | --alpha nan | --beta -1 | --time x | --time discrete --t1 5 | "
+     "--steps -1 | --perturb-num -2 | --exhaustive-max -1", "rc 2, one line each", "good", ""),
+    ("stability --d 3 --heads 2 ; --basin-starts 3", "rc 0 (67 s), --heads / --basin-starts changed nothing (no "
+     "--multi-head-models / --basin-models) and were recorded", "silent", "fixed: refused (MATRIX)"),
+    ("metastability --dims 1 | --betas 0 | --t1 -5 | --t-min 10 | --saves 3 | --dynamics C3 | --dynamics D1 --rtol | "
+     "--hessian-tol 2 | --movie --movie-beta 3 | --dtype float16 | --n 4,4", "rc 2, one line each", "good", ""),
+    ("metastability --dims 2 --n 4 --betas 1 --num 2 --t1 5 --saves 10 --movie --movie-beta 1 (tiny run)",
+     "rc 0 in 19 s, movie.gif and trajectory.safetensors", "good", ""),
+    ("metastability ... --no-movie --movie-beta 1", "rc 0, --movie-beta changes nothing and is recorded", "silent",
+     "remains (tests pass --movie-beta with --no-movie)"),
+    ("movie ; nosuch ; an empty folder ; a sweep store ; a consensus run ; a file", "rc 2, one line each", "good", ""),
+    ("movie r/sim --out x.txt | --out under a file | --out ''", "rc 2, one line each", "good", ""),
+    ("movie r/sim ; again ; movie r/so --out m.gif ; again", "rc 0; rc 2 'exists ... --overwrite'; rc 0 in 33 s; "
+     "rc 2", "good", ""),
+    ("movie RUN with a truncated trajectory.safetensors (movie.gif present)", "rc 2 'movie.gif exists' before the "
+     "corrupt input; with --overwrite: rc 2 'not a readable trajectory file'", "awkward", "remains"),
+    ("convert ; nosuch ; an empty folder ; garbage config.json ; truncated model.safetensors ; no weights ; "
+     "model_type mamba", "rc 2, one line each", "good", ""),
+    ("convert CKPT --out '' | a folder | under a file | x.bin", "rc 2, one line each", "good", ""),
+    ("convert CKPT --out g.safetensors (tiny GPT-2) ; again ; --overwrite ; --no-progress",
+     "rc 0; rc 2 exists; rc 0; rc 0", "good", ""),
+    ("inspect ; truncated file ; a header with a mis-shaped tensor ; a text file", "rc 2, one line each (the "
+     "checksum names the modified file)", "good", ""),
+    ("inspect g.safetensors [--no-progress]", "rc 0, the summary", "good", ""),
+    ("spectrum random | nosuch.safetensors | truncated | --order x | --order step --alpha inf", "rc 2, one line each",
+     "good", ""),
+    ("spectrum CKPT-folder ; g.safetensors ; --no-progress --progress ; minilm --order step --alpha 0.5 ; | head -1",
+     "rc 0 each", "good", ""),
+]
+ROUND_2026_11_27_COUNTS = {"good": 45, "awkward": 9, "unclear message": 4, "silent": 4}
+
+
+def test_the_round_of_2026_11_27_is_counted():
+    """The counts quoted for the round are the rows' (every row not good says whether it was fixed or remains)."""
+    counts: dict[str, int] = {}
+    for _, _, judgement, _ in ROUND_2026_11_27:
+        counts[judgement] = counts.get(judgement, 0) + 1
+    assert counts == ROUND_2026_11_27_COUNTS
+    assert all(bool(fix) == (judgement != "good") for _, _, judgement, fix in ROUND_2026_11_27)

@@ -487,3 +487,13 @@ def test_a_store_directory_holding_other_files_names_one(tmp_path, capsys):
         assert main([*TINY_SOLVE, "--out", str(tmp_path / "o"), *extra]) == 2
         assert "holds 'notes.txt', which is no part of a sweep store (nothing is deleted)" in _err(capsys)
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["notes.txt"]
+
+
+def test_a_changed_option_is_named_once_in_the_refusal():
+    """The new-user round of 2026-11-27: resuming a simulate run with --beta 3 said 'beta: 1.0 there, 3.0 now;
+    beta: 1.0 there, 3 now' (the option as given, in the fingerprint, and as the run stores it)."""
+    from jaxattn.io.store import _differences
+
+    old = {"fingerprint": "a", "decides": {"fingerprint": {"beta": 1.0, "seed": 0}, "beta": 1.0, "seed": 0, "n": 3}}
+    new = {"fingerprint": "b", "decides": {"fingerprint": {"beta": 3, "seed": 0}, "beta": 3.0, "seed": 0, "n": 4}}
+    assert _differences(old, new) == "beta: 1.0 there, 3 now; n: 3 there, 4 now"

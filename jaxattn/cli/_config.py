@@ -5,6 +5,7 @@ declaration (:mod:`jaxattn.config`)."""
 from __future__ import annotations
 
 import argparse
+import difflib
 from collections.abc import Mapping
 
 from jaxattn.config import Spec, check_value, parse_list
@@ -64,7 +65,10 @@ def resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
     known = set(defaults)
     unknown = sorted(set(cfg) - known)
     if unknown:
-        raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)}")
+        close = {k: difflib.get_close_matches(k, sorted(known), n=1) for k in unknown}
+        hint = "; ".join(f"{k}: did you mean {c[0]}?" for k, c in close.items() if c)
+        raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)} (in {args.config}"
+                           + (f"; {hint})" if hint else ")"))
     cfg = {k: _check(k, v, defaults[k]) for k, v in cfg.items()}
     out = {}
     for k, default in defaults.items():

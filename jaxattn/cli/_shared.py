@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 
 from jaxattn.cli._config import RANDOM_ONLY, where
 from jaxattn.config import Spec, add_argument, option, specs
@@ -164,6 +165,8 @@ def load_model_arg(spec: str, cfg: dict):
                             unit_output=cfg.get("unit_output", False))  # D2: drawn with O = I
     given = sorted(k for k in RANDOM_ONLY if k in cfg.get("_given", ()))
     if given:
+        if spec != "minilm" and not Path(spec).exists():  # a model that is not there is said first, not --d
+            load_any(spec)
         raise JaxattnError(f"{where(cfg, given[0])} only applies to --model random (a converted model brings its "
                            "own dimensions, heads, depth and masks)")
 

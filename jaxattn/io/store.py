@@ -387,9 +387,11 @@ def _differences(old: dict, new: dict, most: int = 4) -> str:
     # the caller's own options (a command's) read better than the machinery's copies of them
     show = lambda v: "(not set)" if v is missing else repr(v)
     pair = lambda k: (show(a.get(k, missing)), show(b.get(k, missing)))
-    own = {pair(k) for k in keys if k.startswith("fingerprint.")}  # a copy (the seed, the weights' hash): said once
-    keys = [k for k in keys if k.startswith("fingerprint.") or pair(k) not in own]
     name = lambda k: k.removeprefix("config.").removeprefix("fingerprint.")  # the keys as the user wrote them
+    # a copy (the seed, the weights' hash, the same option as given and as stored, beta 3 and 3.0): said once
+    own = {pair(k) for k in keys if k.startswith("fingerprint.")}
+    named = {name(k) for k in keys if k.startswith("fingerprint.")}
+    keys = [k for k in keys if k.startswith("fingerprint.") or (pair(k) not in own and name(k) not in named)]
     shown = [f"{name(k)}: {show(a.get(k, missing))} there, {show(b.get(k, missing))} now"
              for k in keys[:most]]
     more = f" and {len(keys) - most} more" if len(keys) > most else ""

@@ -49,7 +49,7 @@ from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
 from jaxattn.studies.cluster_checks import run_checks, solve_rescaled
-from jaxattn.studies.skeleton import check_options, csv_text, no_model, own_config, quiet, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, no_model, own_config, quiet, refuse_inert, write_report
 
 
 def _several(v) -> str | None:
@@ -89,9 +89,19 @@ class ClustersConfig:
     high_dim_d: int = option(128, "dimension of Fig. 7(b)'s run (the paper: 128)", check=_hull)
 
     def check(self) -> ClustersConfig:
-        """Every option checked against its declaration, before any work (one :class:`ConfigError` line)."""
+        """Every option checked against its declaration, then the options that change nothing (:meth:`inert`),
+        before any work (one :class:`ConfigError` line)."""
         check_options(self)
+        refuse_inert(self, self.inert())
         return self
+
+    def inert(self) -> dict[str, str]:
+        """The options that change nothing with the others, each with the reason (refused when set): the rate
+        check and Fig. 7(b) run among the theorem checks, only with ``check_num > 0``."""
+        if not self.check_num:
+            return dict.fromkeys(("rate_n", "high_dim_n", "high_dim_d"), "check_num = 0 (the theorem checks, "
+                                 "Fig. 7(b) among them, are not run)")
+        return {} if self.high_dim_n else {"high_dim_d": "high_dim_n = 0 (Fig. 7(b) is not run)"}
 
 
 def _rotated(key, M: np.ndarray) -> np.ndarray:

@@ -123,7 +123,12 @@ class StabilityConfig:
 
     def inert(self) -> dict[str, str]:
         """The options that change nothing with the others, each with the reason (refused when set)."""
-        return {"t1": "time = 'discrete' (t1 is the flow's time)"} if self.time == "discrete" else {}
+        inert = {"t1": "time = 'discrete' (t1 is the flow's time)"} if self.time == "discrete" else {}
+        if not self.multi_head_models:
+            inert["heads"] = "multi_head_models = 0 (heads is the multi-head counts' number of heads)"
+        if not self.basin_models:
+            inert["basin_starts"] = "basin_models = 0 (basin_starts is the starts of each of those models)"
+        return inert
 
     def _check_memory(self) -> None:
         """Every candidate equilibrium of one model is linearised at once: refuse sizes that cannot fit
