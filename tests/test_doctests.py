@@ -67,34 +67,72 @@ def test_doctests(module):
     assert result.failed == 0, "".join(report)
 
 
-#: Pages whose examples are written as doctests (``>>>`` in a fenced block): they run like the docstrings'.
+#: Pages whose examples are written as doctests (``>>>`` in a fenced block): they run like the docstrings', with
+#: the outputs they print on the page (the numbers a page quotes from its own code are these outputs).
 PAGES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md") if ">>> " in p.read_text())
 
+#: Pages whose examples take more than about ten seconds on two CPU cores: the slower tier runs them.
+SLOW_PAGES = {
+    "docs/gradients.md": "MiniLM's gradients through six blocks, two steering searches, Newton, a sweep store",
+    "docs/index.md": "10,000 conditions, 1,000 adaptive solves, MiniLM's spectra and alignment",
+    "docs/power_method.md": "MiniLM's alignment over 1,000 conditions",
+    "docs/metastability.md": "the metastability study",
+    "docs/stability.md": "basins of 2,000 conditions over 400 steps",
+    "docs/consensus.md": "100 prompts of 200 tokens through 20 passes of a GPT-2",
+    "docs/gallery.md": "an adaptive solve saving 60 states and a movie of them",
+    "docs/transformations.md": "gradients through maps and an adaptive solve, a Jacobian",
+}
 
-def _page_doctest(page: str) -> doctest.DocTest:
-    """The page's examples as one doctest; a fence line ends the expected output before it, as a blank line
-    would (it is replaced by one, so line numbers in a failure report are the page's)."""
-    text = (ROOT / page).read_text(encoding="utf-8")
-    text = re.sub(r"(?m)^[ \t]*```.*$", "", text)
-    return doctest.DocTestParser().get_doctest(text, {}, page, str(ROOT / page), 0)
+#: The ``` python blocks that stay plain code (not run): a page, and why.
+NOT_RUN = {"docs/gpu.md": "the fused kernel on a GPU"}
 
 
 def test_pages_with_examples():
     assert "docs/extending.md" in PAGES
 
 
-@pytest.mark.parametrize("page", PAGES)
-def test_page_examples(page):
-    """The examples of a documentation page run as written, in one namespace from top to bottom, under the
-    dtype and rank promotion of a user's session (standard, allowed): the suite's strict ones are for the
-    library's own code paths."""
-    runner = doctest.DocTestRunner(optionflags=FLAGS)
-    report: list[str] = []
-    test = _page_doctest(page)
-    assert test.examples, f"{page} has no examples"
-    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
-        runner.run(test, out=report.append)
-    assert runner.summarize(verbose=False).failed == 0, "".join(report)
+def test_every_code_block_of_the_docs_runs():
+    """Every Python block of docs/*.md is a doctest (```pycon, with its outputs), run below, except those of
+    :data:`NOT_RUN`; every page with examples is in a tier."""
+    plain = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")
+                   if re.search(r"(?m)^```python\s*$", p.read_text(encoding="utf-8")))
+    assert plain == sorted(NOT_RUN), f"```python blocks that are not run (make them ```pycon doctests): {plain}"
+    assert set(SLOW_PAGES) <= set(PAGES), sorted(set(SLOW_PAGES) - set(PAGES))
+
+
+#: Runs one page's examples as a doctest, in a process of its own: a user's session (XLA's default settings, one CPU
+#: device, ``jax_enable_x64`` off unless the page turns it on, JAX's default promotion), whose numbers the page prints.
+#: The suite's own process compiles with quicker settings, which move some numbers by an ulp.
+_RUN_PAGE = r"""
+import doctest, re, sys
+page, path = sys.argv[1], sys.argv[2]
+text = re.sub(r"(?m)^[ \t]*```.*$", "", open(path, encoding="utf-8").read())  # a fence ends an expected output
+test = doctest.DocTestParser().get_doctest(text, {}, page, path, 0)
+assert test.examples, f"{page} has no examples"
+runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | doctest.ELLIPSIS)
+runner.run(test)
+sys.exit(1 if runner.summarize(verbose=False).failed else 0)
+"""
+
+
+@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.e2e) if p in SLOW_PAGES else p for p in PAGES])
+def test_page_examples(page, tmp_path):
+    """The examples of a documentation page run as written, in one namespace from top to bottom, in a user's
+    session (:data:`_RUN_PAGE`) and a working directory of their own (what a page writes, ``runs/...``, a movie,
+    lands there; ``path/to/gpt2`` is a tiny random GPT-2 built there), and print what the page shows
+    (ELLIPSIS and NORMALIZE_WHITESPACE; the pages round the numbers they print)."""
+    import subprocess
+    import sys
+
+    from .subprocess_env import one_device_env
+
+    if "path/to/gpt2" in (ROOT / page).read_text(encoding="utf-8"):  # long enough for the page's prompts
+        from . import hf_models
+
+        hf_models.build("gpt2", tmp_path / "path" / "to" / "gpt2", n_positions=256)
+    r = subprocess.run([sys.executable, "-c", _RUN_PAGE, page, str(ROOT / page)], cwd=tmp_path,
+                       env=one_device_env(quick=False), capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-20000:] + r.stderr[-5000:]
 
 
 def test_api_reference_lists_every_public_name():
