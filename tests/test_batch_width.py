@@ -56,9 +56,9 @@ def test_the_runner_pads_a_small_batch_to_its_own_width(monkeypatch):
     seen = []
     real = _runner._run
 
-    def spy(program, X0, params, *, lanes, mesh):
-        seen.append((X0.shape[0], lanes))
-        return real(program, X0, params, lanes=lanes, mesh=mesh)
+    def spy(program, X0, params, *, lanes, mesh, pad=0):
+        seen.append((X0.shape[0] + pad, lanes))  # padded inside the run's program
+        return real(program, X0, params, lanes=lanes, mesh=mesh, pad=pad)
 
     monkeypatch.setattr(_runner, "_run", spy)
     model, X0 = _one_head(), ja.init_tokens(jax.random.key(2), 5, 4, 3)

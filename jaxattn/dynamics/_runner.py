@@ -148,8 +148,14 @@ def lanes_for(size: int | None, condition_bytes: int | None = None, one_head_byt
     return default_lanes(condition_bytes, one_head_bytes, conditions) if size is None else size
 
 
-@functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh"))
-def _run(program, X0, params, *, lanes, mesh):
+@functools.partial(jax.jit, static_argnames=("program", "lanes", "mesh", "pad"))
+def _run(program, X0, params, *, lanes, mesh, pad=0):
+    # the padding and its removal inside the one program: as separate operations they were four more programs
+    # compiled for every new batch shape, and kept for the life of the process (benchmarks/shape_memory.py)
+    B = X0.shape[0]
+    if pad:  # copies of the first condition: finite, and dropped below
+        X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad, *X0.shape[1:]))])
+
     def local(X0, params):  # the conditions of one device, in blocks of `lanes`
         B = X0.shape[0]
         blocks = X0.reshape((B // lanes, lanes, *X0.shape[1:]))
@@ -157,10 +163,12 @@ def _run(program, X0, params, *, lanes, mesh):
         return jax.tree_util.tree_map(lambda a: a.reshape((B, *a.shape[2:])), out)
 
     if mesh is None:
-        return local(X0, params)
-    spec = jax.sharding.PartitionSpec(mesh.axis_names[0])
-    return jax.shard_map(local, mesh=mesh, in_specs=(spec, jax.sharding.PartitionSpec()), out_specs=spec,
-                         check_vma=False)(X0, params)
+        out = local(X0, params)
+    else:
+        spec = jax.sharding.PartitionSpec(mesh.axis_names[0])
+        out = jax.shard_map(local, mesh=mesh, in_specs=(spec, jax.sharding.PartitionSpec()), out_specs=spec,
+                            check_vma=False)(X0, params)
+    return jax.tree_util.tree_map(lambda a: a[:B], out) if pad else out
 
 
 def mesh_of(devices) -> jax.sharding.Mesh | None:
@@ -231,14 +239,8 @@ def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), conditio
                           f"(the device has {have:.3g} GiB): give a smaller Batch(size=...) (default "
                           f"{default_lanes(condition_bytes, one_head_bytes, share)} here)")
     width = lanes * (1 if mesh is None else mesh.size)
-    pad = (-B) % width
-    if pad:  # pad with copies of the first condition: finite, and dropped below
-        X0 = jnp.concatenate([X0, jnp.broadcast_to(X0[:1], (pad, *X0.shape[1:]))])
     with jax.default_matmul_precision(xla_precision):  # part of the compilation cache key
-        out = _run(program, X0, params, lanes=lanes, mesh=mesh)
-    if pad:
-        out = jax.tree_util.tree_map(lambda a: a[:B], out)
-    return out
+        return _run(program, X0, params, lanes=lanes, mesh=mesh, pad=(-B) % width)
 
 
 def traced(tree: Any) -> bool:
@@ -279,9 +281,12 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
                                 "X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
         return eqx.error_if(X0, ~jnp.any(X0 != 0), "X0 is all zeros: every model stays there")
     X0 = jnp.asarray(X0)
-    # reduced where X0 lives (its device): three flags come back, not a copy of the batch
-    with jax.ensure_compile_time_eval():  # a concrete X0 reduced now, also while a caller's jit traces
-        finite, zero_token, nonzero = jax.device_get(_state_flags(X0))
+    if all(dev.platform == "cpu" for dev in X0.devices()):  # in host memory: NumPy reads it in place, and no
+        a = np.asarray(X0)  # program is compiled (and kept for the life of the process) for each new shape
+        finite, zero_token, nonzero = np.isfinite(a).all(), (a == 0).all(axis=-1).any(), (a != 0).any()
+    else:  # reduced where X0 lives (its device): three flags come back, not a copy of the batch
+        with jax.ensure_compile_time_eval():  # a concrete X0 reduced now, also while a caller's jit traces
+            finite, zero_token, nonzero = jax.device_get(_state_flags(X0))
     if not finite:
         raise ConfigError("X0 has non-finite values (NaN or inf)")
     if normalised and zero_token:

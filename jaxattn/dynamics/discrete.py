@@ -304,7 +304,14 @@ class Simulation(NamedTuple):
     def ok(self) -> jax.Array:
         """``[B]`` bool: the final state of each condition is finite (``False`` where the map overflowed;
         :func:`simulate` warns when any is)."""
-        return jnp.all(jnp.isfinite(self.final), axis=(-2, -1))
+        return _finite_rows(self.final)
+
+
+@jax.jit
+def _finite_rows(X: jax.Array) -> jax.Array:
+    # one program per shape: `jnp.all(jnp.isfinite(X), ...)` dispatched two, each compiled for every new shape and
+    # kept by JAX for the life of the process (benchmarks/shape_memory.py)
+    return jnp.all(jnp.isfinite(X), axis=(-2, -1))
 
 
 def saved_steps(steps: int, every=None) -> Int[np.ndarray, " T"]:
@@ -684,8 +691,13 @@ def one_head_bytes(model: Model, n: int, dtype, key_chunk: int | None = None) ->
 def _warn_non_finite(res: Simulation) -> None:
     """A run whose states left the finite numbers (an α or β so large that exp or the norm overflows)
     says so: its conditions are flagged in :attr:`Simulation.ok` and a warning counts them."""
-    bad = int(np.sum(~np.asarray(res.ok)))
+    final = res.final
+    if isinstance(final, np.ndarray) or all(dev.platform == "cpu" for dev in final.devices()):
+        ok = np.isfinite(np.asarray(final)).all(axis=(-2, -1))  # read in place: no program compiled per shape
+    else:
+        ok = np.asarray(res.ok)  # reduced on the device: B flags come back, not the states
+    bad = int(np.sum(~ok))
     if bad:
-        warnings.warn(f"{bad} of {res.ok.shape[0]} conditions reached non-finite states (NaN or inf): the "
+        warnings.warn(f"{bad} of {ok.shape[0]} conditions reached non-finite states (NaN or inf): the "
                       "dynamics overflowed (too large alpha or beta?); Simulation.ok flags them", NonFiniteWarning,
                       stacklevel=3)
