@@ -1,4 +1,4 @@
-"""Strict test set-up: float64 on, strict dtype promotion, several CPU devices, offline Hugging Face,
+"""Strict test set-up: float64 on, strict dtype promotion in every test, several CPU devices, offline Hugging Face,
 warnings are errors for our package."""
 
 import importlib.util
@@ -115,8 +115,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "strict_dtypes: run under jax_numpy_dtype_promotion='strict' (no implicit "
-                                       "promotion between dtypes: a mixed expression is an error, not an upcast)")
+    config.addinivalue_line("markers", "fast_cases(*ids): of a parametrized test, the cases the fast tier runs (the "
+                                       "others run in make test-all)")
+    config.addinivalue_line("markers", "standard_dtypes(reason): run under JAX's standard dtype promotion instead of "
+                                       "the suite's strict one (the test's own code mixes dtypes on purpose)")
     config.addinivalue_line("markers", "requires_cpu(reason): needs JAX's CPU backend (the eight devices forced above, "
                                        "the CPU's block width); skipped with the reason on a GPU or TPU")
 
@@ -132,8 +134,35 @@ def cpu_only_skips(items, backend: str) -> None:
             item.add_marker(pytest.mark.skip(reason=f"needs the CPU backend ({why}); this is {backend}"))
 
 
+def fast_cases(items) -> None:
+    """A parametrized test marked ``fast_cases(id, ...)`` runs those cases in the fast tier and its other cases in the
+    slower one (marked ``e2e`` here, before ``-m`` selects): a property is checked on representative cases by
+    ``make test`` and over its whole range by ``make test-all``. An id that names none of the cases collected is an
+    error (a renamed parameter would otherwise move every case to the slower tier unnoticed)."""
+    cases: dict[tuple, list[str]] = {}
+    declared: dict[tuple, tuple[str, ...]] = {}
+    for item in items:
+        m = item.get_closest_marker("fast_cases")
+        if m is None:
+            continue
+        callspec = getattr(item, "callspec", None)
+        if callspec is None:
+            raise pytest.UsageError(f"{item.nodeid}: fast_cases marks a test that is not parametrized")
+        key = (str(item.path), item.originalname)
+        declared[key] = m.args
+        cases.setdefault(key, []).append(callspec.id)
+        if callspec.id not in m.args:
+            item.add_marker(pytest.mark.e2e)
+    for key, ids in declared.items():
+        unknown = [i for i in ids if i not in cases[key]]
+        if unknown and len(cases[key]) > 1:  # one case collected: a single test was asked for by its id
+            raise pytest.UsageError(f"{key[0]}::{key[1]}: fast_cases names no case {unknown}; its cases: {cases[key]}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the markers added here
 def pytest_collection_modifyitems(config, items):
     cpu_only_skips(items, jax.default_backend())
+    fast_cases(items)
 
 
 #: Memory mappings a worker may hold before its compiled programs are dropped (the kernel's limit,
@@ -167,10 +196,10 @@ def _bounded_mappings():
 
 @pytest.fixture(autouse=True)
 def _strict_dtypes(request):
-    """Strict dtype promotion for the tests marked ``strict_dtypes``. Not global yet: the attention mask
-    (``attention.allowed``: int64 positions against the int32 window) mixes integer dtypes, so every
-    simulation fails under it."""
-    if request.node.get_closest_marker("strict_dtypes") is None:
+    """Strict dtype promotion in every test (``jax_numpy_dtype_promotion='strict'``): a mixed-precision expression in
+    the package is an error here, not a silent upcast. A test whose own code mixes dtypes on purpose (a user's
+    function in another precision) is marked ``standard_dtypes`` with the reason."""
+    if request.node.get_closest_marker("standard_dtypes") is not None:
         yield
         return
     with jax.numpy_dtype_promotion("strict"):

@@ -51,6 +51,7 @@ def test_the_default_width_follows_the_batch_with_less_than_twice_its_conditions
     assert lanes_for(16, condition_bytes, one_head, 3) == 16  # a given size is never capped
 
 
+@pytest.mark.e2e
 def test_the_runner_pads_a_small_batch_to_its_own_width(monkeypatch):
     """What the runner compiles: a block of 8 lanes for 5 conditions of the sphere model, not 1024."""
     seen = []
@@ -67,6 +68,7 @@ def test_the_runner_pads_a_small_batch_to_its_own_width(monkeypatch):
     assert seen == [(8, 8), (64, 64)]
 
 
+@pytest.mark.fast_cases('one_head-float64')
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("make", [_one_head, _two_heads], ids=["one_head", "two_heads"])
 def test_a_fixed_size_gives_the_same_bits_however_the_batch_is_split(make, dtype):
@@ -81,6 +83,7 @@ def test_a_fixed_size_gives_the_same_bits_however_the_batch_is_split(make, dtype
                                           np.concatenate([np.asarray(p.observables["diameter"]) for p in parts]))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("make", [_one_head, _two_heads], ids=["one_head", "two_heads"])
 def test_other_splits_agree_to_round_off(make, dtype):
@@ -116,6 +119,7 @@ def _recorded(path) -> list:
     return [p.get("lanes", "absent") for p in json.loads((path / "manifest.json").read_text())["points"]]
 
 
+@pytest.mark.fast_cases('float32')
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_chunked_run_has_one_width_and_resumes_at_the_width_it_recorded(tmp_path, monkeypatch, dtype):
     """100 conditions in chunks of 48: every chunk (the remainder of 4 too) runs at the chunk's width, 64 lanes of
@@ -146,6 +150,7 @@ def test_a_chunked_run_has_one_width_and_resumes_at_the_width_it_recorded(tmp_pa
         np.testing.assert_allclose(fresh["final"], whole["final"], rtol=0, atol=TOL[dtype])
 
 
+@pytest.mark.e2e
 def test_a_store_written_before_the_width_was_recorded_resumes_at_the_uncapped_default(tmp_path, monkeypatch):
     """A store without a recorded width ran at the backend's width, whatever the batch (1024 lanes for the sphere
     model on a CPU): its remaining chunks are computed at that width, as the code that wrote it would have."""
@@ -174,6 +179,7 @@ GRID = {"num_init": 40, "chunk": 16, "seed": 0, "init": {"n": 4},
         "model": {"d": 4, "heads": [1, 2], "depth": 2, "shared": False}, "dynamics": {"beta": 2.0}}
 
 
+@pytest.mark.e2e
 def test_a_grid_records_each_points_width_and_resumes_at_it(tmp_path, monkeypatch):
     """sweep_grid: every point's chunks run at the width its chunk decides on the devices given (16 conditions on
     one device: 16 lanes), recorded per point; a sweep resumed where the width would now differ keeps it, the

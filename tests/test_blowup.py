@@ -7,6 +7,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jaxattn.analysis import blowup, qk_cloud
 
@@ -24,6 +25,7 @@ def test_one_token_blows_up_at_the_closed_form_time():
     assert blowup.single_token_time(1.0) - blowup.single_token_time(1.0, score_cap=22.0) < 1e-10
 
 
+@pytest.mark.e2e
 def test_comparison_bound_and_the_sign_of_v():
     x0 = np.asarray(jax.random.normal(jax.random.key(3), (4, 6, 2), jnp.float64))
     t = blowup.blowup_times(x0, np.eye(2), score_cap=22.0, rtol=1e-10)
@@ -36,6 +38,7 @@ def test_comparison_bound_and_the_sign_of_v():
     assert math.isinf(blowup.comparison_bound(1e-3, 20))  # below the constant: no bound
 
 
+@pytest.mark.e2e
 def test_rescaled_softmax_field_is_the_papers():
     key = jax.random.key(0)
     z = jax.random.normal(key, (5, 2), jnp.float64)

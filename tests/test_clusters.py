@@ -33,6 +33,7 @@ def _similar(M, seed=0):
 # ----------------------------------------------------------------------------- the rescaling
 
 
+@pytest.mark.e2e
 def test_rescaled_flow_matches_mapped_unrescaled_flow():
     """Solving x and mapping z = e^{-tV} x afterwards equals solving z directly, to the tolerance."""
     V = np.array([[0.9, 0.3], [-0.2, 0.5]])
@@ -64,6 +65,7 @@ def _simplex_config(noise=1e-8, seed=0):
     return X
 
 
+@pytest.mark.e2e
 def test_clusters_of_a_simplex_with_interior_points():
     X = _simplex_config()
     c = cl.clusters(X, 1e-4)
@@ -93,6 +95,7 @@ def test_hull_vertices_in_a_degenerate_plane():
     np.testing.assert_allclose(cl.hull_distance(P[:4], [[2.0, 0.5, 1.0], [0.5, 0.5, 1.0]]), [1.0, 0.0], atol=1e-9)
 
 
+@pytest.mark.e2e
 def test_tolerance_free_count_is_stable_under_perturbations():
     rng = np.random.default_rng(3)
     centres = np.array([[0, 0], [1, 0], [0, 1], [-1, -1], [3, 2.0]])
@@ -125,6 +128,7 @@ def test_two_hyperplanes_along_the_top_eigenvector():
     np.testing.assert_allclose(np.sort(np.asarray(h.values)), np.sort(vals), atol=1e-10)
 
 
+@pytest.mark.e2e
 def test_boolean_distance_and_rank_of_a_noisy_zero_one_matrix():
     n = 6
     P = np.zeros((n, n))
@@ -141,6 +145,7 @@ def test_boolean_distance_and_rank_of_a_noisy_zero_one_matrix():
     assert float(cl.boolean_attention(half).distance) == 0.5 and int(cl.boolean_attention(half).rank) == 1
 
 
+@pytest.mark.e2e
 def test_one_dimensional_attention_becomes_boolean_of_low_rank():
     """d = 1, Q = K = V = 1: P(t) converges to a Boolean matrix of rank <= 2 (the paper's theorem)."""
     # n = 5, 61 saved times: the shapes of the command's 1-D run (one compiled program)
@@ -173,6 +178,7 @@ def test_known_spectra_are_classified(spectrum, cls):
         assert cl.TOP_CLASSES[int(cl.classify_top(V))] == cls
 
 
+@pytest.mark.e2e
 def test_good_triple_fraction_closed_forms_and_interval_width():
     key = jax.random.key(11)
     # d = 1: a Gaussian scalar is positive half of the time
@@ -218,6 +224,7 @@ def test_bad_input_is_refused_with_one_line(call, match):
 # ----------------------------------------------------------------------------- the command
 
 
+@pytest.mark.e2e
 def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     """Tiny sizes, plus the V = I bound over 1000 initial conditions: at large t the number of
     clusters never exceeds the number of vertices of the initial convex hull."""
@@ -295,6 +302,7 @@ def test_clusters_command_refuses_a_used_out_dir(tmp_path, capsys):
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+@pytest.mark.e2e
 def test_the_hull_check_solves_below_the_excursion_it_judges():
     """Proposition C.2 (V = I: the hull never grows) is judged on excursions above 1e-9 of the configuration's size;
     solved at the study's usual rtol of 1e-8 the solver's error alone exceeded that (5e-8), so the check solves at

@@ -75,6 +75,7 @@ def _choices(command: str) -> dict[str, tuple]:
     return {a.dest: tuple(a.choices) for a in sub.choices[command]._actions if a.choices}
 
 
+@pytest.mark.e2e
 def test_choices_are_the_library_constants():
     """Adding a normalisation, an attention kind, a solver... touches the module that implements it: every list
     of values offered is that module's constant (less the kinds that need an array, a Python argument)."""
@@ -226,6 +227,7 @@ def _sweep_and_simulate(tmp_path, dynamics: dict, model_opts: dict, dyn: ja.Dyna
     return sw.arrays(0)["observables.diameter"], np.asarray(ref.observables["diameter"])
 
 
+@pytest.mark.e2e
 def test_sweep_reaches_rope(tmp_path):
     got, want = _sweep_and_simulate(tmp_path, {"rope": "on"}, {"heads": 2}, ja.Dynamics(rope="on"))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -233,6 +235,7 @@ def test_sweep_reaches_rope(tmp_path):
     assert not np.allclose(got, plain)  # the key reached the dynamics: RoPE changes the numbers
 
 
+@pytest.mark.e2e
 def test_sweep_reaches_unit_output(tmp_path):
     got, want = _sweep_and_simulate(tmp_path, {"unit_output": True}, {"heads": 1}, ja.D2)
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
@@ -240,6 +243,7 @@ def test_sweep_reaches_unit_output(tmp_path):
     assert not np.allclose(got, plain)  # a model drawn with O = I, not the default one
 
 
+@pytest.mark.e2e
 def test_simulate_command_reaches_unit_output(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["simulate", "--unit-output", "--heads", "1", "--d", "4", "--depth", "2", "--n", "3", "--num-init",

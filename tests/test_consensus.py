@@ -26,6 +26,7 @@ def gpt2_file(tmp_path_factory):
     return ja.convert(str(folder), str(folder / "gpt2.safetensors"))
 
 
+@pytest.mark.e2e
 def test_a_float64_study_leaves_x64_as_it_was(gpt2_file, tmp_path):
     """The study switched jax_enable_x64 on for the rest of the process with dtype float64; now it enables it in a
     scope (only the command may switch it on, for its own process)."""
@@ -46,6 +47,7 @@ def test_a_float64_study_leaves_x64_as_it_was(gpt2_file, tmp_path):
     assert all(np.isfinite(r["first_token_end"]) for r in tables["summary"])
 
 
+@pytest.mark.e2e
 def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
     out = tmp_path / "c"
     rc = main(["consensus", str(gpt2_file), "--passes", "4", "--prompts", "6", "--tokens", "9", "--synthetic-num", "6",

@@ -60,6 +60,7 @@ def test_convergence_order_against_closed_forms(solver, order, dts):
     assert abs(_fitted_order(dts, errs) - order) < 0.3, errs
 
 
+@pytest.mark.e2e
 def test_adaptive_default_meets_its_tolerance():
     d = 6
     model = _shared_model(jax.random.key(3), d)
@@ -71,6 +72,7 @@ def test_adaptive_default_meets_its_tolerance():
         np.testing.assert_allclose(np.asarray(sol.final), _mean_field_exact(model, X0, t1), atol=1e-8)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("space", ["sphere", "ellipsoid"])
 def test_discrete_map_converges_to_flow_at_first_order(space):
     """D1 (D5) with step α is a retraction-Euler step of C2 (C1): at t = kα the error is O(α)."""
@@ -91,6 +93,7 @@ def test_discrete_map_converges_to_flow_at_first_order(space):
     assert abs(_fitted_order(alphas, errs) - 1.0) < 0.2, errs
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("space", ["sphere", "ellipsoid"])
 def test_tokens_stay_on_the_manifold(space):
     d, n = 6, 5
@@ -108,6 +111,7 @@ def test_tokens_stay_on_the_manifold(space):
     assert off < 1e-7
 
 
+@pytest.mark.e2e
 def test_causal_first_token_fixed_and_others_converge_to_it():
     """Causal attention with V = I: token 1 attends only to itself and does not move."""
     d, n = 4, 6
@@ -127,6 +131,7 @@ def _energy(t, X, ctx):
     return consensus_energy(t, X, ctx)["energy"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("attention", ["softmax", "unnormalised"])
 def test_gradient_flow_energy_is_monotone(attention):
     """With V = QᵀK symmetric the unnormalised flow is the projected gradient flow of the energy, and
@@ -149,6 +154,7 @@ def test_gradient_flow_energy_is_monotone(attention):
     assert np.diff(E2, axis=1).min() < -1e-6
 
 
+@pytest.mark.e2e
 def test_rescaled_flow_matches_mapped_unrescaled_solution():
     """Solving x and mapping z = e^{-tV} x afterwards agrees with solving z directly."""
     d, n = 3, 5
@@ -173,6 +179,7 @@ def test_rescaled_flow_matches_mapped_unrescaled_solution():
     np.testing.assert_allclose(got, want, atol=1e-12)
 
 
+@pytest.mark.e2e
 def test_layered_weights_jump_exactly_at_layer_boundaries():
     """Piecewise-constant weights: uniform attention in flat space gives x̄(3) = e^{F2} e^{F1} e^{F0} x̄(0)."""
     d, n = 4, 3
@@ -194,6 +201,7 @@ def test_layered_weights_jump_exactly_at_layer_boundaries():
     np.testing.assert_allclose(np.asarray(sol4.final), want4, atol=1e-8)
 
 
+@pytest.mark.e2e
 def test_smooth_weight_function():
     """V(t) = c(t) V0 with c(t) = 1 + sin(t)/2: x̄(t) = exp((t + (1 − cos t)/2) V0) x̄(0)."""
     d, n, t1 = 4, 3, 2.0
@@ -209,6 +217,8 @@ def test_smooth_weight_function():
     np.testing.assert_allclose(np.asarray(sol.final), want, atol=1e-8)
 
 
+@pytest.mark.e2e
+@pytest.mark.standard_dtypes("the user's weight function multiplies float64 weights by a function of a float32 time")
 def test_weight_function_in_another_precision_runs_in_the_tokens_precision():
     """A float64 ``weights_fn`` with float32 tokens: the weights are cast to the state's precision
     (it used to fail inside diffrax with a dtype mismatch of the solver's state)."""
@@ -225,6 +235,7 @@ def test_weight_function_in_another_precision_runs_in_the_tokens_precision():
     np.testing.assert_allclose(np.asarray(sol.final), np.asarray(ref.final), atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_batch_split_does_not_change_results():
     """The two promises of ``Batch``: the same bits for a fixed ``Batch(size=...)`` however the batch is split, and
     the same to round-off (1e-6 in float32) at the default width, which follows each split's size."""
@@ -250,6 +261,7 @@ def _counting_observable(t, X, ctx):
     return ja.metrics.diameter(X)
 
 
+@pytest.mark.e2e
 def test_beta_t1_tolerances_and_ts_do_not_recompile():
     model = ja.random_model(jax.random.key(21), 4, 1, 1)
     X0 = ja.init_tokens(jax.random.key(22), 5, 3, 4, dtype=jnp.float64)
@@ -267,6 +279,7 @@ def test_beta_t1_tolerances_and_ts_do_not_recompile():
     assert len(_TRACES) == mid
 
 
+@pytest.mark.e2e
 def test_failed_condition_is_flagged_and_others_intact():
     d, n = 4, 5
     model = ja.random_model(jax.random.key(23), d, 1, 1)
@@ -283,6 +296,7 @@ def test_failed_condition_is_flagged_and_others_intact():
     assert capped.ok.shape == (6,)
 
 
+@pytest.mark.e2e
 def test_a_solve_stopped_by_its_step_budget_says_so(tmp_path, capsys):
     """``solve --max-steps 1`` blamed its failed solves on non-finite values and advised a smaller step or float64:
     the cause is the step budget. diffrax's own result is reported per condition, in the Solution and the message."""
@@ -303,6 +317,7 @@ def test_a_solve_stopped_by_its_step_budget_says_so(tmp_path, capsys):
     assert "non-finite" not in cap.out + cap.err and "float64" not in cap.out + cap.err
 
 
+@pytest.mark.e2e
 def test_observables_receive_the_attention_weights():
     model = ja.random_model(jax.random.key(25), 6, 2, 2, shared=False, mask="local:2")
     X0 = ja.init_tokens(jax.random.key(26), 3, 4, 6, dtype=jnp.float64)
@@ -323,6 +338,7 @@ def _attention_obs(t, X, ctx):
     return ctx.attention()
 
 
+@pytest.mark.e2e
 def test_unnormalised_kernel():
     model = ja.random_model(jax.random.key(27), 4, 1, 1, scale=1.0, mask="causal")
     X = np.asarray(ja.init_tokens(jax.random.key(28), 1, 5, 4, dtype=jnp.float64))[0]

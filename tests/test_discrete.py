@@ -74,6 +74,7 @@ def test_attention_probabilities_match_reference():
     assert np.all((np.asarray(got) > 0) == np.tril(np.triu(np.ones((7, 7)), -2))[None])
 
 
+@pytest.mark.e2e
 def test_single_head_unit_output_is_D2():
     d = 5
     model = ja.random_model(jax.random.key(5), d, 1, 2, unit_output=True)
@@ -93,6 +94,7 @@ def test_single_head_unit_output_is_D2():
     np.testing.assert_allclose(np.asarray(res.final[0]), X, atol=1e-13)
 
 
+@pytest.mark.fast_cases('local:2')
 @pytest.mark.parametrize("mask", ["full", "causal", "local:2"])
 def test_unit_norm_after_every_step(mask):
     model = ja.random_model(jax.random.key(7), 12, 3, 4, shared=False, mask=mask)
@@ -102,6 +104,7 @@ def test_unit_norm_after_every_step(mask):
     np.testing.assert_allclose(norms, 1.0, atol=1e-14)
 
 
+@pytest.mark.e2e
 def test_ellipsoid_invariant():
     d = 6
     A = np.random.default_rng(2).normal(size=(d, d))
@@ -113,6 +116,7 @@ def test_ellipsoid_invariant():
     np.testing.assert_allclose(np.einsum("...d,de,...e->...", X, S, X), 1.0, atol=1e-13)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("heads", [1, 3])
 def test_principal_consensus_is_fixed_point(heads):
     d, n = 6, 5
@@ -129,6 +133,7 @@ def test_principal_consensus_is_fixed_point(heads):
         np.testing.assert_allclose(np.asarray(res.trajectory[0]), np.broadcast_to(X0, (11, n, d)), atol=1e-14)
 
 
+@pytest.mark.fast_cases('local:3')
 @pytest.mark.parametrize("mask", ["causal", "local:3"])
 def test_causality(mask):
     d, n, t = 8, 7, 3
@@ -158,6 +163,7 @@ def test_batch_split_independence():
                                np.asarray(whole.observables["diameter"]), atol=1e-13)
 
 
+@pytest.mark.e2e
 def test_prolonged_shared_model_cycles_schedule():
     model = ja.random_model(jax.random.key(17), 6, 2, 3, shared=False)
     X0 = ja.init_tokens(jax.random.key(18), 2, 4, 6, dtype=jnp.float64)
@@ -167,6 +173,7 @@ def test_prolonged_shared_model_cycles_schedule():
     np.testing.assert_allclose(np.asarray(long[:, 6]), np.asarray(twice), atol=1e-14)
 
 
+@pytest.mark.e2e
 def test_float32_default_and_loose_agreement():
     model = ja.random_model(jax.random.key(19), 16, 4, 4, shared=False, mask="causal")
     X0 = ja.init_tokens(jax.random.key(20), 8, 6, 16)
@@ -177,6 +184,7 @@ def test_float32_default_and_loose_agreement():
     np.testing.assert_allclose(np.asarray(r32.final), np.asarray(r64.final), atol=1e-4)
 
 
+@pytest.mark.e2e
 def test_observables_only_kept():
     model = ja.random_model(jax.random.key(21), 8, 2, 2, shared=False)
 
@@ -273,6 +281,7 @@ def test_non_finite_weights_refused():
         ja.model.params.from_heads(q, m.layers.k, m.layers.v, m.layers.o)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("weights", ["uniform", "identity"])
 def test_random_model_weight_kinds(weights):
     d, H = 32, 4
@@ -318,6 +327,7 @@ def _compiles(fn):
     return len(records)
 
 
+@pytest.mark.e2e
 def test_alpha_and_beta_do_not_recompile():
     """α and β are traced (the README's claim): a new value reuses the compiled program; a new step count
     compiles again (so the count below can see a compilation)."""

@@ -51,6 +51,10 @@ def test_public_entry_points_have_examples():
     assert wanted <= have, f"no Examples section: {sorted(wanted - have)}"
 
 
+@pytest.mark.fast_cases('jaxattn.analysis.plateaus', 'jaxattn.analysis.spectral', 'jaxattn.analysis.stats',
+                        'jaxattn.analysis.steering', 'jaxattn.dynamics._runner', 'jaxattn.dynamics.options',
+                        'jaxattn.model.forms', 'jaxattn.model.params', 'jaxattn.model.precision',
+                        'jaxattn.studies.architectures', 'jaxattn.studies.metastability', 'jaxattn.studies.movie')
 @pytest.mark.parametrize("module", MODULES)
 def test_doctests(module):
     """Every example runs as written, under JAX's default (standard) dtype promotion as a user's
@@ -115,6 +119,7 @@ sys.exit(1 if runner.summarize(verbose=False).failed else 0)
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.e2e) if p in SLOW_PAGES else p for p in PAGES])
 def test_page_examples(page, tmp_path):
     """The examples of a documentation page run as written, in one namespace from top to bottom, in a user's

@@ -67,6 +67,7 @@ class _Models(Mapping):
 MODELS = _Models()
 
 
+@pytest.mark.e2e
 def test_the_model_names_are_the_models():
     assert tuple(_models()) == _Models.NAMES
 DYNAMICS = {"D1": (ja.D1, "l2"), "D3": (ja.D3, "l2"), "D4": (ja.D4, "none"), "D5": (ja.D5, "ellipsoid")}
@@ -102,6 +103,15 @@ def _setting(model, dyn_name, n=7, batch=3):
     return dyn, norm, S, X0, biases
 
 
+@pytest.mark.fast_cases('D1-gaussian-d16-causal', 'D1-gaussian-d6-3heads-local-biases', 'D1-paper-d3',
+                        'D1-sphere-d4-2heads-causal', 'D3-clusters-d16', 'D3-gaussian-d16-causal',
+                        'D3-gaussian-d6', 'D3-gaussian-d6-3heads-local-biases', 'D3-paper-d3', 'D3-sphere-d3',
+                        'D3-sphere-d4-2heads-causal', 'D3-symmetric-d4', 'D3-unit-output-d5', 'D4-clusters-d16',
+                        'D4-gaussian-d16-causal', 'D4-gaussian-d6', 'D4-gaussian-d6-3heads-local-biases',
+                        'D4-paper-d3', 'D4-sphere-d3', 'D4-sphere-d4-2heads-causal', 'D4-symmetric-d4',
+                        'D4-unit-output-d5', 'D5-clusters-d16', 'D5-gaussian-d16-causal', 'D5-gaussian-d6',
+                        'D5-gaussian-d6-3heads-local-biases', 'D5-paper-d3', 'D5-sphere-d3',
+                        'D5-sphere-d4-2heads-causal', 'D5-symmetric-d4', 'D5-unit-output-d5')
 @pytest.mark.parametrize("name", list(MODELS))
 @pytest.mark.parametrize("dyn_name", list(DYNAMICS))
 def test_every_form_of_a_block_equals_the_general_form_and_the_numpy_reference(name, dyn_name):
@@ -153,6 +163,7 @@ def _n_by_n_divisions(f, X) -> list[str]:
     return re.findall(rf"stablehlo\.divide .*tensor<(?:\d+x)*{n}x{n}xf64>", text)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", ["sphere-d3", "sphere-d4-2heads-causal", "clusters-d16",
                                   "gaussian-d6-3heads-local-biases"])
 def test_the_softmax_divides_after_the_weighted_sum(name):
@@ -176,6 +187,7 @@ def test_the_softmax_divides_after_the_weighted_sum(name):
                                    err_msg=repr(form))
 
 
+@pytest.mark.e2e
 def test_observed_steps_form_the_weights_only_when_the_observable_asks():
     """An observable that does not read the attention weights (the defaults) leaves every step unnormalised, as an
     unobserved one; one that reads them gets them formed once, shared with the step it observes."""
@@ -198,6 +210,7 @@ def test_observed_steps_form_the_weights_only_when_the_observable_asks():
     np.testing.assert_allclose(np.asarray(seen[1]), np.asarray(plain[1]), rtol=0, atol=1e-14)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", list(MODELS))
 def test_simulate_takes_the_chosen_form_with_the_same_numbers(name):
     """The driver's automatic choice, over several steps and weight sets, against the general form and the
@@ -221,6 +234,7 @@ def test_simulate_takes_the_chosen_form_with_the_same_numbers(name):
         np.testing.assert_allclose(np.asarray(auto.trajectory[b]), want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.e2e
 def test_float32_forms_agree_within_round_off():
     for model in (MODELS["sphere-d3"], MODELS["clusters-d16"], MODELS["gaussian-d6"]):
         m32 = model.astype(jnp.float32)
@@ -235,6 +249,7 @@ def test_float32_forms_agree_within_round_off():
 FLOWS = {"C1": ja.C1, "C2": ja.C2, "C2_OJA": ja.C2_OJA, "C3": ja.C3}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("flow_name,name", [("C2", "sphere-d3"), ("C2", "clusters-d16"), ("C1", "sphere-d3"),
                                             ("C2", "gaussian-d6-3heads-local-biases"), ("C3", "paper-d3"),
                                             ("C2_OJA", "clusters-d16")])
@@ -255,6 +270,7 @@ def test_flows_take_the_same_forms(flow_name, name):
         np.testing.assert_array_equal(np.asarray(other.num_steps), np.asarray(general.num_steps))
 
 
+@pytest.mark.fast_cases('causal-softmax', 'causal-uniform', 'causal-unnormalised')
 @pytest.mark.parametrize("kernel", ["softmax", "uniform", "unnormalised"])
 @pytest.mark.parametrize("mask", ["full", "causal", "local:3"])
 def test_key_chunks_equal_the_formed_attention(kernel, mask):
@@ -288,6 +304,7 @@ def test_key_chunks_with_rope_and_grouped_query_heads():
     assert form_of(model, dyn, 11, jnp.float64).scores == "heads"  # RoPE: no bilinear scores
 
 
+@pytest.mark.e2e
 def test_the_choice():
     f = lambda name, n=32, **kw: forms.choose(MODELS[name], n, **kw)
     # the sphere model: X Xᵀ, the softmax and A X, no mask; dot products (broadcast products only when forced)
@@ -321,6 +338,7 @@ def test_the_choice():
         assert isinstance(forms.describe(form), str) and hash(form) == hash(dataclasses.replace(form))
 
 
+@pytest.mark.e2e
 def test_identity_flags_are_verified_before_use():
     model = MODELS["sphere-d3"]
     assert model.identity == ("q", "k", "v", "o")
@@ -351,6 +369,7 @@ def test_identity_flags_are_verified_before_use():
         forms.Form(masked="no")
 
 
+@pytest.mark.e2e
 def test_gradients_with_respect_to_identity_weights_are_not_lost():
     """A traced weight is never read as a reshape: its derivative flows (the general form's)."""
     model = MODELS["sphere-d3"]
@@ -373,6 +392,7 @@ def test_gradients_with_respect_to_identity_weights_are_not_lost():
     assert float(jnp.abs(one).max()) > 1e-3
 
 
+@pytest.mark.e2e
 def test_batch_split_independence_in_the_structured_forms():
     """At a fixed width the same bits however the batch is split; at the default widths, which follow each part,
     the same to float32 round-off."""
@@ -389,6 +409,7 @@ def test_batch_split_independence_in_the_structured_forms():
                                    np.asarray(whole.observables["diameter"]), rtol=0, atol=tol)
 
 
+@pytest.mark.e2e
 def test_many_tokens_run_in_key_chunks(monkeypatch):
     """Beyond the block budget the map evaluates its attention over key chunks, with the same numbers."""
     model = MODELS["sphere-d3"]
@@ -404,6 +425,7 @@ def test_many_tokens_run_in_key_chunks(monkeypatch):
                                rtol=0, atol=1e-13)
 
 
+@pytest.mark.e2e
 def test_probabilities_in_every_form():
     model = MODELS["gaussian-d6"]
     lw = model.layers.take(1)

@@ -124,6 +124,7 @@ WRITERS = {
 }
 
 
+@pytest.mark.fast_cases('arrays', 'figure', 'json', 'movie', 'report')
 @pytest.mark.parametrize("kind", WRITERS)
 def test_every_writer_says_the_disk_is_full_in_one_line_and_leaves_nothing_half_written(kind, tmp_path, monkeypatch):
     """A full disk was a raw ``OSError: [Errno 28]`` from every writer but the sweeps'; now each raises one
@@ -196,6 +197,7 @@ def _simulate_fills_the_disk_then_resumes(out: Path, reference: Path, capsys, ma
     _same_bits(_arrays(out / "observables.safetensors"), _arrays(reference / "observables.safetensors"))
 
 
+@pytest.mark.e2e
 def test_simulate_on_a_full_disk_keeps_its_chunks_and_resumes_bit_for_bit(small_disk, tmp_path, capsys):
     """On a 200 KB tmpfs, `simulate` ended its final write in a raw ``OSError: [Errno 28]`` traceback (exit 1);
     now one line and exit 2, its finished chunks kept, and the same command, with room, resumes them into a run
@@ -204,12 +206,14 @@ def test_simulate_on_a_full_disk_keeps_its_chunks_and_resumes_bit_for_bit(small_
     _simulate_fills_the_disk_then_resumes(disk / "sim", tmp_path / "ref", capsys, lambda: resize("2m"))
 
 
+@pytest.mark.e2e
 def test_simulate_on_a_simulated_full_disk(tmp_path, capsys, monkeypatch):
     """The same everywhere (no file system to mount): the disk fills at the final write."""
     fill_disk(monkeypatch, at="observables.safetensors")
     _simulate_fills_the_disk_then_resumes(tmp_path / "sim", tmp_path / "ref", capsys, monkeypatch.undo)
 
 
+@pytest.mark.e2e
 def test_a_command_that_cannot_resume_says_what_it_left(tmp_path, capsys, monkeypatch):
     """`movie` (one file, like `convert`): nothing half-written, run it again."""
     out = tmp_path / "sim"

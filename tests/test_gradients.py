@@ -29,6 +29,7 @@ def _scaled(model, member, k, eps):
     return model.replace(layers=model.layers.replace(**{member: W.at[k].multiply(1 + eps)}))
 
 
+@pytest.mark.fast_cases('True')
 @pytest.mark.parametrize("shared", [False, True])
 def test_layer_sensitivity_against_finite_differences(shared):
     """d(mean ρ1)/dε for F_k -> (1+ε)F_k (O_k scaled) and for the scores of block k scaled, against central
@@ -58,6 +59,7 @@ def test_layer_sensitivity_against_finite_differences(shared):
     assert float(g[-1, 1, 2, 0]) == pytest.approx(fd, rel=1e-6, abs=1e-10)
 
 
+@pytest.mark.e2e
 def test_gradient_steer_reaches_the_target_with_less_than_rank_one():
     model, X0 = _model(), _tokens()
     u = np.eye(6)[0]
@@ -87,6 +89,7 @@ def test_gradient_steer_on_a_shared_block_and_errors():
         ja.gradient_steer(model, np.eye(6)[1], X0, init=np.zeros((3, 3)))
 
 
+@pytest.mark.e2e
 def test_critical_beta_newton_agrees_with_bisection():
     """Mean final cos_consensus rises with β on this model; Newton (optimistix, jax derivatives) and a plain
     bisection find the same crossing of the level."""
@@ -109,6 +112,7 @@ def test_critical_beta_newton_agrees_with_bisection():
         ja.critical_beta(model, X0, level, beta0=-1.0)
 
 
+@pytest.mark.e2e
 def test_beta_grid_matches_sweep_grid(tmp_path):
     """One vmapped call over β gives the numbers of sweep_grid with dynamics.beta as an axis (the same model,
     conditions and map; float64: to the last bit or two, the vmapped program batching the products)."""
@@ -131,6 +135,7 @@ def test_beta_grid_matches_sweep_grid(tmp_path):
         ja.beta_grid(model, X0, [])
 
 
+@pytest.mark.e2e
 def test_analyze_reports_which_layer_matters(tmp_path):
     """The power-method study writes sensitivity.csv (the rows of layer_sensitivity on the study's conditions), the
     figure
@@ -160,6 +165,7 @@ def test_analyze_reports_which_layer_matters(tmp_path):
     assert "sensitivity" not in off and not (tmp_path / "off" / "sensitivity.csv").exists()
 
 
+@pytest.mark.e2e
 def test_critical_beta_that_diverges_fails_cleanly():
     """From this start Newton steps off a plateau by many decades; it ends as success=False with β clipped to
     e^30, not as a 'beta must be finite' error from inside the simulation."""
@@ -169,6 +175,7 @@ def test_critical_beta_that_diverges_fails_cleanly():
     assert not c.success and np.isfinite(c.beta) and c.beta <= np.exp(30.0) * (1 + 1e-12)
 
 
+@pytest.mark.e2e
 def test_critical_beta_with_a_nan_newton_step_fails_cleanly():
     """A level this model does not cross near β = 1: in a user's float32 process (no x64, XLA's default settings)
     one of Newton's steps is NaN, which the clip of log β lets through; it used to end in 'beta must be finite'

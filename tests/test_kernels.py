@@ -34,6 +34,7 @@ def interpreted(monkeypatch):
     monkeypatch.setattr(discrete, "fused_simulate", functools.partial(kernels.fused_simulate, interpret=True))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("mask,heads,shared,dyn", CASES)
 @pytest.mark.parametrize("dtype,tol", [(jnp.float32, 2e-6), (jnp.float64, 1e-13)])
 def test_fused_matches_plain(mask, heads, shared, dyn, dtype, tol, interpreted):
@@ -59,6 +60,7 @@ def test_fused_matches_plain(mask, heads, shared, dyn, dtype, tol, interpreted):
                                np.asarray(plain.observables["diameter"][:, -1]), rtol=0, atol=5 * tol)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("n,d,heads,mask", [(16, 16, 4, "causal"), (20, 12, 3, "local:4")])
 def test_fused_matches_plain_at_other_paddings(n, d, heads, mask, interpreted):
     """No padding of the tokens or coordinates (n = d = 16), and every axis padded (n = 20 to 32 with a window,
@@ -119,6 +121,16 @@ def _lowers(n, d, heads, dtype, *, mask="full", every=None, shared=False, dyn=ja
                                                     interpret=False), jnp.zeros((4, n, d), dtype))
 
 
+@pytest.mark.fast_cases('128-16-float32-full-2-False-dyn6', '128-16-float32-local:2-4-False-dyn5',
+                        '128-16-float32-local:3-1-False-dyn2', '128-16-float64-full-1-True-dyn4',
+                        '128-16-float64-full-2-False-dyn6', '128-16-float64-local:2-4-False-dyn5',
+                        '5-8-float32-causal-2-False-dyn3', '5-8-float32-causal-2-True-dyn1',
+                        '5-8-float32-full-1-True-dyn4', '5-8-float32-full-2-False-dyn6',
+                        '5-8-float32-local:2-4-False-dyn5', '5-8-float32-local:3-1-False-dyn2',
+                        '5-8-float64-causal-2-False-dyn3', '5-8-float64-causal-2-True-dyn1',
+                        '5-8-float64-full-1-True-dyn4', '5-8-float64-full-2-False-dyn6',
+                        '5-8-float64-full-4-False-dyn0', '5-8-float64-local:2-4-False-dyn5',
+                        '5-8-float64-local:3-1-False-dyn2')
 @pytest.mark.parametrize("mask,heads,shared,dyn", CASES)
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
 @pytest.mark.parametrize("n,d", [(5, 8), (128, 16)])
@@ -150,6 +162,10 @@ def _grid_id(n, d, heads, dtype, mask, every):
     return f"n{n}-d{d}-H{heads}-{dtype}-{mask}-{'last' if every else 'every'}"
 
 
+@pytest.mark.fast_cases('n128-d16-H1-float32-full-every', 'n128-d16-H4-float64-causal-last',
+                        'n128-d2-H1-float32-full-every', 'n128-d2-H1-float64-causal-last',
+                        'n5-d8-H1-float32-full-every', 'n5-d8-H4-float64-causal-last',
+                        'n64-d16-H1-float32-full-every')
 @pytest.mark.parametrize("n,d,heads,dtype,mask,every", GRID_FAST, ids=[_grid_id(*c) for c in GRID_FAST])
 def test_the_kernel_lowers_at_the_corners_of_the_grid(n, d, heads, dtype, mask, every):
     _lowers(n, d, heads, jnp.dtype(dtype), mask=mask, every=every)
@@ -162,6 +178,7 @@ def test_the_kernel_lowers_over_the_whole_grid(n, d, heads, dtype, mask, every):
     _lowers(n, d, heads, jnp.dtype(dtype), mask=mask, every=every)
 
 
+@pytest.mark.e2e
 def test_the_lowering_check_catches_the_h200s_errors():
     """The check sees what it checks: the kernel with its tokens left unpadded (the first H200 run's block of 5) and
     a batched dot (the assertion the second met at n = 128) both fail in this lowering, on a CPU."""
@@ -191,6 +208,7 @@ def test_the_lowering_check_catches_the_h200s_errors():
         lower_for_cuda(call, jnp.zeros((2, 16, 16), f32))
 
 
+@pytest.mark.e2e
 def test_a_forced_kernel_that_fails_to_compile_is_one_line(monkeypatch):
     """What the first GPU run met (Pallas' Triton lowering refusing the kernel, pages of traceback): a forced fused
     path says in one line which backend failed, the compiler's first line, and the path that runs the same map."""
@@ -211,6 +229,7 @@ def _custom(t, X, ctx):
     return X[:, 0]
 
 
+@pytest.mark.e2e
 def test_selection():
     model = ja.random_model(jax.random.key(0), 8, 2, 2)
     big = ja.random_model(jax.random.key(0), 256, 2, 1)
@@ -250,6 +269,7 @@ def test_auto_runs_nothing_unproven(monkeypatch, backend):
     assert kernels.choose_path("auto", model, ja.Dynamics(biases=True), **args) == "plain"
 
 
+@pytest.mark.e2e
 def test_sweep_records_the_kernel_and_agrees(tmp_path):
     from jaxattn.sweeps import grid
 

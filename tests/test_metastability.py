@@ -127,6 +127,7 @@ def test_the_spectrum_removes_exactly_the_rotations():
     assert quot[-1] > 0 and quot[0] < 0  # a strict saddle: the clusters attract each other, tokens leave theirs
 
 
+@pytest.mark.e2e
 def test_classify_tells_saddles_from_maxima():
     rng = np.random.default_rng(2)
     two = np.array([[1.0, 0, 0]] * 3 + [[0.0, 1, 0]] * 2)  # two clusters at a right angle
@@ -144,6 +145,7 @@ def test_classify_tells_saddles_from_maxima():
         en.energy(two, 0.0)
 
 
+@pytest.mark.e2e
 def test_classify_normalises_a_solver_state_first():
     """Two nearly antipodal clusters at β = 12 attract each other with a curvature 1e-10 of the largest: tokens
     whose norms are off by 4e-8 (a solver's tolerance) would turn it negative were they not normalised."""
@@ -157,6 +159,7 @@ def test_classify_normalises_a_solver_state_first():
     assert kind.strict_saddle and kind.lambda_max == pytest.approx(exact.lambda_max, rel=1e-3)
 
 
+@pytest.mark.e2e
 def test_energy_never_decreases_along_the_flow():
     X0 = ja.init_tokens(jax.random.key(0), 4, 6, 3, dtype=np.float64)
     ts = np.geomspace(0.01, 30.0, 40)
@@ -294,6 +297,7 @@ def test_the_study_at_tiny_sizes(tmp_path):
         assert im.n_frames == 41 and im.size == (2 * 320, 340)
 
 
+@pytest.mark.e2e
 def test_d1_runs_on_whole_blocks_of_steps(tmp_path):
     cfg = ms.Config(dims=[2], n=[4], betas=[4.0], num=3, t1=3000.0, t_min=1.0, saves=30, dynamics="D1", alpha=1.0,
                     boot=10, movie=False, figures=False).check()

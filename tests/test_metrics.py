@@ -36,6 +36,7 @@ def np_rhobar(X, lam, vec):
     return np.mean(vals, axis=0)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("shared,mask", [(True, "full"), (False, "causal")])
 def test_layer_table_matches_numpy_reference(shared, mask):
     d, n, B, L = 8, 5, 40, 4
@@ -72,7 +73,7 @@ def test_layer_table_matches_numpy_reference(shared, mask):
         assert row["holds"] == (row["drho1"] > 0 and row["P1"] > 0.5 and row["drho1"] > row["drhobar"])
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_consensus_measures():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(6, 4))
@@ -99,7 +100,7 @@ def test_consensus_measures():
     assert abs(float(metrics.first_token_consensus(jnp.asarray(same)))) < 1e-15
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_attention_structure():
     A = np.full((5, 5), 0.2)  # consensus: uniform attention, rank 1
     assert int(metrics.numerical_rank(jnp.asarray(A))) == 1
@@ -115,6 +116,7 @@ def test_attention_structure():
     np.testing.assert_allclose(np.asarray(metrics.rho(jnp.asarray(X), jnp.asarray(v))), np_rho(X, v), atol=1e-15)
 
 
+@pytest.mark.e2e
 def test_attn_rank_column_from_the_attention_each_step_applies():
     """Duplicated tokens stay duplicated: under full attention their rows (and columns) of A coincide, so the
     rank drops by the number of copies; a window of 1 gives A = I (rank n). With masks alternating per
@@ -144,7 +146,7 @@ def test_attn_rank_column_from_the_attention_each_step_applies():
         assert row["attn_rank"] == pytest.approx(closed_form[k], abs=1e-12)
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 @pytest.mark.parametrize("dtype,eps", [(jnp.float32, 1e-4), (jnp.float64, 1e-9)])
 def test_pairwise_distances_accurate_near_consensus(dtype, eps):
     """Tokens x_i = c + ε y_i with ||c|| = 1: the distances ε||y_i − y_j|| are kept to a small relative error
@@ -164,7 +166,7 @@ def test_pairwise_distances_accurate_near_consensus(dtype, eps):
     assert float(metrics.diameter(X)) == pytest.approx(want.max(), rel=1e-2)
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 @pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 20])
 def test_diameter_in_each_form_is_the_largest_exact_distance(d):
     """Every form of the diameter (squared differences at d ≤ DIRECT_MAX_D, the centred Gram summed over the
@@ -195,7 +197,6 @@ def test_diameter_in_each_form_is_the_largest_exact_distance(d):
         ob.DIAMETER_BYTES = old
 
 
-@pytest.mark.strict_dtypes
 def test_strict_dtype_marker_is_in_force():
     with pytest.raises(jax.dtypes.TypePromotionError):
         jnp.ones(2, jnp.int32) + jnp.ones(2, jnp.int64)

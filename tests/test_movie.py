@@ -192,6 +192,7 @@ def simulated(tmp_path_factory):
     return out
 
 
+@pytest.mark.e2e
 def test_movie_of_a_simulate_run_recomputes_its_conditions(simulated, tmp_path, capsys):
     out = tmp_path / "sim"
     shutil.copytree(simulated, out)
@@ -218,6 +219,7 @@ def test_a_run_whose_observables_differ_is_said(simulated, tmp_path, capsys):
     assert "differ from those" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_simulate_and_solve_with_movie(tmp_path, capsys):
     assert main([*SIM, "--out", str(tmp_path / "s"), "--movie"]) == 0
     said = capsys.readouterr().out  # the files written after the run's report are said
@@ -243,6 +245,7 @@ def test_movie_refuses_what_it_cannot_draw(tmp_path, capsys):
     assert "--fps must be in (0, 100]" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_a_damaged_config_and_too_many_conditions_are_said(simulated, tmp_path, capsys):
     """A run whose config.json is corrupt was called "not a finished run"; --conditions beyond the run's conditions
     was capped silently."""

@@ -74,6 +74,7 @@ def test_spectrum_of_a_name_says_how_to_load_it():
         ja.spectrum({"a": 1})
 
 
+@pytest.mark.e2e
 def test_power_method_study_called_wrongly(tmp_path):
     from jaxattn.studies import power_method
 
@@ -97,6 +98,7 @@ def test_exhaustive_stability_too_large_is_refused_with_its_size(tmp_path, capsy
 
 
 # ------------------------------------------------------------------ Ctrl-C
+@pytest.mark.e2e
 def test_ctrl_c_exits_130_not_a_segfault(tmp_path):
     """SIGINT while the clusters study is solving: the interrupted line, exit 130 (was 139, a segfault while
     the interpreter was finalised under XLA's running threads), nothing left behind."""
@@ -139,6 +141,7 @@ except KeyboardInterrupt:
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("handler,want", [("python", "lost"), ("cli", "raised")])
 def test_ctrl_c_during_a_garbage_collection_is_not_lost(handler, want):
     """Python drops a KeyboardInterrupt raised in a gc callback ("Exception ignored"), and JAX runs one at every
@@ -158,6 +161,7 @@ def _config(out: Path) -> dict:
     return json.loads((out / "config.json").read_text())
 
 
+@pytest.mark.e2e
 def test_analyze_config_json_replays(tmp_path):
     """Lists (gammas) were refused ("gammas must be str"), and the random model's dimensions were lost: the
     replayed options are the run's own and name the same weights."""
@@ -175,6 +179,7 @@ def test_analyze_config_json_replays(tmp_path):
     assert weights_sha256(load_model_arg(cfg["model"], cfg)) == _config(a)["weights_sha256"]
 
 
+@pytest.mark.e2e
 def test_simulate_config_json_of_a_converted_model_replays(tmp_path, gpt2_file):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["simulate", "--model", str(gpt2_file), "--num-init", "4", "--n", "3", "--no-progress",
@@ -250,6 +255,7 @@ def _table_widths(report: str) -> list[tuple[str, int, int]]:
     return out
 
 
+@pytest.mark.e2e
 def test_stability_report_tables_keep_their_columns(tmp_path):
     out = tmp_path / "s"
     assert main(["stability", "--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3", "--steps", "10",
@@ -261,6 +267,7 @@ def test_stability_report_tables_keep_their_columns(tmp_path):
     assert not bad, bad
 
 
+@pytest.mark.e2e
 def test_figures_number_the_steps_as_the_tables(tmp_path, monkeypatch):
     """The per-layer figures put layer k at 1..L while layers.csv and the report say step 0..L-1."""
     import matplotlib.axes

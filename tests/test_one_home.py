@@ -75,6 +75,7 @@ def test_checks_written_once_say_the_same(make, match):
         make()
 
 
+@pytest.mark.e2e
 def test_simulate_command_reaches_the_kernel_and_scale(tmp_path, capsys):
     """``--attention unnormalised --scale 1``: the numbers are the library's with the same kernel and scale, and
     differ from the default run's."""
@@ -133,6 +134,7 @@ def test_uniform_attention_has_one_name():
     assert ja.Dynamics(attention="uniform") == ja.D3
 
 
+@pytest.mark.e2e
 def test_sweep_grid_leaves_x64_as_it_found_it(tmp_path):
     """A float64 grid point runs in float64 without switching x64 on for the rest of the caller's process (a
     fresh interpreter: the tests' own process runs with x64 on)."""
@@ -167,6 +169,7 @@ def _d2_step(X, Q, K, V, s, alpha, beta):
     return Y
 
 
+@pytest.mark.e2e
 def test_d2_is_named_and_steps_like_the_paper():
     """``ja.D2`` (between D1 and D3) runs the single-head map with ``O = I``, step for step as eq (8), and refuses
     a model that is not single-head with ``O = I``."""

@@ -77,6 +77,7 @@ def test_the_same_save_and_batch_work_in_every_driver():
     np.testing.assert_array_equal(out["observables.along"], np.asarray(ref.observables["along"]))
 
 
+@pytest.mark.e2e
 def test_save_every_means_the_same_steps_in_maps():
     model, X0 = _model(), _tokens()
     save = ja.Save(every=4, trajectory=True)
@@ -94,6 +95,7 @@ def test_save_every_means_the_same_steps_in_maps():
     assert out["observables.diameter"].shape == (3, 3)
 
 
+@pytest.mark.fast_cases('dtype3', 'float64_1', 'float64_2')
 @pytest.mark.parametrize("dtype", ["float64", np.float64, jnp.float64, np.dtype("float64")])
 def test_dtype_is_a_name_a_numpy_or_a_jax_dtype_in_every_driver(dtype):
     model, X0 = _model(), _tokens().astype(jnp.float32)
@@ -103,12 +105,14 @@ def test_dtype_is_a_name_a_numpy_or_a_jax_dtype_in_every_driver(dtype):
     assert ja.sweep(model, num_init=2, n=4, steps=2, dtype=dtype, progress=False)["final"].dtype == np.float64
 
 
+@pytest.mark.e2e
 def test_repeated_passes_dtype_defaults_to_the_states_like_the_other_drivers():
     model, X0 = _model(), _tokens()
     assert ja.repeated_passes(model, X0, 1, dynamics=ja.D1).final.dtype == jnp.float64
     assert ja.simulate(model, X0, 1).final.dtype == jnp.float64
 
 
+@pytest.mark.e2e
 def test_batch_size_none_follows_the_batch_and_a_fixed_size_keeps_the_bits_whatever_the_split():
     """``Batch(size=None)`` is the runner's width for the batch: 7 conditions run in one block of 8, the numbers of an
     explicit width of 8. A fixed size gives the same bits however the batch is split (``repeated_passes`` used to run
@@ -128,6 +132,7 @@ def test_batch_size_none_follows_the_batch_and_a_fixed_size_keeps_the_bits_whate
         np.testing.assert_allclose(whole, split, rtol=0, atol=1e-13)
 
 
+@pytest.mark.e2e
 def test_one_head_maps_run_in_wider_blocks_whatever_the_split():
     """The papers' one-head models get a wider default block on a CPU (WIDE_LANES, while a block's steps fit
     WIDE_BLOCK_BYTES); several heads keep DEFAULT_LANES. A small batch caps it (7 conditions: 8 lanes); at a fixed
@@ -185,6 +190,7 @@ def test_default_lanes_narrow_for_large_conditions():
         assert default_lanes(working_bytes(10, 384, 12, jnp.float32, hidden=1536)) == full  # small prompts: all 64
 
 
+@pytest.mark.e2e
 def test_save_passes_through_jit_with_traced_times():
     model, X0 = _model(), _tokens(2)
     f = jax.jit(lambda save: ja.solve(model, X0, 1.0, save=save).observables["diameter"])
@@ -230,6 +236,7 @@ def test_a_field_that_does_not_apply_is_refused(call, match, tmp_path, monkeypat
     assert not (tmp_path / "unused").exists()
 
 
+@pytest.mark.fast_cases('kwargs2-alpha must be a finite number', 'kwargs3-beta must be a finite number')
 @pytest.mark.parametrize("kwargs,match", [
     (dict(dynamics=ja.D2), r"unit_output=True \(D2\) needs a single-head model"),
     (dict(dynamics="D1"), r"dynamics must be a jaxattn.Dynamics"),
@@ -246,6 +253,7 @@ def test_a_sweep_refused_for_its_dynamics_leaves_nothing_and_blocks_nothing(kwar
     assert got["observables.diameter"].shape == (2, 3)
 
 
+@pytest.mark.e2e
 def test_a_numpy_integer_every_is_a_python_int(tmp_path):
     save = ja.Save(every=np.int64(2))
     assert type(save.every) is int and save == ja.Save(every=2)
@@ -254,6 +262,7 @@ def test_a_numpy_integer_every_is_a_python_int(tmp_path):
     np.testing.assert_array_equal(got["observables.diameter"], ref["observables.diameter"])
 
 
+@pytest.mark.e2e
 def test_an_observable_of_the_wrong_signature_is_named():
     """An observe function that cannot take (t, X, ctx) raised Python's TypeError about positional arguments from
     inside the traced program; every driver now names the expected signature first."""

@@ -28,6 +28,7 @@ def _np_directions(lam, vec):
     return out
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("shared,mask", [(True, "full"), (False, "causal")])
 def test_direction_increments_match_a_numpy_reference(shared, mask):
     """P_k and Δρ_k of every eigendirection from the reference D1 trajectory and NumPy's own eigendecomposition
@@ -61,6 +62,7 @@ def test_direction_increments_match_a_numpy_reference(shared, mask):
     assert inc.tokens == B * n
 
 
+@pytest.mark.e2e
 def test_the_papers_pbar_is_not_the_probability_that_rhobar_grows():
     """Mean of the per-direction probabilities against the probability of increment of the mean: different
     numbers in general (what the study reported as P̄ before)."""
@@ -100,6 +102,7 @@ def test_near_degenerate_layer_matrices_have_the_asked_spectrum():
     assert np.abs(vc[:, j[0]]) == pytest.approx(np.abs(vec[:, 0]), abs=1e-10)  # the same v1
 
 
+@pytest.mark.e2e
 def test_passes_in_blocks_are_the_passes_in_one_call():
     """Periodic passes run block by block give the numbers of one call; --until stops at the first block after
     which every prompt's first-token measure is below it (not the mean: the prompts behind it would stay above)."""
@@ -149,6 +152,7 @@ def test_passes_until_sets_aside_prompts_that_blew_up(monkeypatch):
         assert calls == [2] * blocks and out["first_token"].shape == (2, 2 * blocks + 1), finals
 
 
+@pytest.mark.e2e
 def test_stable_counts_by_eigenvector_add_up():
     from jaxattn.analysis._equilibria import sign_patterns
     from jaxattn.studies.stability import StabilityConfig, count_stable, random_symmetric_single_head

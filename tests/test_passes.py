@@ -29,6 +29,7 @@ def _states(t, X, ctx):
     return X
 
 
+@pytest.mark.fast_cases('gpt2-1e-10')
 @pytest.mark.parametrize("family,tol", [("gpt2", 1e-10), ("gpt_neo", 1e-10)])
 def test_passes_equal_transformers_called_pass_after_pass(family, tol, tmp_path, gpt_neo_exact):
     tm, path = _tiny(family, tmp_path)
@@ -50,6 +51,7 @@ def test_passes_equal_transformers_called_pass_after_pass(family, tol, tmp_path,
         np.testing.assert_allclose(np.asarray(res.final[b]), h[0].numpy(), rtol=0, atol=tol)
 
 
+@pytest.mark.e2e
 def test_ffn_removed_block_equals_hf_block_without_mlp(tmp_path):
     tm, path = _tiny("gpt2", tmp_path)
     with torch.no_grad():
@@ -67,6 +69,7 @@ def test_ffn_removed_block_equals_hf_block_without_mlp(tmp_path):
         np.testing.assert_allclose(np.asarray(res.observables[:, k]), hs[k].numpy(), rtol=0, atol=1e-10)
 
 
+@pytest.mark.e2e
 def test_first_token_fixed_and_others_converge_under_causal_identity_values():
     d, n = 6, 5
     model = ja.random_model(jax.random.key(2), d, 2, 4, shared=False, mask="causal", value="identity")
@@ -87,6 +90,7 @@ def test_first_token_fixed_and_others_converge_under_causal_identity_values():
     np.testing.assert_allclose(np.asarray(obs["first_token"]), first, rtol=0, atol=1e-12)
 
 
+@pytest.mark.e2e
 def test_hemisphere_lyapunov_never_decreases_on_the_flow():
     d, n = 4, 6
     model = ja.random_model(jax.random.key(4), d, 2, 1, value="identity")
@@ -101,6 +105,7 @@ def test_hemisphere_lyapunov_never_decreases_on_the_flow():
     assert np.all(cosc[:, -1] < cosc[:, 0])
 
 
+@pytest.mark.e2e
 def test_symmetric_value_with_simple_top_eigenvalue_converges_to_its_eigenvector():
     d, n = 4, 5
     model = ja.random_model(jax.random.key(6), d, 1, 1, mask="causal", value="symmetric",
@@ -114,6 +119,7 @@ def test_symmetric_value_with_simple_top_eigenvalue_converges_to_its_eigenvector
     assert np.median(align) > 1 - 1e-6 and np.mean(align > 1 - 1e-4) > 0.9
 
 
+@pytest.mark.e2e
 def test_redraw_weights_uses_the_init_scale_and_changes_every_pass(tmp_path):
     _, path = _tiny("gpt2", tmp_path)
     model = ja.load(path)

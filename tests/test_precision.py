@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from .subprocess_env import ROOT, one_device_env
 
 PRODUCT = re.compile(r"= f32\[[^\]]*\]\S* (dot|convolution)\(")
@@ -31,6 +33,7 @@ def _products(dump: Path) -> tuple[int, dict[str, int]]:
     return full, other
 
 
+@pytest.mark.e2e
 def test_every_float32_product_is_at_full_precision(tmp_path):
     dump = tmp_path / "hlo"
     # no persistent cache: a program loaded from it is not compiled, so not dumped
@@ -58,6 +61,7 @@ def _w1(conditions: int = 8):
     return model, ja.init_tokens(jax.random.key(1), conditions, 32, 64)
 
 
+@pytest.mark.e2e
 def test_bf16_moves_w1s_final_states_by_about_the_bfloat16_epsilon_on_every_backend():
     """``'bf16'`` rounds the operands of the attention's products to bfloat16 (8 significant bits, epsilon
     2^-8 = 3.9e-3) on every backend: W1's unit tokens move by about that after 24 layers, against ``'highest'``
@@ -83,6 +87,7 @@ def test_bf16_moves_w1s_final_states_by_about_the_bfloat16_epsilon_on_every_back
         np.testing.assert_array_equal(hi, bf)
 
 
+@pytest.mark.e2e
 def test_the_precision_recorded_is_the_one_used(tmp_path):
     """A stored sweep records ``'bf16'`` and holds the numbers of ``simulate`` under ``'bf16'`` at the width it
     recorded, not those of ``'highest'``; ``jaxattn simulate --matmul-precision bf16`` records it in config.json and

@@ -88,6 +88,7 @@ def test_repeated_list_items_are_refused_from_python_and_files(tmp_path, capsys)
     assert "observables: 'diameter' is given twice" in _err(capsys)
 
 
+@pytest.mark.e2e
 def test_option_checks_take_numpy_numbers(tmp_path):
     """Arithmetic on arrays gives NumPy scalars: the checks refused them ("expected int"), and one that slipped
     through could not be recorded in JSON."""
@@ -129,6 +130,7 @@ def _replay(tmp_path: Path, command: str, edit) -> Path:
     return f
 
 
+@pytest.mark.e2e
 def test_a_replayed_config_json_with_an_unknown_key_is_refused(tmp_path, capsys):
     """Unknown keys of a replayed config.json were dropped: the replay ran another run than the one recorded."""
     f = _replay(tmp_path, "simulate", lambda d: d["config"].update(layer_norm_eps=1e-3))
@@ -217,6 +219,7 @@ def test_solve_refuses_n_next_to_init_n(tmp_path, capsys):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.e2e
 def test_solve_of_a_converted_model_records_its_own_dimensions_and_replays(tmp_path, gpt2_file):
     """config.json recorded the random model's defaults (d = 64, heads = 4, ...) beside a converted model; its
     replay was then refused ("model.d only applies to model.source = 'random'")."""
@@ -244,6 +247,7 @@ def test_sweep_and_solve_spell_progress_and_overwrite_as_the_other_commands(tmp_
     assert "it/s" not in capsys.readouterr().err  # no progress bar
 
 
+@pytest.mark.e2e
 def test_a_store_of_another_configuration_names_the_difference_and_overwrite_replaces_it(tmp_path, capsys):
     s = tmp_path / "s"
     assert main([*TINY_SOLVE, "--out", str(s)]) == 0
@@ -313,6 +317,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.requires_cpu("digests of the CPU's draws, computed with the code before the change")
 def test_condition_of_the_seeded_models_index_has_its_own_key_and_no_other_changes():
     """Condition 2^31 - 1 of a seed drew from fold_in(key(seed), 2^31 - 1), the key seeded_model draws the model
@@ -370,6 +375,7 @@ def test_solve_refuses_tolerances_beside_a_stepsize_controller():
             ja.solve(model, X0, 1.0, stepsize_controller=diffrax.PIDController(rtol=1e-6, atol=1e-8), **kw)
 
 
+@pytest.mark.e2e
 def test_solve_keeps_a_users_controller_traceable():
     """A PIDController passed to solve was static: every new rtol compiled the solve again, while rtol= did not.
     Its float fields now travel as jit inputs (issue 32); the numbers equal those of rtol=/atol=."""
@@ -416,6 +422,9 @@ def test_pyproject_declares_its_license_without_a_deprecation(monkeypatch):
 
 
 # ------------------------------------------------------------------ the command line's words and limits
+@pytest.mark.fast_cases('argv0---unit-output (O = I) is the single-head model D2: use --heads 1',
+                        'argv2---norm layernorm but the model has no LayerNorm weights',
+                        'argv3-use it with --no-ffn on a pre-norm model')
 @pytest.mark.parametrize("argv,match", [
     (["--unit-output"], "--unit-output (O = I) is the single-head model D2: use --heads 1"),
     (["--ffn"], "--ffn but the model has no FFN weights"),

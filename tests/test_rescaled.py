@@ -37,6 +37,7 @@ def _similar(M, seed=0):
 # ----------------------------------------------------------------------------- e^{tF} by matrix products
 
 
+@pytest.mark.e2e
 def test_expm_matches_scipy_and_differentiates():
     rng = np.random.default_rng(0)
     for d in (2, 8, 64):
@@ -60,6 +61,7 @@ def test_expm_matches_scipy_and_differentiates():
     np.testing.assert_allclose(float(dt0), float(F.sum()), rtol=1e-12)
 
 
+@pytest.mark.e2e
 def test_rescaled_field_compiles_to_matrix_products_only():
     """No custom call (LAPACK's getrf of jax.scipy.linalg.expm) in the field: batched over the lanes of a
     vmapped solve, two of them waited on XLA's CPU thread pool for each other and the solve never returned."""
@@ -85,6 +87,7 @@ _ISSUE_22 = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs os.sched_setaffinity (Linux)")
 def test_d64_solve_returns():
     """Issue 22's reproduction in a subprocess with a timeout: a regression fails instead of hanging."""
@@ -141,6 +144,7 @@ def _departure(model, V, Q, K, Z0, dt, Ts, kernel, expm_t=None):
     return [np.abs(got[i] - ref[s]).max() / np.abs(ref[s]).max() for i, s in enumerate(steps)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kernel,qk", [("softmax", 1.0), ("unnormalised", 1e-9)])
 def test_matches_direct_evaluation_at_t15_d2(kernel, qk):
     """The paper's 2-D value matrix (spectrum {1.35, −0.07}, cond e^{15V} ~ 1e9): the departure was 4e-9
@@ -153,6 +157,7 @@ def test_matches_direct_evaluation_at_t15_d2(kernel, qk):
     assert max(dep) < 1e-13, dep
 
 
+@pytest.mark.e2e
 def test_matches_direct_evaluation_at_t15_d128():
     """The paper's notebook setting (d = 128, random Q, K, symmetric V) at T = 15: cond e^{15V} ~ 1e13."""
     d, n = 128, 12
@@ -166,6 +171,7 @@ def test_matches_direct_evaluation_at_t15_d128():
     assert max(dep) < 5e-12, dep
 
 
+@pytest.mark.e2e
 def test_heads_that_attend_alike_lose_nothing():
     """Several heads with the same scores: ż_i = F (Σ_j a_ij z_j − z_i) exactly (the heads' difference
     term vanishes), whatever the value and output blocks of each head; T = 15, cond e^{15F} ~ 1e9."""
@@ -180,6 +186,7 @@ def test_heads_that_attend_alike_lose_nothing():
     assert max(dep) < 1e-13, dep
 
 
+@pytest.mark.e2e
 def test_multi_head_with_biases_matches_the_general_form():
     """Several heads, biases, unnormalised kernel, small t (well conditioned): the rearranged field equals
     e^{−tF} u(e^{tF} z) − F z evaluated literally."""
@@ -197,6 +204,7 @@ def test_multi_head_with_biases_matches_the_general_form():
         np.testing.assert_allclose(got, want, atol=1e-12 * np.abs(want).max())
 
 
+@pytest.mark.e2e
 def test_field_is_differentiable_at_long_horizons():
     """jax.grad through the field w.r.t. the weights at t = 15 (masked squarings, scores ~1e9): finite and
     equal to central differences."""
@@ -217,6 +225,7 @@ def test_field_is_differentiable_at_long_horizons():
 # ----------------------------------------------------------------------------- float32 refused, progress in time
 
 
+@pytest.mark.e2e
 def test_float32_is_refused_at_once():
     """Issue 49: in float32 the adaptive step of the rescaled flow shrank until max_steps (a random d = 8 model
     stalled near t = 7, minutes at the default max_steps = 100000): refused before anything is compiled, in one line
@@ -251,6 +260,7 @@ def test_cli_refuses_float32_in_one_line(tmp_path, capsys):
     assert not (tmp_path / "c3").exists()
 
 
+@pytest.mark.e2e
 def test_readme_command_runs_and_shows_the_time_reached(tmp_path, capsys):
     """The README's command for the rescaled flow (it gives --dtype float64), made tiny, runs; its progress bar shows
     how far in time the solver has come, not only the chunks finished."""
@@ -265,6 +275,7 @@ def test_readme_command_runs_and_shows_the_time_reached(tmp_path, capsys):
     assert (tmp_path / "c3" / "summary.txt").read_text().count("4 of 4 solves succeeded") == 1
 
 
+@pytest.mark.e2e
 def test_progress_reports_the_time_reached_and_changes_no_bit():
     """solve(progress=f): f gets the time reached (diffrax's progress meter, every 20 steps, the slowest condition of
     a block; a layered model: where each layer interval starts), and the numbers are the same bits without it."""

@@ -36,6 +36,7 @@ def gpt2_file(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ resume never mixes configurations
+@pytest.mark.e2e
 def test_resume_with_another_mask_is_refused(tmp_path, monkeypatch, capsys):
     calls = []
     real = sweep_mod.simulate
@@ -160,6 +161,7 @@ def test_a_finished_runs_config_json_replays_it(tmp_path):
                                   load_arrays(tmp_path / "b" / "observables.safetensors")["observables.diameter"])
 
 
+@pytest.mark.e2e
 def test_a_replay_neither_goes_to_the_recorded_out_nor_replaces_it(tmp_path, monkeypatch, capsys):
     """A run made with --overwrite recorded out and overwrite; replaying its config.json used both and silently
     replaced that finished run. The replay goes to its own --out (here the default) and replaces nothing."""
@@ -248,6 +250,7 @@ def test_nan_weights_edited_in_are_refused():
             call()
 
 
+@pytest.mark.e2e
 def test_float64_without_x64_is_refused():
     code = ("import jax, jax.numpy as jnp, jaxattn as ja\n"
             "m = ja.random_model(jax.random.key(0), 4, 2, 1)\n"
@@ -297,6 +300,7 @@ def test_wrong_kinds_of_arguments_get_one_clear_error():
                                   ja.init_tokens(jax.random.wrap_key_data(jax.random.PRNGKey(3)), 2, 3, 4))
 
 
+@pytest.mark.e2e
 @pytest.mark.requires_cpu("pieces of whole blocks of the CPU's 64 conditions")
 def test_a_big_chunk_moves_the_progress_bar_and_auto_chunk_fits_the_budget(monkeypatch):
     model = ja.random_model(jax.random.key(0), 8, 2, 3, shared=False)

@@ -122,6 +122,7 @@ SOLVE = ["solve", "--d", "4", "--heads", "1", "--depth", "2", "--num-init", "4",
          "1", "--saves", "3", "--no-progress"]
 
 
+@pytest.mark.e2e
 def test_overwrite_of_a_solve_removes_its_own_movie(tmp_path, capsys):
     """`solve --movie` (and `jaxattn movie` of a finished solve) wrote movie.gif and trajectory.safetensors beside the
     sweep store, which has no run marker: `--overwrite` then refused the run, calling jaxattn's own files foreign.
@@ -165,6 +166,7 @@ def test_overwrite_keeps_a_foreign_file_named_like_a_temporary(name, tmp_path, c
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
+@pytest.mark.e2e
 def test_a_finished_study_is_refused_unless_overwrite(tmp_path, capsys, checkpoint):
     out = tmp_path / "c"
     study = _with(CONSENSUS, checkpoint)

@@ -38,6 +38,7 @@ def compiled() -> Iterator[list[str]]:
         logger.removeHandler(handler)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("batch", [8, 5])  # a whole lane block; a batch padded to it
 def test_a_new_shape_compiles_the_run_alone(batch):
     """``ja.simulate`` at a new shape compiled five to seven programs, where a plain ``jax.jit`` compiles one: the
@@ -53,6 +54,7 @@ def test_a_new_shape_compiles_the_run_alone(batch):
     assert res.final.shape == (batch, 13 + batch, 6) and bool(np.all(np.asarray(res.ok)))
 
 
+@pytest.mark.e2e
 def test_padding_inside_the_program_changes_no_bit():
     """Conditions padded to a block inside the run's program give the bits of the same conditions in a whole
     block (a condition's numbers do not depend on its batch at a fixed width)."""
@@ -65,6 +67,7 @@ def test_padding_inside_the_program_changes_no_bit():
         assert np.asarray(part.observables[k]).tobytes() == np.asarray(whole.observables[k])[:5].tobytes()
 
 
+@pytest.mark.e2e
 def test_non_finite_conditions_are_still_counted_and_flagged():
     """The count of non-finite conditions now read in place on the host: the same warning, the same flags."""
     model = ja.random_model(jax.random.key(0), d=6, heads=2, depth=2)

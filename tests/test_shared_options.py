@@ -10,6 +10,7 @@ import jaxattn as ja
 SIM = ["simulate", "--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "--depth", "2", "--no-progress"]
 
 
+@pytest.mark.e2e
 def test_simulate_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
     import jaxattn.sweeps.chunked as chunked
     from jaxattn.cli import main
@@ -53,6 +54,7 @@ def _spy(monkeypatch, module, name, seen):
     monkeypatch.setattr(module, name, lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
 
 
+@pytest.mark.e2e
 def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
     import jaxattn.analysis.directions as directions
     import jaxattn.analysis.gradients as gradients
@@ -85,6 +87,7 @@ def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypat
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.e2e
 def test_consensus_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
     pytest.importorskip("transformers")
     import jaxattn as ja

@@ -27,6 +27,7 @@ def _layers(model) -> dict:
 
 
 # ---------------------------------------------------------------- one seed, one model, in every precision
+@pytest.mark.e2e
 def test_float64_model_and_tokens_are_the_float32_ones():
     key = jax.random.key(0)
     for weights in ("gaussian", "uniform"):
@@ -75,6 +76,7 @@ _X64_OFF = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_same_numbers_with_x64_off(tmp_path):
     env = one_device_env(drop=("JAX_ENABLE_X64",))
     out = subprocess.run([sys.executable, "-c", _X64_OFF, str(tmp_path / "a.npz")], env=env, capture_output=True,
@@ -145,6 +147,7 @@ def test_spectrum_refuses_non_finite_alpha(capsys):
 
 
 # ---------------------------------------------------------------- simulate --model FILE: config.json of that model
+@pytest.mark.e2e
 def test_simulate_converted_model_records_its_own_dims_and_replays(tmp_path, capsys):
     from jaxattn.cli import main
     from jaxattn.io.checkpoints import save_checkpoint
@@ -257,6 +260,7 @@ def test_unfinished_chunks_read_as_nan(tmp_path):
 
 
 # ---------------------------------------------------------------- runs that overflow say so
+@pytest.mark.e2e
 @pytest.mark.parametrize("lanes", [64, 1024])
 def test_a_blown_up_configuration_has_a_nan_diameter_at_every_width(lanes):
     """XLA's vectorised max over the pairs dropped the NaNs of a blown-up configuration at 1024 lanes on a CPU (the
@@ -271,6 +275,7 @@ def test_a_blown_up_configuration_has_a_nan_diameter_at_every_width(lanes):
         np.isnan(np.asarray(ja.metrics.diameter(jnp.asarray([[0.0, 1.0], [jnp.inf, 0.0]]))))
 
 
+@pytest.mark.e2e
 def test_a_token_whose_update_overflowed_is_non_finite_on_every_path(monkeypatch, tmp_path, capsys):
     """α = 1e30 in float32: ``x + α u`` is finite but its squared norm overflows, and ``y / inf`` made every token
     the zero vector: diameter 0, ok True and no warning (perfect consensus) from the API, while the CLI warned. The
@@ -302,6 +307,7 @@ def test_a_token_whose_update_overflowed_is_non_finite_on_every_path(monkeypatch
     assert "2 of 2 initial conditions (100.0%) became non-finite" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_simulate_says_when_conditions_become_non_finite(tmp_path, capsys):
     from jaxattn.cli import main
 
@@ -356,6 +362,7 @@ def test_sweep_counts_non_finite_conditions(tmp_path, capsys):
     assert again.summary["nonfinite_per_point"] == [0, 10]
 
 
+@pytest.mark.e2e
 def test_simulate_float32_and_float64_start_from_the_same_tokens(tmp_path, capsys):
     from jaxattn.cli import main
     from jaxattn.io.results import load_arrays
@@ -373,6 +380,7 @@ def test_simulate_float32_and_float64_start_from_the_same_tokens(tmp_path, capsy
     np.testing.assert_allclose(b["final"], a["final"], atol=1e-5)
 
 
+@pytest.mark.e2e
 def test_condition_indices_beyond_32_bits_are_refused_not_repeated():
     from jaxattn.sweeps import grid
 

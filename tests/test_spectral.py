@@ -19,7 +19,6 @@ def similar(diag_or_block, seed=0):
     return P @ M @ np.linalg.inv(P)
 
 
-@pytest.mark.strict_dtypes
 def test_trace_determinant_and_eigenpairs():
     F = np.random.default_rng(1).normal(size=(5, 12, 12))
     s = spectrum(F)
@@ -33,7 +32,6 @@ def test_trace_determinant_and_eigenpairs():
     assert np.all(np.diff(s.eigvals.real, axis=1) <= 1e-12)
 
 
-@pytest.mark.strict_dtypes
 def test_real_dominant_case_and_orderings():
     F = similar(np.diag([3.0, 1.0, 0.5, -4.0]))
     s = spectrum(F)
@@ -47,7 +45,6 @@ def test_real_dominant_case_and_orderings():
         spectrum(F, order="size")
 
 
-@pytest.mark.strict_dtypes
 def test_complex_dominant_pair_case_and_subspace():
     a, b = 2.0, 1.0
     M = np.zeros((5, 5))
@@ -64,7 +61,6 @@ def test_complex_dominant_pair_case_and_subspace():
     assert s.n_directions[0] == 4  # the pair counts once
 
 
-@pytest.mark.strict_dtypes
 def test_near_degenerate_cases():
     F = similar(np.diag([1.0, 1.0 - 1e-7, 0.2, -0.3]))
     assert spectrum(F).case[0] == 3
@@ -75,7 +71,7 @@ def test_near_degenerate_cases():
     assert spectrum(F2, collinear_tol=0.99999).case[0] == 1
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_layer_matrices_from_heads():
     m = ja.random_model(jax.random.key(0), 8, 2, 3, shared=False)
     F = layer_matrices(m)
@@ -85,7 +81,6 @@ def test_layer_matrices_from_heads():
         np.testing.assert_allclose(F[g], want, atol=1e-14)
 
 
-@pytest.mark.strict_dtypes
 def test_cumulative_products_and_lyapunov_closed_forms():
     """Telescoping factors F(k) = A_k A_(k-1)⁻¹ (A_0 = I): the product F(k)⋯F(1) is A_k, whose
     eigenvectors are known by construction (A_k = Q_k diag(μ_k) Q_k⁻¹); the factors do not commute."""
@@ -109,7 +104,6 @@ def test_cumulative_products_and_lyapunov_closed_forms():
     np.testing.assert_allclose(lyapunov_exponents(D), want, atol=1e-12)
 
 
-@pytest.mark.strict_dtypes
 def test_lyapunov_exponents_of_the_affine_step():
     """affine_alpha: the factors are I + αF; for diagonal F the exponents are the mean log|1 + α f|; for a
     triangular F (non-normal) they are those of its diagonal as well."""
@@ -123,6 +117,7 @@ def test_lyapunov_exponents_of_the_affine_step():
     np.testing.assert_allclose(lyapunov_exponents(Fs, affine_alpha=0.7), want, atol=1e-10)
 
 
+@pytest.mark.e2e
 def test_theorem1_shared_symmetric_alignment_and_consensus():
     """Shared weights, symmetric F with a clear gap, full attention: tokens align with ±v1 and reach consensus."""
     d, n = 8, 6
@@ -138,6 +133,7 @@ def test_theorem1_shared_symmetric_alignment_and_consensus():
     assert np.mean(np.asarray(res.observables["diameter"][:, -1]) < 1e-3) > 0.99
 
 
+@pytest.mark.e2e
 def test_complex_pair_alignment_with_subspace():
     """With a complex dominant pair tokens keep rotating in the pair's 2-D subspace: ρ(2-D) -> 1."""
     d = 6

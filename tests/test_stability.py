@@ -51,6 +51,7 @@ def _consensus_errors(system, n, alpha):
     return errs, c.k[keep], lin
 
 
+@pytest.mark.fast_cases('2')
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_consensus_jacobian_matches_closed_form(seed):
     key = jax.random.key(seed)
@@ -72,6 +73,7 @@ def test_consensus_jacobian_matches_closed_form(seed):
     assert max(errs) < 1e-10
 
 
+@pytest.mark.e2e
 def test_ambient_jacobian_and_extrinsic_modes():
     """At an equilibrium the ambient Jacobian maps into the tangent space (the normalisation, or the
     projection of a flow, removes the normal part), so its spectrum is the intrinsic one plus n zeros."""
@@ -90,6 +92,7 @@ def test_ambient_jacobian_and_extrinsic_modes():
         assert _match(lin.ambient_eigenvalues[0], np.concatenate([lin.eigenvalues[0], np.zeros(n)])) < 1e-10
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["D1", "D3"])
 def test_only_principal_consensus_stable_below_the_step_bound(kind):
     d, n = 3, 3
@@ -114,6 +117,7 @@ def test_only_principal_consensus_stable_below_the_step_bound(kind):
     assert lin.stable.tolist() == [k == 0 for k in ks] and len(ks) == d
 
 
+@pytest.mark.e2e
 def test_attention_rank_at_consensus_and_bipartite():
     d, n = 4, 5
     m = _single_head(jax.random.key(3), _goe(jax.random.key(4), d), d)
@@ -123,6 +127,7 @@ def test_attention_rank_at_consensus_and_bipartite():
         assert st.attention_rank(sy, X).tolist() == [1 if cons else 2]
 
 
+@pytest.mark.e2e
 def test_single_head_conditions_agree_with_the_jacobian():
     """Every consensus and bipartite equilibrium of 100 random symmetric V (d <= 6, several n): the
     closed-form conditions and the numerical Jacobian say the same (and the eigenvalues match)."""
@@ -158,6 +163,7 @@ def test_single_head_conditions_agree_with_the_jacobian():
           f"max eigenvalue error {worst:.1e}")
 
 
+@pytest.mark.e2e
 def test_refine_returns_to_the_equilibrium():
     d, n = 3, 4
     m = _single_head(jax.random.key(7), _goe(jax.random.key(8), d), d)
@@ -180,6 +186,7 @@ def test_refine_returns_to_the_equilibrium():
     assert st.classify(oja, res.X[None])[0].kind == "polygonal"
 
 
+@pytest.mark.e2e
 def test_constructors_and_classifier_labels():
     d, n = 3, 4
     m = ja.random_model(jax.random.key(2), d, 1, value="symmetric", spectrum=[1.0, 0.4, -0.3], unit_output=True)
@@ -199,6 +206,7 @@ def sign_flip_free(p):
     return p.shape == (8, 4) and np.all(p[:, 0] == 1) and len({tuple(r) for r in p}) == 8
 
 
+@pytest.mark.e2e
 def test_basins_single_attractor_and_chunking():
     d, n = 3, 4
     m = ja.random_model(jax.random.key(4), d, 1, value="symmetric", spectrum=[1.0, 0.2, -0.3], unit_output=True)
@@ -235,6 +243,7 @@ def test_bad_input_is_refused():
         st.System(m, ja.D1, float("nan"))
 
 
+@pytest.mark.e2e
 def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     out = tmp_path / "s"
     with x64_off():

@@ -16,7 +16,7 @@ from jaxattn.errors import ConfigError
 from . import hf_models, reference
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_exact_spectral_shift():
     model = ja.random_model(jax.random.key(0), 10, 2, 3, shared=False)
     F = layer_matrices(model)[-1]
@@ -40,7 +40,6 @@ def test_exact_spectral_shift():
     np.testing.assert_array_equal(np.asarray(steered.layers.o[:2]), np.asarray(model.layers.o[:2]))
 
 
-@pytest.mark.strict_dtypes
 def test_shared_model_gets_one_new_set_for_the_last_block():
     model = ja.random_model(jax.random.key(1), 8, 2, 5, shared=True)
     u = np.eye(8)[0]
@@ -54,7 +53,7 @@ def test_shared_model_gets_one_new_set_for_the_last_block():
     assert abs(np.vdot(vec[:, 0], u)) > 0.95
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_singular_value_matrix_uses_least_squares():
     model = ja.random_model(jax.random.key(2), 6, 2, 2, shared=False)
     v = np.array(model.layers.v)
@@ -78,6 +77,7 @@ def test_singular_value_matrix_uses_least_squares():
     assert info.residual == pytest.approx(np.linalg.norm(r - u), rel=1e-9)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", [*hf_models.FAMILY_CONFIGS, "minilm"])
 def test_alignment_grows_with_gain(family, tmp_path):
     if family == "minilm":
@@ -118,7 +118,7 @@ def test_precompensation_points_ffn_output_along_u():
     assert g(up) > g(u) + 0.05  # the pre-image does better than u itself
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_bad_steering_input():
     model = ja.random_model(jax.random.key(4), 6, 2, 2)
     with pytest.raises(ConfigError, match="u must be"):
@@ -136,6 +136,7 @@ def _measured_alignment(model, u, gamma, X0):
     return float(np.mean(np.abs(F @ u) / np.linalg.norm(F, axis=-1)))
 
 
+@pytest.mark.e2e
 def test_steer_to_target_finds_the_smallest_gain():
     model = ja.random_model(jax.random.key(5), 8, 2, 3, shared=False)
     X0 = ja.init_tokens(jax.random.key(6), 48, 4, 8, kind="gaussian", dtype=jnp.float64)
@@ -159,6 +160,7 @@ def test_steer_to_target_finds_the_smallest_gain():
     assert t.gap == pytest.approx(re[0] - re[1], rel=1e-9)
 
 
+@pytest.mark.e2e
 def test_steer_to_target_unreachable_and_bad_target():
     model = ja.random_model(jax.random.key(8), 6, 2, 2, shared=False)
     X0 = ja.init_tokens(jax.random.key(9), 16, 3, 6, kind="gaussian", dtype=jnp.float64)
@@ -171,7 +173,7 @@ def test_steer_to_target_unreachable_and_bad_target():
             steer_to_target(model, u, bad, X0)
 
 
-@pytest.mark.strict_dtypes
+@pytest.mark.e2e
 def test_steer_a_block_other_than_the_last():
     model = ja.random_model(jax.random.key(10), 8, 2, 3, shared=False)
     u = np.random.default_rng(3).normal(size=8)

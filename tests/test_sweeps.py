@@ -48,6 +48,7 @@ def _assert_same(a, b):
             np.testing.assert_array_equal(x[k], y[k], err_msg=k)
 
 
+@pytest.mark.e2e
 def test_grid_values_equal_direct_simulation(tmp_path):
     sw = grid.sweep_grid(_cfg(keep_final=True), tmp_path / "s", progress=False)
     assert len(sw) == 4 and sw.summary["computed"] == 600
@@ -74,6 +75,7 @@ def test_chunk_size_does_not_change_numbers(tmp_path):
     _assert_same(_arrays(a.store.root), _arrays(b.store.root))
 
 
+@pytest.mark.e2e
 def test_continuous_points_and_result_codes(tmp_path):
     cfg = _cfg(dynamics__kind="continuous", dynamics__t1=[1.0, 2.0], dynamics__saves=3, num_init=40)
     sw = grid.sweep_grid(cfg, tmp_path / "c", progress=False)
@@ -124,6 +126,7 @@ def test_eight_devices_and_two_processes_give_the_same_numbers(tmp_path):
     _assert_same(_arrays(tmp_path / "one"), _arrays(tmp_path / "two"))
 
 
+@pytest.mark.e2e
 def test_sigkill_then_resume_computes_only_the_missing_chunks(tmp_path):
     cfg = _cfg(num_init=3000, chunk=100, seed=0, model__mask="full", model__depth=40, dynamics__steps=400)
     out = tmp_path / "k"
@@ -169,6 +172,7 @@ def test_another_configuration_is_refused_and_nothing_touched(tmp_path):
     assert before == after
 
 
+@pytest.mark.e2e
 def test_second_writer_with_the_same_process_id_is_refused(tmp_path):
     from filelock import FileLock
 
@@ -189,6 +193,7 @@ def _counting(X, ctx):
     return ja.metrics.diameter(X)
 
 
+@pytest.mark.e2e
 def test_points_differing_in_alpha_and_beta_compile_once(tmp_path, monkeypatch):
     monkeypatch.setitem(grid.OBSERVABLES, "diameter", _counting)
     cfg = _cfg(seed=0, model__mask="full", num_init=20, chunk=32, dynamics__alpha=[0.25, 0.5, 1.0, 2.0],
@@ -231,6 +236,7 @@ def _cli(*args, cwd=None):
                           cwd=cwd)
 
 
+@pytest.mark.e2e
 def test_cli_sweep_and_solve(tmp_path):
     (tmp_path / "g.toml").write_text('num_init = 20\n[model]\nd = 4\nheads = 1\ndepth = 2\n'
                                      '[dynamics]\nbeta = [1.0, 2.0]\n')
@@ -251,6 +257,7 @@ def test_cli_sweep_and_solve(tmp_path):
     assert r.returncode == 0 and "30 resumed" in r.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("args,match", [
     (["solve", "--t1", "-1"], "--t1: must be > 0"),
     (["solve", "--rtol", "0"], "--rtol: must be > 0"),
@@ -268,6 +275,7 @@ def test_cli_bad_input_one_line_exit_2_nothing_left(args, match, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.e2e
 def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkeypatch):
     import errno
 
@@ -300,6 +308,7 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
     assert sw.summary["resumed"] == 64 and sw.summary["computed"] == 150 - 64
 
 
+@pytest.mark.e2e
 def test_a_point_smaller_than_a_chunk_is_padded_to_the_block_width_only(tmp_path, monkeypatch):
     """`solve --num-init 8` integrated the whole default chunk (4096 conditions): a point smaller than a chunk
     computes its own conditions only (the runner pads them to one block of 8 lanes, not to the chunk, nor to the
@@ -334,6 +343,7 @@ def test_a_sweep_refused_before_any_result_leaves_no_store_in_the_way(tmp_path):
     assert stats["computed"] == 8
 
 
+@pytest.mark.fast_cases('64-8-2')
 @pytest.mark.parametrize("chunk,size,heads", [(1024, None, 2), (64, 8, 2), (64, None, 1)])
 def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, heads, tmp_path, monkeypatch):
     """Issue 32: 200 conditions computed in progress pieces (of 128 conditions in one chunk of the default lane width;
@@ -364,6 +374,7 @@ def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, head
             np.testing.assert_array_equal(out[f"observables.{name}"], np.asarray(ref.observables[name]), err_msg=name)
 
 
+@pytest.mark.e2e
 def test_a_sweep_store_has_the_grid_layout(tmp_path):
     """`sweep` and `sweep_grid` write one manifest layout (one fingerprint recipe, the same keys, the same entry
     per point): a `sweep` store reads with `open_sweep` as a one-point grid, with the numbers `sweep` returned."""
@@ -430,6 +441,7 @@ def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.e2e
 def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     """A store as `sweep` wrote it before it ran on the chunk loop it shares with sweep_grid (written here with
     that code's calls of the store: its stamp, p0000/observables/<name> and p0000/final, markers without a
@@ -472,6 +484,7 @@ def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
         np.testing.assert_array_equal(again[k], v, err_msg=k)
 
 
+@pytest.mark.e2e
 def test_a_grid_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     """A grid store whose chunks were written as sweep_grid wrote them before the shared chunk loop (markers with
     the process) resumes with nothing computed, and holds the numbers of a direct `simulate`."""

@@ -79,6 +79,7 @@ def _map_case(name):
     return dyn, model, S, X0
 
 
+@pytest.mark.fast_cases('D1-causal')
 @pytest.mark.parametrize("name", list(MAPS))
 def test_simulate_under_jit_and_vmap(name):
     dyn, model, S, X0 = _map_case(name)
@@ -102,6 +103,7 @@ def test_simulate_under_jit_and_vmap(name):
     np.testing.assert_allclose(vx[1], sim(Xs[1], 0.7, 1.3).final, **TIGHT)
 
 
+@pytest.mark.fast_cases('D1-causal')
 @pytest.mark.parametrize("name", list(MAPS))
 def test_simulate_gradients_against_finite_differences(name):
     dyn, model, S, X0 = _map_case(name)
@@ -139,6 +141,7 @@ def test_simulate_gradients_against_finite_differences(name):
         assert _rel(jnp.sum(gS * E), _fd(lambda t: f(S_=S + t * E), 0.0)) < 1e-6
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_faithful_drivers_under_transformations(family):
     """D6 on converted models: simulate, forward, hidden_states and repeated_passes under jit and grad."""
@@ -171,6 +174,7 @@ def test_faithful_drivers_under_transformations(family):
 FLOWS = {"C1": ja.C1, "C2": ja.C2, "C3": ja.C3, "C3_RESCALED": ja.C3_RESCALED}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", list(FLOWS))
 def test_solve_under_transformations(name):
     """Every flow: jit, and gradients with respect to the tokens, a weight (and S) against finite differences,
@@ -221,6 +225,7 @@ def test_solve_under_transformations(name):
         assert _rel(jnp.sum(g["S_"] * E), _fd(lambda t: f(S_=S + t * E), 0.0)) < 1e-6
 
 
+@pytest.mark.e2e
 def test_backsolve_adjoint_agrees_with_recursive_checkpoint():
     model = _model(shared=True, depth=1)
     X0 = _tokens()
@@ -231,6 +236,7 @@ def test_backsolve_adjoint_agrees_with_recursive_checkpoint():
     assert _rel(g_bs, g_ck) < 1e-6
 
 
+@pytest.mark.e2e
 def test_layered_flow_differentiates_with_concrete_times():
     model = _model(shared=False, depth=2)
     X0 = _tokens()
@@ -242,6 +248,7 @@ def test_layered_flow_differentiates_with_concrete_times():
 
 
 # ------------------------------------------------------------------ the core, observables, steering
+@pytest.mark.e2e
 def test_simulate_one_is_the_core_of_simulate():
     model = _model(depth=3)
     X0 = _tokens()
@@ -252,6 +259,7 @@ def test_simulate_one_is_the_core_of_simulate():
     np.testing.assert_allclose(one.observables["diameter"], batched.observables["diameter"], **TIGHT)
 
 
+@pytest.mark.e2e
 def test_observables_compose():
     X = _tokens(B=1, n=5)[0]
     for fn in (ja.metrics.diameter, ja.metrics.cos_consensus, ja.metrics.mean_distance,
@@ -265,6 +273,7 @@ def test_observables_compose():
     assert _rel(g[0, 0], _fd(lambda t: float(ja.metrics.rho(X + t * e, v).mean()), 0.0)) < 1e-6
 
 
+@pytest.mark.e2e
 def test_steer_differentiates_with_respect_to_the_gain():
     model = _model(d=4, depth=2)
     X0 = _tokens()
@@ -325,6 +334,7 @@ def test_outside_transformations_nothing_changes():
         ja.simulate(model, X0, 2, alpha=float("inf"))
 
 
+@pytest.mark.e2e
 def test_long_map_gradient_is_rematerialised():
     """A 240-step map differentiates (the segments are rematerialised) and agrees with finite differences."""
     model = _model(shared=True, depth=1)
@@ -334,6 +344,7 @@ def test_long_map_gradient_is_rematerialised():
     assert _rel(jax.grad(loss)(0.05), _fd(lambda a: float(loss(a)), 0.05, eps=1e-4)) < 1e-6
 
 
+@pytest.mark.e2e
 def test_filter_grad_and_jax_grad_agree_on_the_model():
     """The Model pytree holds only inexact leaves (masks are floats), so jax.grad takes it directly and
     equals equinox's filtered gradient."""
@@ -346,6 +357,7 @@ def test_filter_grad_and_jax_grad_agree_on_the_model():
     assert float(jnp.abs(g1.layers.causal).sum()) == 0.0  # a mask has no gradient
 
 
+@pytest.mark.e2e
 def test_velocity_refuses_a_batch_and_a_map():
     model = _model()
     X = _tokens()
@@ -375,6 +387,7 @@ def test_overflowing_dynamics_are_flagged():
     assert bool(ja.simulate(model, _tokens(), 2, batch=ja.Batch(size=2)).ok.all())
 
 
+@pytest.mark.e2e
 def test_the_fused_path_says_it_has_no_derivative():
     """jax.grad through Batch(path='fused') said the kernel "failed on the cpu backend", though its forward pass
     works (here in Pallas interpret mode, on any backend): the fused path has no derivative, and says so; under jit

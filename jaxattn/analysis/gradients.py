@@ -19,6 +19,7 @@ import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
 from jaxattn.analysis import metrics
+from jaxattn.analysis._optim import optax_step
 from jaxattn.analysis.spectral import spectrum
 from jaxattn.analysis.steering import _unit, entering_states
 from jaxattn.dynamics.discrete import D1, Dynamics, Simulation, simulate
@@ -240,8 +241,7 @@ def gradient_steer(model: Model, u: Float[ArrayLike, " d"], X0: Float[ArrayLike,
             val, grad = jax.value_and_grad(f)(P)
             better = val < best
             best, best_P = jnp.where(better, val, best), jnp.where(better, P, best_P)
-            upd, state = opt.update(grad, state, P)
-            P = optax.apply_updates(P, upd)
+            P, state = optax_step(opt, grad, state, P)
             return (P / jnp.linalg.norm(P) * jnp.sqrt(P.size), state, best, best_P), None
 
         P0 = P0 / jnp.linalg.norm(P0) * jnp.sqrt(P0.size)  # entries of order 1 for Adam's rate

@@ -11,7 +11,7 @@ import dataclasses
 import os
 
 import numpy as np
-from jaxtyping import ArrayLike, Complex, Float
+from jaxtyping import ArrayLike, Complex, Float, Inexact
 
 from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, repeat_kv
@@ -56,8 +56,9 @@ def _canonical_sign(v: np.ndarray) -> np.ndarray:
 
 
 def eig_sorted(F: Float[ArrayLike, "*G d d"], order: str = "real",
-               alpha: float = 1.0) -> tuple[Complex[np.ndarray, "*G d"], Complex[np.ndarray, "*G d d"]]:
-    """Eigenpairs of ``F: [..., d, d]`` sorted by ``order`` (descending), unit eigenvectors.
+               alpha: float = 1.0) -> tuple[Inexact[np.ndarray, "*G d"], Inexact[np.ndarray, "*G d d"]]:
+    """Eigenpairs of ``F: [..., d, d]`` sorted by ``order`` (descending), unit eigenvectors: complex arrays where
+    any eigenvalue is complex, real ones otherwise (NumPy's ``eig``).
 
     Ties in the key (a conjugate pair) put the eigenvalue with positive imaginary part first,
     so a complex pair is always adjacent. Returns ``(lam [..., d], vecs [..., d, d])``.

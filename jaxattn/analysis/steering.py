@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float
 
+from jaxattn.analysis._optim import optax_step
 from jaxattn.analysis.spectral import eig_sorted, layer_matrices, spectrum
 from jaxattn.dynamics import check_scalar, traced
 from jaxattn.dynamics.discrete import D1, simulate
@@ -185,8 +186,7 @@ def precompensate(model: Model, u: Float[ArrayLike, " d"], *, block: int = -1, s
 
     def update(carry, _):
         p, state = carry
-        upd, state = opt.update(jax.grad(loss)(p), state, p)
-        return (optax.apply_updates(p, upd), state), None
+        return optax_step(opt, jax.grad(loss)(p), state, p), None
 
     p = u + 0.01 * jax.random.normal(jax.random.key(seed), (d,), ftype)
     (p, _), _ = jax.jit(lambda p: jax.lax.scan(update, (p, opt.init(p)), None, length=steps))(p)
