@@ -221,6 +221,7 @@ def test_a_grid_records_each_points_width_and_resumes_at_it(tmp_path, monkeypatc
         np.testing.assert_array_equal(old.arrays(0)["observables.diameter"][a:b], np.asarray(want))
 
 
+@pytest.mark.e2e
 def test_a_grid_on_several_devices_takes_each_devices_share():
     """Eight devices and chunks of 16: two conditions per device, so blocks of 2 lanes, not 64."""
     if len(jax.local_devices()) < 8:

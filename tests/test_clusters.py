@@ -111,6 +111,7 @@ def test_tolerance_free_count_is_stable_under_perturbations():
     assert int(cl.gap_clusters(np.ones((1, 3))).count) == 1
 
 
+@pytest.mark.e2e
 def test_two_hyperplanes_along_the_top_eigenvector():
     V = _similar(np.diag([2.0, 0.5, -0.3]), seed=1)
     top = cl.top_eigen(V)
@@ -224,7 +225,6 @@ def test_bad_input_is_refused_with_one_line(call, match):
 # ----------------------------------------------------------------------------- the command
 
 
-@pytest.mark.e2e
 def test_clusters_command_writes_a_complete_run(tmp_path, capsys):
     """Tiny sizes, plus the V = I bound over 1000 initial conditions: at large t the number of
     clusters never exceeds the number of vertices of the initial convex hull."""

@@ -289,6 +289,8 @@ def test_sweep_refuses_what_would_mislead(raw, match):
         validate_config(raw)
 
 
+@pytest.mark.fast_cases('argv1---matmul-precision does nothing with --dtype float64',
+                        "argv2---mask: mask must be 'full', 'causal' or 'local:W', got 'foo'\\n")
 @pytest.mark.parametrize("argv,match", [
     (["--attention", "uniform", "--rope", "on"], "--rope does nothing with --attention uniform"),
     (["--dtype", "float64", "--matmul-precision", "tf32"], "--matmul-precision does nothing with --dtype float64"),

@@ -80,6 +80,8 @@ def test_consensus_writes_a_complete_run(gpt2_file, tmp_path, capsys):
     assert cfg["command"] == "consensus" and cfg["config"]["passes"] == 4 and "versions" in cfg
 
 
+@pytest.mark.fast_cases('args1-exceed', 'args2---synthetic-d: must be >= 2 (tokens on a sphere)',
+                        'args3---t1: must be finite')
 @pytest.mark.parametrize("args,match", [
     (["--passes", "0"], "--passes: must be > 0"),
     (["--tokens", "500"], "exceed"),

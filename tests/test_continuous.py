@@ -35,6 +35,7 @@ def _fitted_order(dts, errs):
     return np.polyfit(np.log(dts), np.log(errs), 1)[0]
 
 
+@pytest.mark.fast_cases('dopri5-5-dts3', 'euler-1-dts0')
 @pytest.mark.parametrize("solver,order,dts", [
     ("euler", 1, (0.05, 0.025, 0.0125)),
     ("heun", 2, (0.1, 0.05, 0.025)),

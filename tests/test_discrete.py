@@ -94,7 +94,7 @@ def test_single_head_unit_output_is_D2():
     np.testing.assert_allclose(np.asarray(res.final[0]), X, atol=1e-13)
 
 
-@pytest.mark.fast_cases('local:2')
+@pytest.mark.e2e
 @pytest.mark.parametrize("mask", ["full", "causal", "local:2"])
 def test_unit_norm_after_every_step(mask):
     model = ja.random_model(jax.random.key(7), 12, 3, 4, shared=False, mask=mask)
@@ -133,7 +133,7 @@ def test_principal_consensus_is_fixed_point(heads):
         np.testing.assert_allclose(np.asarray(res.trajectory[0]), np.broadcast_to(X0, (11, n, d)), atol=1e-14)
 
 
-@pytest.mark.fast_cases('local:3')
+@pytest.mark.e2e
 @pytest.mark.parametrize("mask", ["causal", "local:3"])
 def test_causality(mask):
     d, n, t = 8, 7, 3
@@ -353,3 +353,19 @@ def test_batch_split_over_eight_cpu_devices():
     many = ja.simulate(model, X0, 4, batch=ja.Batch(size=8, devices=devs))
     np.testing.assert_array_equal(np.asarray(many.final), np.asarray(one.final))
     np.testing.assert_array_equal(np.asarray(many.observables["diameter"]), np.asarray(one.observables["diameter"]))
+
+
+def test_float32_tokens_in_a_float64_model_run_in_float64_with_nothing_promoted():
+    """simulate_one and velocity take float32 tokens through a float64 model in float64, the weights and every
+    scalar cast first: under the suite's strict promotion a mixed expression would raise instead."""
+    model = ja.random_model(jax.random.key(3), d=4, heads=2, depth=2)
+    X = ja.init_tokens(jax.random.key(4), 1, 5, 4, dtype=jnp.float32)[0]
+    assert model.layers.q.dtype == jnp.float64 and X.dtype == jnp.float32
+    one = ja.simulate_one(model, X, 3)
+    ref = ja.simulate_one(model, X.astype(jnp.float64), 3)
+    assert one.final.dtype == jnp.float64 and np.array_equal(np.asarray(one.final), np.asarray(ref.final))
+    for flow in (ja.C2, ja.C3_RESCALED):
+        v = ja.velocity(model, X, 0.5, flow=flow)
+        assert v.dtype == jnp.float64
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(ja.velocity(model, X.astype(jnp.float64), 0.5,
+                                                                             flow=flow)))

@@ -29,7 +29,7 @@ def _scaled(model, member, k, eps):
     return model.replace(layers=model.layers.replace(**{member: W.at[k].multiply(1 + eps)}))
 
 
-@pytest.mark.fast_cases('True')
+@pytest.mark.e2e
 @pytest.mark.parametrize("shared", [False, True])
 def test_layer_sensitivity_against_finite_differences(shared):
     """d(mean ρ1)/dε for F_k -> (1+ε)F_k (O_k scaled) and for the scores of block k scaled, against central

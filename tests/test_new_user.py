@@ -267,7 +267,6 @@ def test_stability_report_tables_keep_their_columns(tmp_path):
     assert not bad, bad
 
 
-@pytest.mark.e2e
 def test_figures_number_the_steps_as_the_tables(tmp_path, monkeypatch):
     """The per-layer figures put layer k at 1..L while layers.csv and the report say step 0..L-1."""
     import matplotlib.axes

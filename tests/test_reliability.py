@@ -235,6 +235,7 @@ def test_solve_of_a_converted_model_records_its_own_dimensions_and_replays(tmp_p
                                   ja.open_sweep(b).arrays(0)["observables.diameter"])
 
 
+@pytest.mark.e2e
 def test_sweep_and_solve_spell_progress_and_overwrite_as_the_other_commands(tmp_path, capsys):
     from jaxattn.cli import build_parser
 
@@ -291,6 +292,7 @@ def test_a_resume_refused_as_another_configuration_names_the_keys(tmp_path, monk
     assert json.loads((tmp_path / "r" / "config.json").read_text())["config"]["mask"] == "causal"
 
 
+@pytest.mark.e2e
 def test_a_store_resumes_with_an_integer_written_as_a_float(tmp_path, capsys):
     """`--beta 2` and `--beta 2.0` are one run: the second resumed nothing and was refused ("another
     configuration"), the fingerprint hashing the JSON text 2 against 2.0."""

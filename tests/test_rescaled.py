@@ -61,7 +61,6 @@ def test_expm_matches_scipy_and_differentiates():
     np.testing.assert_allclose(float(dt0), float(F.sum()), rtol=1e-12)
 
 
-@pytest.mark.e2e
 def test_rescaled_field_compiles_to_matrix_products_only():
     """No custom call (LAPACK's getrf of jax.scipy.linalg.expm) in the field: batched over the lanes of a
     vmapped solve, two of them waited on XLA's CPU thread pool for each other and the solve never returned."""

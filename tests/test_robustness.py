@@ -55,6 +55,7 @@ def test_resume_with_another_mask_is_refused(tmp_path, monkeypatch, capsys):
     assert "another configuration" in _err(capsys)
 
 
+@pytest.mark.e2e
 def test_same_options_other_weights_are_refused(tmp_path):
     """The fingerprint holds the weights' sha256: two models under one name cannot be mixed (analyze)."""
     a = ja.random_model(jax.random.key(0), 8, 2, 2, mask="full")

@@ -243,7 +243,6 @@ def test_bad_input_is_refused():
         st.System(m, ja.D1, float("nan"))
 
 
-@pytest.mark.e2e
 def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     out = tmp_path / "s"
     with x64_off():

@@ -223,6 +223,11 @@ def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2
     if X.ndim != 2 or X.shape[-1] != model.d_model:
         raise ConfigError(f"X must be one configuration [n, {model.d_model}], got shape {tuple(X.shape)} "
                           "(for a batch: jax.vmap(lambda x: velocity(model, x, ...))(X))")
+    # the field in the wider of the tokens' and the weights' precisions, as simulate_one's state (float32 tokens in a
+    # float64 model: float64), every array in it: nothing is promoted inside the field
+    with jax.numpy_dtype_promotion("standard"):  # the choice of a precision, not a mixed expression
+        dt = jnp.promote_types(X.dtype, jnp.asarray(model.layers.q).dtype)
+    X, model = X.astype(dt), model.astype(dt)
     geom = geometry(flow.space, S, X.shape[-1], X.dtype)
     lw = weights_at(model, jnp.asarray(t, X.dtype), layer_time, weights_fn)
     return field(jnp.asarray(t, X.dtype), X, lw, flow, jnp.asarray(beta, X.dtype), geom)
