@@ -19,8 +19,8 @@ from jaxattn.errors import CheckpointError  # noqa: E402
 from . import hf_models  # noqa: E402
 from .test_forms import assert_forms_agree_on  # noqa: E402
 
-# the slower tier (make test-all): every converted family (BERT and GPT-2 stay in the fast tier: test_checkpoints)
-pytestmark = pytest.mark.e2e
+# the fast tier converts one Llama-style model (GQA, YaRN RoPE) and one GPT-NeoX (parallel block, partial rotary) and
+# checks RoPE against NumPy; make test-all every variant of every family (BERT and GPT-2: test_checkpoints)
 
 # longer than the sliding windows (3) and than the dynamic-RoPE variant's 8 positions
 PROMPT = np.array([3, 17, 5, 88, 42, 7, 1, 60, 33, 2, 9])
@@ -95,6 +95,7 @@ def errors(model, ids, hs_ref, att_ref):
     return eh, ea
 
 
+@pytest.mark.fast_cases('gpt_neox-parallel-quarter', 'llama-gqa1-yarn')
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_faithful_matches_transformers(tiny, variant):
     """Every hidden state and attention map equals transformers' to 1e-10, causal (with the family's
@@ -106,6 +107,7 @@ def test_faithful_matches_transformers(tiny, variant):
         assert eh <= 1e-10 and ea <= 1e-10, (full, eh, ea)
 
 
+@pytest.mark.e2e
 def test_configuration_facts(tiny):
     llama = tiny("llama-gqa4-llama3")[1]
     assert llama.layers.n_kv_heads == 1 and llama.layers.kv_group == 4 and llama.norm_kind == "rmsnorm"
@@ -128,6 +130,7 @@ def test_configuration_facts(tiny):
     assert tiny("opt-pre")[1].embeddings.position.shape == (64, 32)  # the offset rows dropped
 
 
+@pytest.mark.e2e
 def test_float32_forward_is_close(tiny):
     _, model, ref = tiny("llama-gqa2")
     hs_ref, _ = hf_run(ref, PROMPT, False)
@@ -135,6 +138,7 @@ def test_float32_forward_is_close(tiny):
     assert max(float(np.abs(np.asarray(hs[i], np.float64) - hs_ref[i]).max()) for i in range(len(hs_ref))) < 1e-4
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("variant", ["llama-gqa2", "llama-gqa4-llama3", "llama-gqa1-yarn", "gemma-gqa4-bias",
                                      "phi-gqa2"])
 def test_gqa_layer_matrix_is_a_sum_over_heads_with_repeated_value_heads(tiny, variant):
@@ -157,6 +161,7 @@ def test_gqa_layer_matrix_is_a_sum_over_heads_with_repeated_value_heads(tiny, va
         np.testing.assert_allclose(F[layer], want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.e2e
 def test_convert_round_trips_and_old_files_read(tiny, tmp_path):
     """A version-2 file round-trips (GQA, RoPE, gates, RMSNorm); a version-1 file (no new metadata) still reads."""
     import jax
@@ -285,6 +290,7 @@ def test_rmsnorm_is_a_scaled_l2_normalisation_with_gains():
                                atol=1e-15)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("variant,rope", [("llama-gqa2", "none"), ("gpt_neox-parallel-quarter", "model")])
 def test_analyze_and_consensus_end_to_end(tiny, variant, rope, tmp_path, capsys):
     """analyze (position-free D1 on Llama, D1 with the model's RoPE on GPT-NeoX) and consensus, on the command
@@ -319,6 +325,7 @@ def test_rope_model_refused_on_a_model_without_rope(tmp_path, capsys):
     assert len(err) == 1 and "this model has no RoPE" in err[0] and not (tmp_path / "s").exists()
 
 
+@pytest.mark.e2e
 def test_text_prompts_through_a_converted_llama(tiny, tmp_path):
     """A tokenizer saved next to the checkpoint turns text into ids, the ids into initial conditions (the
     embeddings: no position table, RoPE acts in attention), and the faithful pass matches transformers."""
@@ -337,6 +344,7 @@ def test_text_prompts_through_a_converted_llama(tiny, tmp_path):
     np.testing.assert_allclose(np.asarray(final), hs_ref[-1], rtol=0, atol=1e-10)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("variant", ["qwen2-window", "gemma-gqa2", "gpt_neox-sequential-full", "opt-post", "phi-gqa2"])
 def test_repeated_passes_run_on_every_new_family(tiny, variant):
     """One FAITHFUL pass is the faithful forward pass (final norm included); NO_FFN passes run."""
@@ -351,6 +359,7 @@ def test_repeated_passes_run_on_every_new_family(tiny, variant):
         assert np.all(np.isfinite(np.asarray(two.final)))
 
 
+@pytest.mark.e2e
 def test_against_unpatched_transformers(tmp_path):
     """Without exact_float64, transformers computes RMSNorm, RoPE and the softmax in float32 inside a float64
     Llama: agreement is then at float32's level, which is what the patch removes (and nothing more)."""
@@ -362,6 +371,7 @@ def test_against_unpatched_transformers(tmp_path):
     assert 1e-10 < err < 1e-5, err
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("variant", ["llama-gqa2", "llama-gqa1-linear-biases", "mistral-window", "qwen2-window",
                                      "gpt_neox-parallel-quarter", "gemma-gqa4-bias", "opt-post", "phi-gqa2"])
 def test_every_attention_form_gives_the_general_numbers(tiny, variant):

@@ -146,7 +146,7 @@ def test_attn_rank_column_from_the_attention_each_step_applies():
         assert row["attn_rank"] == pytest.approx(closed_form[k], abs=1e-12)
 
 
-@pytest.mark.e2e
+@pytest.mark.fast_cases('float64-1e-09')
 @pytest.mark.parametrize("dtype,eps", [(jnp.float32, 1e-4), (jnp.float64, 1e-9)])
 def test_pairwise_distances_accurate_near_consensus(dtype, eps):
     """Tokens x_i = c + ε y_i with ||c|| = 1: the distances ε||y_i − y_j|| are kept to a small relative error
@@ -166,7 +166,7 @@ def test_pairwise_distances_accurate_near_consensus(dtype, eps):
     assert float(metrics.diameter(X)) == pytest.approx(want.max(), rel=1e-2)
 
 
-@pytest.mark.e2e
+@pytest.mark.fast_cases('2')
 @pytest.mark.parametrize("d", [1, 2, 3, 4, 5, 20])
 def test_diameter_in_each_form_is_the_largest_exact_distance(d):
     """Every form of the diameter (squared differences at d ≤ DIRECT_MAX_D, the centred Gram summed over the

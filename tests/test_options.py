@@ -95,7 +95,7 @@ def test_save_every_means_the_same_steps_in_maps():
     assert out["observables.diameter"].shape == (3, 3)
 
 
-@pytest.mark.fast_cases('dtype3', 'float64_2')
+@pytest.mark.fast_cases('dtype3', 'float64_1', 'float64_2')
 @pytest.mark.parametrize("dtype", ["float64", np.float64, jnp.float64, np.dtype("float64")])
 def test_dtype_is_a_name_a_numpy_or_a_jax_dtype_in_every_driver(dtype):
     model, X0 = _model(), _tokens().astype(jnp.float32)
@@ -262,7 +262,6 @@ def test_a_numpy_integer_every_is_a_python_int(tmp_path):
     np.testing.assert_array_equal(got["observables.diameter"], ref["observables.diameter"])
 
 
-@pytest.mark.e2e
 def test_an_observable_of_the_wrong_signature_is_named():
     """An observe function that cannot take (t, X, ctx) raised Python's TypeError about positional arguments from
     inside the traced program; every driver now names the expected signature first."""

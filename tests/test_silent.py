@@ -307,7 +307,6 @@ def test_a_token_whose_update_overflowed_is_non_finite_on_every_path(monkeypatch
     assert "2 of 2 initial conditions (100.0%) became non-finite" in capsys.readouterr().err
 
 
-@pytest.mark.e2e
 def test_simulate_says_when_conditions_become_non_finite(tmp_path, capsys):
     from jaxattn.cli import main
 

@@ -117,7 +117,6 @@ def test_only_principal_consensus_stable_below_the_step_bound(kind):
     assert lin.stable.tolist() == [k == 0 for k in ks] and len(ks) == d
 
 
-@pytest.mark.e2e
 def test_attention_rank_at_consensus_and_bipartite():
     d, n = 4, 5
     m = _single_head(jax.random.key(3), _goe(jax.random.key(4), d), d)

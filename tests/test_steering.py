@@ -173,7 +173,6 @@ def test_steer_to_target_unreachable_and_bad_target():
             steer_to_target(model, u, bad, X0)
 
 
-@pytest.mark.e2e
 def test_steer_a_block_other_than_the_last():
     model = ja.random_model(jax.random.key(10), 8, 2, 3, shared=False)
     u = np.random.default_rng(3).normal(size=8)

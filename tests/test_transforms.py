@@ -357,7 +357,6 @@ def test_filter_grad_and_jax_grad_agree_on_the_model():
     assert float(jnp.abs(g1.layers.causal).sum()) == 0.0  # a mask has no gradient
 
 
-@pytest.mark.e2e
 def test_velocity_refuses_a_batch_and_a_map():
     model = _model()
     X = _tokens()
