@@ -11,7 +11,7 @@ import dataclasses
 import os
 
 import numpy as np
-from jaxtyping import ArrayLike, Complex, Float, Inexact
+from jaxtyping import ArrayLike, Float, Inexact
 
 from jaxattn.errors import ConfigError, real
 from jaxattn.model.params import Model, repeat_kv
@@ -206,7 +206,7 @@ def spectrum(model_or_F, *, order: str = "real", alpha: float = 1.0, gap_tol: fl
 
 
 def cumulative_products(Fs: Float[ArrayLike, "T d d"], order: str = "real",
-                        alpha: float = 1.0) -> tuple[Float[np.ndarray, "T d d"], Complex[np.ndarray, "T d"]]:
+                        alpha: float = 1.0) -> tuple[Float[np.ndarray, "T d d"], Inexact[np.ndarray, "T d"]]:
     """``Φ(k) = F(k) ⋯ F(1)`` for the sequence ``Fs: [T, d, d]``, renormalised at each step
     (scale does not change eigenvectors), and the principal eigenvector ``u1(k)`` of each.
 
