@@ -24,7 +24,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import SEEDS, SEEDS_SHOWN, ConfigError
 
 Check = Callable[[Any], "str | None"]
 
@@ -231,7 +231,7 @@ def at_least(k: int) -> Check:
 
 
 def seed(v) -> str | None:
-    return None if 0 <= v < 2**63 else "must be in [0, 2^63)"
+    return None if v in SEEDS else f"must be in {SEEDS_SHOWN}"
 
 
 __all__ = ["Spec", "add_argument", "at_least", "check_value", "from_mapping", "non_negative", "option", "parse_list",

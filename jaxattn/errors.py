@@ -33,12 +33,51 @@ class CheckpointError(JaxattnError):
     """A checkpoint or converted file that cannot be read or converted."""
 
 
-def positive_int(name: str, value, error: type[JaxattnError] = ConfigError) -> int:
-    """``value`` as an ``int`` if it is an integer >= 1 (booleans and floats refused), else ``error``."""
+#: The seeds every driver and command takes: non-negative 64-bit integers (a seed is recorded as an int64).
+SEEDS = range(0, 2**63)
+SEEDS_SHOWN = "[0, 2^63)"
+
+
+def is_integer(value, minimum: int | None = None) -> bool:
+    """Whether ``value`` is an integer (a Python or NumPy one; booleans and floats are not) ``>= minimum``."""
     import numpy as np
 
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise error(f"{name} must be a positive integer, got {value!r}")
+    ok = not isinstance(value, bool) and isinstance(value, (int, np.integer))
+    return ok and (minimum is None or value >= minimum)
+
+
+def is_every(value) -> bool:
+    """Whether ``value`` is a saving period: ``None`` (every step), a positive integer or ``'last'``."""
+    return value is None or (isinstance(value, str) and value == "last") or is_integer(value, 1)
+
+
+def integer(name: str, value, *, minimum: int = 1, none: bool = False, error: type[JaxattnError] = ConfigError):
+    """``value`` as an ``int`` if it is an integer ``>= minimum`` (booleans and floats refused; ``None`` kept with
+    ``none``), else ``error`` naming ``name``: the one host-side check of an integer option."""
+    if none and value is None:
+        return None
+    if not is_integer(value, minimum):
+        kind = {1: "a positive integer", 0: "a non-negative integer"}.get(minimum, f"an integer >= {minimum}")
+        raise error(f"{name} must be {'None or ' if none else ''}{kind}, got {value!r}")
+    return int(value)
+
+
+def positive_int(name: str, value, error: type[JaxattnError] = ConfigError) -> int:
+    """``value`` as an ``int`` if it is an integer >= 1 (booleans and floats refused), else ``error``."""
+    return integer(name, value, error=error)
+
+
+def every(name: str, value, error: type[JaxattnError] = ConfigError) -> int | str | None:
+    """``value`` if it is a saving period (:func:`is_every`; a NumPy integer as a Python ``int``), else ``error``."""
+    if not is_every(value):
+        raise error(f"{name} must be None, a positive integer or 'last', got {value!r}")
+    return int(value) if is_integer(value) else value
+
+
+def seed(name: str, value, error: type[JaxattnError] = ConfigError) -> int:
+    """``value`` as an ``int`` if it is an integer in :data:`SEEDS`, else ``error`` naming ``name``."""
+    if not is_integer(value) or int(value) not in SEEDS:
+        raise error(f"{name} must be an integer in {SEEDS_SHOWN}, got {value!r}")
     return int(value)
 
 

@@ -344,3 +344,79 @@ def test_public_drivers_declare_their_array_shapes():
         shaped = [h for h in typing.get_args(hint) or (hint,) if isinstance(h, type)
                   and issubclass(h, jaxtyping.AbstractArray)]
         assert shaped and shaped[0].dim_str == dims, (fn.__name__, hint)
+
+
+# ----------------------------------------------------------------------------- one home per rule
+#: Option rules with one helper each in ``jaxattn/errors.py`` (and ``named_dtype`` in the runner), and the inline
+#: idiom that restated each of them before (8 integer checks, 3 integer-or-'last', 3 seed ranges, 6 dtypes by name).
+RULES = {
+    "integer": "an inline integer check (isinstance(v, (int, np.integer)) with a comparison): errors.integer / "
+               "errors.is_integer",
+    "every": "an inline 'integer or last' check: errors.every / errors.is_every",
+    "seed": "the seed range written out (2**63): errors.seed / errors.SEEDS",
+    "dtype": "a dtype chosen by its name inline (jnp.float64 if name == 'float64' else ...): "
+             "jaxattn.dynamics.named_dtype",
+}
+#: The helpers' own module: the one place each rule is written out.
+RULE_HOME = ROOT / "errors.py"
+
+
+def _is_integer_types(node: ast.AST) -> bool:
+    """``int`` or ``(int, np.integer)``: the types of an integer check (not of a number check: no ``float``)."""
+    elts = node.elts if isinstance(node, ast.Tuple) else [node]
+    names = {e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else None for e in elts}
+    return "int" in names and not names & {"float", "floating"}
+
+
+def _inline_rules(tree: ast.AST) -> list[tuple[int, str]]:
+    """The (line, rule) of every inline restatement of a rule of :data:`RULES` in ``tree``."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp):
+            parts = list(ast.walk(node))
+            checks_int = any(isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "isinstance"
+                             and len(p.args) == 2 and _is_integer_types(p.args[1]) for p in parts)
+            compares = any(isinstance(p, ast.Compare) for p in parts)
+            last = any(isinstance(p, ast.Constant) and p.value == "last" for p in parts)
+            any_isinstance = any(isinstance(p, ast.Call) and isinstance(p.func, ast.Name) and p.func.id == "isinstance"
+                                 for p in parts)
+            if last and any_isinstance:
+                found.append((node.lineno, "every"))
+            elif checks_int and compares:
+                found.append((node.lineno, "integer"))
+        elif (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow) and isinstance(node.left, ast.Constant)
+              and node.left.value == 2 and isinstance(node.right, ast.Constant) and node.right.value == 63):
+            found.append((node.lineno, "seed"))
+        elif isinstance(node, ast.IfExp):
+            branches = [b.attr for b in (node.body, node.orelse) if isinstance(b, ast.Attribute)]
+            names = [c.value for c in ast.walk(node.test) if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            if any(b.startswith("float") for b in branches) and any(n.startswith("float") for n in names):
+                found.append((node.lineno, "dtype"))
+    return sorted(set(found))
+
+
+def test_each_option_rule_has_one_home():
+    """An integer option, a saving period ('last' or a positive integer), a seed and a dtype by name are each
+    checked by one helper; writing the rule out again elsewhere fails here, naming the file, the line and the
+    helper to call instead."""
+    found = [f"{p.relative_to(ROOT.parent)}:{line}: {RULES[rule]}"
+             for p in sorted(ROOT.rglob("*.py")) if p != RULE_HOME
+             for line, rule in _inline_rules(ast.parse(p.read_text()))]
+    assert not found, "\n".join(found)
+
+
+def test_the_rule_check_sees_what_it_checks():
+    """Each idiom the test above looks for is found in a sample of it, and the helpers' calls are not."""
+    samples = {
+        "integer": "if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:\n    raise E\n"
+                   "if not (isinstance(k, int) and k >= 2):\n    raise E",
+        "every": "ok = v is None or v == 'last' or (isinstance(v, int) and v >= 1)",
+        "seed": "ok = 0 <= s < 2**63",
+        "dtype": "dt = jnp.float64 if cfg.dtype == 'float64' else jnp.float32",
+    }
+    for rule, src in samples.items():
+        assert rule in {r for _, r in _inline_rules(ast.parse(src))}, rule
+    helpers = ("n = integer('n', n, minimum=0)\nok = is_every(v) and not is_integer(d) or d != 1\n"
+               "s = seed('seed', s)\ndt = named_dtype(cfg.dtype)\nv = int(v) if isinstance(v, np.integer) else v")
+    assert _inline_rules(ast.parse(helpers)) == []
+    assert RULE_HOME.is_file() and _inline_rules(ast.parse(RULE_HOME.read_text()))  # the rules are written there

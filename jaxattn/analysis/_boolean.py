@@ -9,12 +9,11 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jaxtyping import ArrayLike, Float
 
 from jaxattn.analysis._inputs import real_array, tolerance
 from jaxattn.analysis.metrics import boolean_distance, numerical_rank
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, is_integer
 
 
 class BooleanAttention(NamedTuple):
@@ -35,7 +34,7 @@ def boolean_observables(d: int, rtol: float = 1e-6) -> Callable:
     """An ``observe(t, X, ctx)`` for :func:`jaxattn.solve` of a one-dimensional model: the attention
     matrix of the first head, its distance to the nearest Boolean matrix and its numerical rank.
     The theorem behind it is one-dimensional, so ``d`` must be 1."""
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d != 1:
+    if not is_integer(d) or d != 1:
         raise ConfigError(f"the Boolean attention analysis is for d = 1 tokens, got d = {d}")
     return _boolean_observe(tolerance(rtol))
 

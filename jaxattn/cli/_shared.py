@@ -11,7 +11,8 @@ from pathlib import Path
 
 from jaxattn.cli._config import RANDOM_ONLY, where
 from jaxattn.config import Spec, add_argument, option, specs
-from jaxattn.errors import JaxattnError, positive_int, real
+from jaxattn.dynamics import SIMULATION_DTYPES, named_dtype
+from jaxattn.errors import JaxattnError, positive_int, real, seed
 from jaxattn.io import rundir
 from jaxattn.io.checkpoints import load_any
 from jaxattn.io.results import atomic_write_text
@@ -140,14 +141,12 @@ def check_number(name: str, v) -> None:
 
 def dtype_arg(name: str):
     import jax
-    import jax.numpy as jnp
 
+    if name not in SIMULATION_DTYPES:
+        raise JaxattnError(f"dtype must be float32 or float64, got {name!r}")
     if name == "float64":
         jax.config.update("jax_enable_x64", True)
-        return jnp.float64
-    if name != "float32":
-        raise JaxattnError(f"dtype must be float32 or float64, got {name!r}")
-    return jnp.float32
+    return named_dtype(name)
 
 
 def load_model_arg(spec: str, cfg: dict):
@@ -158,8 +157,7 @@ def load_model_arg(spec: str, cfg: dict):
     if spec == "random":
         for k in ("d", "heads", "depth"):
             positive_int(f"--{k}", cfg.get(k), JaxattnError)
-        if not isinstance(cfg["seed"], int) or isinstance(cfg["seed"], bool) or not 0 <= cfg["seed"] < 2**63:
-            raise JaxattnError(f"--seed must be an integer in [0, 2^63), got {cfg['seed']!r}")
+        seed("--seed", cfg["seed"], JaxattnError)
         return seeded_model(cfg["seed"], cfg["d"], cfg["heads"], cfg["depth"], shared=cfg["shared"],
                             weights=cfg["weights"], value=cfg["value"], mask=cfg["mask"], scale=cfg.get("scale"),
                             unit_output=cfg.get("unit_output", False))  # D2: drawn with O = I

@@ -24,7 +24,7 @@ from jaxattn.cli._study import formatter
 from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.dynamics.discrete import simulate
 from jaxattn.dynamics.options import Batch, Save
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, integer
 from jaxattn.io import rundir
 from jaxattn.io.results import load_arrays, weights_sha256
 from jaxattn.io.store import open_sweep, record_file
@@ -90,8 +90,7 @@ def run(args, cfg) -> int:
         raise ConfigError(f"{run_dir} is not a directory")
     if args.conditions is not None and args.conditions < 1:
         raise ConfigError(f"--conditions must be >= 1, got {args.conditions}")
-    if not (isinstance(args.max_frames, int) and args.max_frames >= 2):
-        raise ConfigError(f"--max-frames must be >= 2, got {args.max_frames}")
+    integer("--max-frames", args.max_frames, minimum=2)
     if not (math.isfinite(args.fps) and 0 < args.fps <= 100):
         raise ConfigError(f"--fps must be in (0, 100], got {args.fps:g}")
     if args.out is not None:

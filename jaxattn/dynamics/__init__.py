@@ -15,6 +15,7 @@ from jaxattn.dynamics._runner import default_lanes as default_lanes
 from jaxattn.dynamics._runner import lanes_for as lanes_for
 from jaxattn.dynamics._runner import memory_limit as memory_limit
 from jaxattn.dynamics._runner import mesh_of as mesh_of
+from jaxattn.dynamics._runner import named_dtype as named_dtype
 from jaxattn.dynamics._runner import replicate as replicate
 from jaxattn.dynamics._runner import resolve_dtype as resolve_dtype
 from jaxattn.dynamics._runner import traced as traced

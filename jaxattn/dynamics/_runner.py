@@ -349,6 +349,14 @@ DTYPES = {"float16": jnp.float16, "bfloat16": jnp.bfloat16, "float32": jnp.float
 SIMULATION_DTYPES = ("float32", "float64")
 
 
+def named_dtype(name: str) -> jnp.dtype:
+    """The floating dtype called ``name`` (a key of :data:`DTYPES`: a command's or a study's ``dtype``), else one
+    clear error. It does not check JAX's x64 mode: a study turns it on for a float64 run itself."""
+    if not isinstance(name, str) or name not in DTYPES:
+        raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {name!r}")
+    return jnp.dtype(DTYPES[name])
+
+
 def dtype_of(dtype) -> jnp.dtype | None:
     """``dtype`` (a name such as ``'float64'``, a NumPy or JAX dtype, or ``None``) as a floating dtype,
     refused with one line otherwise (an integer dtype would silently run in float32)."""

@@ -59,7 +59,8 @@ from jaxattn.dynamics._runner import (
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.errors import ConfigError, NonFiniteWarning
+from jaxattn.errors import ConfigError, NonFiniteWarning, integer
+from jaxattn.errors import every as every_period
 from jaxattn.model import nn
 from jaxattn.model.attention import ATTENTIONS, apply_weights, attend, weights, with_heads
 from jaxattn.model.forms import GENERAL, Form, check_form
@@ -325,10 +326,8 @@ def saved_steps(steps: int, every=None) -> Int[np.ndarray, " T"]:
     """
     if every is None:
         every = 1
-    if every == "last":
+    if every_period("Save(every=...)", every) == "last":
         return np.asarray([steps])
-    if isinstance(every, bool) or not isinstance(every, (int, np.integer)) or every < 1:
-        raise ConfigError(f"Save(every=...) must be None, a positive integer or 'last', got {every!r}")
     return np.asarray(sorted(set(range(0, steps, int(every))) | {steps}))
 
 
@@ -466,9 +465,7 @@ class _MapProgram:
 
 
 def check_steps(steps) -> int:
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ConfigError(f"steps must be a non-negative integer, got {steps!r}")
-    return int(steps)
+    return integer("steps", steps, minimum=0)
 
 
 @full_precision

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 
 from jaxattn.dynamics.observables import check_observe
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, every, integer, is_every
 from jaxattn.model.forms import Form
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
@@ -38,10 +38,6 @@ PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 #: has been proven, else the plain path), ``'fused'`` (force the kernel) or ``'plain'`` (XLA's separate
 #: operations). See :mod:`jaxattn.dynamics._kernels`.
 PATHS = ("auto", "fused", "plain")
-
-
-def _every_ok(v) -> bool:
-    return bool(v is None or v == "last" or (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= 1))
 
 
 class Save(eqx.Module):
@@ -81,8 +77,7 @@ class Save(eqx.Module):
     aux: Any = None
 
     def __check_init__(self):
-        if not _every_ok(self.every):
-            raise ConfigError(f"Save(every=...) must be None, a positive integer or 'last', got {self.every!r}")
+        every("Save(every=...)", self.every)
         if not isinstance(self.trajectory, (bool, np.bool_)):
             raise ConfigError(f"Save(trajectory=...) must be True or False, got {self.trajectory!r}")
         if self.observe is not None and not callable(self.observe):
@@ -155,8 +150,7 @@ class Batch:
 
     def __post_init__(self):
         s = self.size
-        if s is not None and (isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1):
-            raise ConfigError(f"Batch(size=...) must be None or a positive integer, got {s!r}")
+        integer("Batch(size=...)", s, none=True)
         if s is not None:
             object.__setattr__(self, "size", int(s))
         if self.devices is not None:
@@ -179,7 +173,7 @@ def check_save(save, driver: str, *, kind: str) -> Save:
     """``save`` as a :class:`Save` whose fields apply to ``driver`` (``kind``: ``'map'`` or ``'flow'``),
     refused with one line otherwise."""
     if not isinstance(save, Save):
-        hint = " (steps to save are Save(every=...))" if _every_ok(save) and save is not None else ""
+        hint = " (steps to save are Save(every=...))" if is_every(save) and save is not None else ""
         raise ConfigError(f"save must be a jaxattn.Save, got {save!r}{hint}")
     if kind == "map" and save.ts is not None:
         raise ConfigError(f"Save(ts=...) gives times of a flow; {driver} runs a map: save steps with Save(every=...)")

@@ -43,7 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from jaxattn.errors import ConfigError, DiskFullError, JaxattnError
+from jaxattn.errors import ConfigError, DiskFullError, JaxattnError, is_integer
 from jaxattn.io._atomic import full_disk, replace_bytes
 
 MARKER = ".jaxattn-run.json"
@@ -121,7 +121,7 @@ def read_marker(out: Path) -> dict | None:
             and isinstance(m.get("command"), str)):
         raise ConfigError(f"{path} is unreadable or not a jaxattn run marker; remove {out} by hand or choose "
                           "another directory")
-    if not isinstance(m.get("version"), int) or m["version"] > VERSION:
+    if not is_integer(m.get("version")) or m["version"] > VERSION:
         raise ConfigError(f"{out} was written by a newer jaxattn (run format version {m.get('version')!r}); "
                           "choose another directory")
     return m

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, integer
 
 #: The members whose projection may be the identity.
 MEMBERS = ("q", "k", "v", "o")
@@ -95,8 +95,7 @@ class Form:
             raise ConfigError(f"Form(identity=...) must name members among {', '.join(MEMBERS)}, got {ids!r}")
         object.__setattr__(self, "identity", tuple(m for m in MEMBERS if m in ids))  # one spelling per set
         c = self.key_chunk
-        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1):
-            raise ConfigError(f"Form(key_chunk=...) must be None or a positive integer, got {c!r}")
+        integer("Form(key_chunk=...)", c, none=True)
         if c is not None:
             object.__setattr__(self, "key_chunk", int(c))
         if not isinstance(self.masked, (bool, np.bool_)):

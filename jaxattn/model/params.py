@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxattn.errors import ConfigError, real
+from jaxattn.errors import ConfigError, is_integer, real
 from jaxattn.model.forms import identity_members
 from jaxattn.model.rope import Rope
 
@@ -298,7 +298,7 @@ def validate(model: Model) -> Model:
     real("embed_scale", model.embed_scale, positive=True)
     if not model.schedule:
         raise ConfigError("schedule is empty: a model needs at least one block")
-    if any((not isinstance(g, (int, np.integer))) or g < 0 or g >= G for g in model.schedule):
+    if any(not is_integer(g, 0) or g >= G for g in model.schedule):
         raise ConfigError(f"schedule {model.schedule} refers to weight sets outside 0..{G - 1}")
     if model.norm_style not in NORM_STYLES:
         raise ConfigError(f"norm_style must be one of {NORM_STYLES}, got {model.norm_style!r}")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Array, Float
 
-from jaxattn.errors import ConfigError, real
+from jaxattn.errors import ConfigError, is_integer, real
 
 KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
 
@@ -54,7 +54,7 @@ class Rope:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ConfigError(f"unsupported RoPE scaling type {self.kind!r}; supported: {', '.join(KINDS)}")
-        if not isinstance(self.dim, (int, np.integer)) or self.dim < 2 or self.dim % 2:
+        if not is_integer(self.dim, 2) or self.dim % 2:
             raise ConfigError(f"RoPE needs an even number of rotated dimensions >= 2, got {self.dim!r}")
         real("RoPE theta", self.theta, positive=True)
         if self.kind != "default":

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PRNGKeyArray
 
-from jaxattn.errors import ConfigError, positive_int
+from jaxattn.errors import ConfigError, integer, positive_int
 from jaxattn.model.params import Model, from_heads
 
 WEIGHT_KINDS = ("gaussian", "uniform", "identity")
@@ -74,9 +74,7 @@ def float_dtype(dtype) -> np.dtype:
 
 def _count(name: str, v, minimum: int) -> int:
     """An integer ``>= minimum`` (booleans and floats refused)."""
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {v!r}")
-    return int(v)
+    return integer(name, v, minimum=minimum)
 
 
 def _check_dims(d: int, heads: int) -> int:

@@ -31,7 +31,7 @@ import numpy as np
 from jaxattn.analysis.observables import consensus, consensus_hemisphere
 from jaxattn.config import non_negative, option, positive
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics import DTYPES, continuous
+from jaxattn.dynamics import DTYPES, continuous, named_dtype
 from jaxattn.dynamics.discrete import FAITHFUL, NO_FFN, Dynamics
 from jaxattn.dynamics.options import PRECISIONS, Batch, Save
 from jaxattn.dynamics.passes import redraw_weights, repeated_passes
@@ -211,7 +211,7 @@ def _run(model: Model, out: Path, cfg: ConsensusConfig, model_name: str, say) ->
     runs = _runs(model, cfg.random_periodic)
     key = jax.random.key(cfg.seed)
     ids = random_prompts(jax.random.fold_in(key, 7), model, cfg.prompts, cfg.tokens)
-    X0 = embed_prompts(model, ids, dtype=jnp.float64 if cfg.dtype == "float64" else jnp.float32)
+    X0 = embed_prompts(model, ids, dtype=named_dtype(cfg.dtype))
     tables: dict = {"passes": [], "synthetic": [], "summary": [], "prompts": [], "synthetic_end": []}
     for name, dyn, mode in runs:
         say(f"{name}: {cfg.prompts} prompts x {cfg.tokens} tokens, {cfg.passes} passes of {model.depth} blocks"

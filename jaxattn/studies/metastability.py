@@ -50,6 +50,7 @@ from jaxattn.analysis.plateaus import kaplan_meier_median, plateaus, power_fit, 
 from jaxattn.analysis.stats import wilson
 from jaxattn.config import at_least, option, positive
 from jaxattn.config import seed as seed_check
+from jaxattn.dynamics import named_dtype
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import D1, simulate
 from jaxattn.dynamics.fields import C2
@@ -189,7 +190,7 @@ def trajectories(X0, beta: float, ts: np.ndarray, cfg: MetastabilityConfig) -> t
     (float64) and ``ok: [B]`` (the solve succeeded and every state is finite)."""
     d = X0.shape[-1]
     model = paper_model(np.eye(d))
-    dtype = jnp.float64 if cfg.dtype == "float64" else jnp.float32
+    dtype = named_dtype(cfg.dtype)
     if cfg.dynamics == "C2":
         sol = solve(model, X0, float(ts[-1]), flow=C2, beta=beta, save=Save(ts=ts, observe=_nothing, trajectory=True),
                     dtype=dtype, rtol=cfg.rtol, atol=cfg.atol, max_steps=max(100_000, int(4 * ts[-1])))
@@ -278,7 +279,7 @@ def _run(out: Path, cfg: MetastabilityConfig, say) -> dict:
     key = jax.random.key(cfg.seed)
     ts = time_grid(cfg)
     T = len(ts)
-    dtype = jnp.float64 if cfg.dtype == "float64" else jnp.float32
+    dtype = named_dtype(cfg.dtype)
     tables: dict = {"points": [], "plateaus": [], "energy": [], "fits": []}
     shown: dict = {}  # the movie's condition per d
     points: dict = {}  # per point: per-condition summaries, for the fits

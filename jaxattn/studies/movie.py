@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxattn.errors import ConfigError, path_arg
+from jaxattn.errors import ConfigError, integer, path_arg
 from jaxattn.io.results import atomic_write_bytes, save_arrays
 
 #: Formats :func:`movie` writes, by file suffix.
@@ -214,8 +214,7 @@ def _inputs(trajectory, ts, observables, titles, panel, fps, max_frames):
         raise ConfigError(f"panel must be (width, height) in even pixels >= 64, got {tuple(panel)}")
     if not (isinstance(fps, (int, float)) and 0 < fps <= 100):
         raise ConfigError(f"fps must be a number in (0, 100], got {fps!r}")
-    if not (isinstance(max_frames, int) and max_frames >= 2):
-        raise ConfigError(f"max_frames must be an integer >= 2, got {max_frames!r}")
+    integer("max_frames", max_frames, minimum=2)
     # at most max_frames frames, evenly spread over the saved states, the first and the last among them
     idx = np.unique(np.round(np.linspace(0, T - 1, min(T, max_frames))).astype(int))
     return trajs, ts, obs, titles, (W, H), idx

@@ -13,9 +13,9 @@ import dataclasses
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxattn.analysis.alignment import alignment, layer_table
@@ -34,7 +34,7 @@ from jaxattn.analysis.stability import consensus_step_bound
 from jaxattn.analysis.steering import entering_states, precompensate, steer, steer_to_target, steered_alignment
 from jaxattn.config import non_negative, option, positive, specs
 from jaxattn.config import seed as seed_check
-from jaxattn.dynamics import SIMULATION_DTYPES
+from jaxattn.dynamics import SIMULATION_DTYPES, named_dtype
 from jaxattn.dynamics.discrete import FAITHFUL, ROPES, Dynamics, rope_of
 from jaxattn.dynamics.options import PRECISIONS, Batch, Save
 from jaxattn.io.results import atomic_write_text, provenance, save_arrays, weights_sha256, write_json
@@ -98,10 +98,6 @@ def _as_floats(cfg: PowerMethodConfig) -> dict:
             for k, v in dataclasses.asdict(cfg).items()}
 
 
-def _dtype(name):
-    return jnp.float64 if name == "float64" else jnp.float32
-
-
 def spectrum_rows(spec: Spectrum, alpha: float) -> list[dict]:
     rows = []
     for g in range(spec.eigvals.shape[0]):
@@ -138,15 +134,15 @@ def _run(model: Model, out_dir, cfg: PowerMethodConfig, *, model_name: str, prog
     refuse_inert(cfg, cfg.inert(model))
     d1 = Dynamics(rope=cfg.rope)  # D1: position-free by default, RoPE by token index on request
     out = Path(out_dir)
-    dtype = _dtype(cfg.dtype)
+    dtype = named_dtype(cfg.dtype)
     spec = spectrum(model, order=cfg.order, alpha=cfg.alpha)
     depth = model.depth
     Fs = layer_matrices(model)[list(model.schedule)]
     _Phi, u1 = cumulative_products(Fs, cfg.order, cfg.alpha)
     lyap = lyapunov_exponents(Fs)
-    common = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init, alpha=cfg.alpha,
-                  beta=cfg.beta, dtype=dtype, batch=Batch(precision=cfg.matmul_precision), progress=cfg.progress,
-                  keep_final=True)
+    common: dict[str, Any] = dict(num_init=cfg.num_init, n=cfg.n, seed=cfg.seed, chunk=cfg.chunk, init=cfg.init,
+                                  alpha=cfg.alpha, beta=cfg.beta, dtype=dtype,
+                                  batch=Batch(precision=cfg.matmul_precision), progress=cfg.progress, keep_final=True)
     # what decides the numbers (not progress bars or figures): a resumed run must match it
     fp = {"model": model_name, "cfg": {k: v for k, v in _as_floats(cfg).items() if k not in ("progress", "figures")}}
     tables: dict[str, list] = {}
@@ -188,7 +184,7 @@ def _run(model: Model, out_dir, cfg: PowerMethodConfig, *, model_name: str, prog
                      dtype=dtype)
 
     # every run of the dynamics below at the study's matrix-product precision (config.json records it)
-    sim = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype, batch=Batch(precision=cfg.matmul_precision))
+    sim: dict[str, Any] = dict(alpha=cfg.alpha, beta=cfg.beta, dtype=dtype, batch=Batch(precision=cfg.matmul_precision))
     say(f"every eigendirection's increment (the paper's P̄) over {X0.shape[0]} initial conditions")
     with Timer() as t:
         tables["directions"] = direction_rows(direction_increments(model, X0, dynamics=d1, order=cfg.order, **sim))

@@ -16,7 +16,7 @@ from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
 from jaxattn.dynamics.fields import RESCALED_NEEDS_FLOAT64
 from jaxattn.dynamics.geometry import NEEDS_S, SPACES
 from jaxattn.dynamics.options import PATHS, PRECISIONS
-from jaxattn.errors import ConfigError
+from jaxattn.errors import ConfigError, is_every
 from jaxattn.model.attention import ATTENTIONS
 from jaxattn.model.params import parse_mask
 from jaxattn.model.sampling import INIT_KINDS, MAX_CONDITIONS, NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS
@@ -29,7 +29,7 @@ def _num_init(v):
 
 
 def _save(v):
-    return None if v == "last" or (isinstance(v, int) and v >= 1) else "must be a positive integer or 'last'"
+    return None if v is not None and is_every(v) else "must be a positive integer or 'last'"
 
 
 def _mask(v):

@@ -47,7 +47,8 @@ from jaxattn.dynamics.discrete import (
     simulate,
 )
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.errors import ConfigError, NonFiniteWarning, positive_int
+from jaxattn.errors import ConfigError, NonFiniteWarning, is_integer, positive_int
+from jaxattn.errors import seed as check_seed
 from jaxattn.io.results import flatten, weights_sha256
 from jaxattn.io.store import SweepStore, manifest
 from jaxattn.model.params import Model, validate
@@ -144,15 +145,14 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     lanes = lanes_for(batch.size) * (1 if batch.devices is None else len(batch.devices))
     if chunk is None:
         chunk = auto_chunk(n, model.d_model, steps, keep_final=keep_final, dtype=dtype, lanes=lanes) \
-            if isinstance(n, int) and isinstance(steps, int) and n > 0 and steps >= 0 else 1024
+            if is_integer(n, 1) and is_integer(steps, 0) else 1024
     for name, v in (("num_init", num_init), ("chunk", chunk), ("n", n)):
         positive_int(name, v)
     steps = check_steps(steps)  # before the store's manifest names the saved steps
     if num_init > MAX_CONDITIONS:
         raise ConfigError(f"num_init = {num_init:,} is beyond the {MAX_CONDITIONS:,} (2^32) conditions one seed names; "
                           "split the run over several seeds")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**63:
-        raise ConfigError(f"seed must be an integer in [0, 2^63), got {seed!r}")
+    seed = check_seed("seed", seed)
     d = model.d_model
     check_fits(n, d, model.n_heads, dtype, batch.size)  # before the store and the first draw
     check_kept(num_init, n, d, steps, dtype, keep_final)

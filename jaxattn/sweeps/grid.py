@@ -39,10 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.dynamics import mesh_of, replicate
+from jaxattn.dynamics import mesh_of, named_dtype, replicate
 from jaxattn.dynamics.options import Batch, check_batch, moved
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io import load_config
@@ -189,7 +188,7 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         nonlocal failed
         p = points[i]
         m = p.build_model(models)
-        dtype = jnp.float64 if p.dtype == "float64" else jnp.float32
+        dtype = named_dtype(p.dtype)
         key = id(m), str(dtype)
         if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
             bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)

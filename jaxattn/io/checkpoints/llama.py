@@ -9,7 +9,7 @@ score scale ``head_dim ** -0.5``; no position embeddings; the LM head (tied or n
 
 from __future__ import annotations
 
-from jaxattn.errors import CheckpointError, ConfigError, positive_int
+from jaxattn.errors import CheckpointError, ConfigError, is_integer, positive_int
 from jaxattn.io.checkpoints._build import build
 from jaxattn.io.checkpoints._common import Tensors, cfg_int, find_prefix, split_bias, split_cols, split_rows
 from jaxattn.model import rope as rope_mod
@@ -28,7 +28,7 @@ def heads(config: dict) -> tuple[int, int, int, int]:
         raise CheckpointError(f"config.json: {H} attention heads cannot be grouped over {Hkv} key/value heads "
                               "(num_key_value_heads must divide num_attention_heads)")
     dh = config.get("head_dim") or (d // H if d % H == 0 else 0)
-    if not isinstance(dh, int) or dh < 1:
+    if not is_integer(dh, 1):
         raise CheckpointError(f"config.json: hidden size {d} is not divisible by {H} attention heads "
                               "and no head_dim is given")
     return d, H, Hkv, dh
