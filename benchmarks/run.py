@@ -5,6 +5,10 @@ Every implementation computes D1 (x ← N(x + Σ_h O_h Σ_j a^h_ij V_h x_j), no 
 inter-token diameter after every layer:
 
 * ``jaxattn``: :func:`jaxattn.simulate` (jit, vmap over conditions, scan over layers), warm;
+* ``jaxattn-cores``: the same with the batch split over every local device (``Batch(devices=...)``). On a CPU the
+  command line makes one XLA device per core (``--cpu-devices``; XLA's ``--xla_force_host_platform_device_count``,
+  set before JAX starts): XLA runs a batched product of small matrices (the attention's scores and weighted sums)
+  on one thread, so one device per core is what puts every core to work on them. Left out with one device;
 * ``torch``: a hand-written batched PyTorch loop (fused QKV projection, batched matmuls);
 * ``torch.compile``: the same layer function under ``torch.compile`` (inductor);
 * ``torch-sdpa``: the loop with ``torch.nn.functional.scaled_dot_product_attention``;
@@ -15,10 +19,10 @@ inter-token diameter after every layer:
 
 Workloads (the registry :data:`WORKLOADS`): W1 (random, d = 64, H = 4, 24 layers, n = 32), the real
 all-MiniLM-L6-v2 weights at n = 10 and n = 64, and a GPT-2-small-shaped random model (d = 768,
-H = 12, 12 layers, n = 64). Reported per implementation: seconds (best of 3), condition-steps per
-second, achieved FLOP/s of the dynamics (8nd² + 4n²d per condition per step) next to the device's
-float32 matmul throughput measured in the same run, compile time (first call minus warm) and the
-ratio to jaxattn.
+H = 12, 12 layers, n = 64). Reported per implementation: seconds (best of 3, timed in interleaved
+rounds), condition-steps per second, achieved FLOP/s of the dynamics (8nd² + 4n²d per condition per
+step) next to the device's float32 matmul throughput measured in the same run, compile time (first
+call minus warm) and the ratio to jaxattn.
 
 On a GPU the torch implementations run on CUDA when torch has it, in chunks of ``--torch-chunk``
 conditions so that a million conditions fit beside JAX. The initial states are placed on the device
@@ -45,7 +49,7 @@ import numpy as np
 #: max abs difference of the diameters allowed against jaxattn before an implementation is timed
 AGREE = 1e-3
 #: the implementations, in the order they run (jaxattn first: it is the reference)
-IMPLS = ("jaxattn", "torch", "torch.compile", "torch-sdpa", "hf", "numpy")
+IMPLS = ("jaxattn", "jaxattn-cores", "torch", "torch.compile", "torch-sdpa", "hf", "numpy")
 WORKLOADS = {
     # name: (model, n, B, numpy slice)
     "W1": ("random:64:4:24", 32, 1024, 16),
@@ -86,15 +90,20 @@ def _diameter_obs(t, X, ctx):
     return diameter(X)
 
 
-def make_jaxattn(model, X0):
+def make_jaxattn(model, X0, devices=None):
+    """``simulate`` on the default device, or with the batch split over ``devices`` (``None`` where fewer than two:
+    that row is left out)."""
     import jax
 
     import jaxattn as ja
 
+    if devices is not None and len(devices) < 2:
+        return None
+    batch = ja.Batch() if devices is None else ja.Batch(devices=devices)
     X0 = jax.device_put(X0)  # on the device once: the clock measures the dynamics, not the transfer
 
     def run():
-        res = ja.simulate(model, X0, model.depth, save=ja.Save(observe=_diameter_obs))
+        res = ja.simulate(model, X0, model.depth, save=ja.Save(observe=_diameter_obs), batch=batch)
         return np.asarray(jax.block_until_ready(res.observables))[:, 1:]
 
     return run
@@ -216,23 +225,6 @@ def make_numpy(ws, X0):
 
 
 # ------------------------------------------------------------------------------------ harness
-def timed(fn, repeats, first_out=None):
-    """``(first call seconds, best of ``repeats`` calls, output)``; ``first_out=(seconds, output)`` is a
-    first call already made (the one checked for agreement)."""
-    if first_out is None:
-        t = time.perf_counter()
-        out = fn()
-        first = time.perf_counter() - t
-    else:
-        first, out = first_out
-    best = first
-    for _ in range(repeats - 1):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return first, best, out
-
-
 def matmul_throughput(precision: str = "highest", size: int = 2048) -> float:
     """The device's float32 matmul throughput (FLOP/s), measured with JAX on ``size``² matrices at XLA's
     ``precision`` ('highest': full float32; 'tensorfloat32'; 'bfloat16')."""
@@ -255,7 +247,8 @@ def environment() -> dict:
     import jax
 
     info = {"jax_backend": jax.default_backend(), "jax_device": jax.devices()[0].device_kind,
-            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+            "cpu_count": os.cpu_count(), "platform": platform.platform(), "jax_devices": len(jax.local_devices()),
+            "xla_flags": os.environ.get("XLA_FLAGS", "")}
     try:
         import torch
 
@@ -297,6 +290,7 @@ def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, n
     flops_per_cond_step = 8 * n * d * d + 4 * n * n * d
     makers: dict[str, Callable] = {
         "jaxattn": lambda: make_jaxattn(model, X0),
+        "jaxattn-cores": lambda: make_jaxattn(model, X0, jax.local_devices()),
         "torch": lambda: make_torch(ws, X0, "eager", device, torch_chunk),
         "torch.compile": lambda: make_torch(ws, X0, "compile", device, torch_chunk),
         "torch-sdpa": lambda: make_torch(ws, X0, "sdpa", device, torch_chunk),
@@ -313,6 +307,7 @@ def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, n
         return r
 
     rows: dict[str, dict] = {}
+    ready: dict[str, tuple[Callable, float, float]] = {}  # label: (run, first call seconds, difference)
     ref = None
     for label in [i for i in impls if i in makers]:
         try:
@@ -326,13 +321,22 @@ def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, n
                 if label != "jaxattn":
                     raise ValueError("jaxattn must run first: it is the reference")
                 ref = out
-            err = _check(label, out, ref)  # agreement first, then the clock
-            first, best, out = timed(fn, repeats, first_out=(first, out))
-            rows[label] = row(best, first, max_abs_diff=err)
+            ready[label] = (fn, first, _check(label, out, ref))  # agreement first, then the clock
         except Exception as e:  # one implementation's failure is a result, not the end of the workload
             rows[label] = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
             if label == "jaxattn":
                 break
+    # interleaved rounds (one call of each implementation, then the next round), best of `repeats` each: a slow
+    # spell of a shared machine then slows every implementation's round alike instead of one implementation's calls
+    best = {label: first for label, (_, first, _) in ready.items()}
+    for _ in range(repeats - 1):
+        for label, (fn, _, _) in ready.items():
+            t = time.perf_counter()
+            fn()
+            best[label] = min(best[label], time.perf_counter() - t)
+    for label, (_, first, err) in ready.items():
+        rows[label] = row(best[label], first, max_abs_diff=err)
+    rows = {label: rows[label] for label in impls if label in rows}  # the order of `impls`
     if "numpy" in impls and ref is not None:
         try:
             fn = make_numpy(ws, X0[:nb])
@@ -370,6 +374,14 @@ def bench(names=None, repeats=3, quick=False, *, workloads: dict | None = None, 
     return res
 
 
+def cpu_devices(count: int) -> None:
+    """``count`` XLA devices on the CPU, unless ``XLA_FLAGS`` already says how many (read once, when JAX starts:
+    call before any JAX computation)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if count > 1 and "xla_force_host_platform_device_count" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workloads", default=",".join(WORKLOADS), help=f"comma-separated, from {', '.join(WORKLOADS)}")
@@ -377,7 +389,11 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="smaller batches (a smoke run; results not written)")
     p.add_argument("--torch-chunk", type=int, help="conditions per torch call [all]")
     p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results.json"))
+    p.add_argument("--cpu-devices", type=int, default=os.cpu_count() or 1,
+                   help="XLA devices on the CPU, for the jaxattn-cores row [one per core]; no effect once XLA_FLAGS "
+                        "sets xla_force_host_platform_device_count")
     a = p.parse_args(argv)
+    cpu_devices(a.cpu_devices)
     names = [w for w in a.workloads.split(",") if w]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
