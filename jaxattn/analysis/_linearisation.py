@@ -12,14 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
-from jaxattn.analysis._equilibria import (
-    System,
-    check_configurations,
-    padded,
-    system_defect,
-    system_rhs,
-    tangent_basis,
-)
+from jaxattn.analysis._equilibria import System, check_configurations, padded, system_defect, system_rhs, tangent_basis
 from jaxattn.errors import ConfigError
 
 

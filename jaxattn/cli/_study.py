@@ -5,8 +5,9 @@ the options every study takes, and running a study into its run directory (see
 from __future__ import annotations
 
 import argparse
+import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +21,32 @@ T = TypeVar("T")
 
 def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.HelpFormatter(prog, max_help_position=32, width=100)
+
+
+def command(sub, name: str, *, help: str, description: str, **kwargs) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name`` in the commands' help layout."""
+    return sub.add_parser(name, formatter_class=formatter, help=help, description=description, **kwargs)
+
+
+def study_command(sub, name: str, study, *, help: str, description: str,
+                  summary: Sequence[tuple[str, str]]) -> None:
+    """Study command ``name`` of ``study`` (a module with ``Config`` and ``run(out, config, progress=)``): its options
+    from ``study.Config`` (output into ``runs/<name>``); it runs the study into its run directory and prints a line
+    for every row of the tables ``summary`` names (``(table, format)``: ``format.format(**row)``), then where the
+    report is."""
+    p = command(sub, name, help=help, description=description)
+    p.set_defaults(func=functools.partial(_run_study, name, study, summary),
+                   defaults=study_options(p, study.Config, out=f"runs/{name}"))
+
+
+def _run_study(name: str, study, summary: Sequence[tuple[str, str]], args, cfg: dict) -> int:
+    config = config_of(study.Config, cfg)
+    tables = run_in_out(name, cfg, lambda out, say: study.run(out, config, progress=say))
+    for table, line in summary:
+        for row in tables[table]:
+            print(line.format(**row))
+    print(f"report       {cfg['out']}/report.md")
+    return 0
 
 
 def study_options(p: argparse.ArgumentParser, config_cls: type, *, out: str, progress: str = "stage messages on stderr",

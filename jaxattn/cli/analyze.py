@@ -6,7 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from jaxattn.cli._shared import add_options, check_rope, dtype_arg, load_model_arg, start_run
-from jaxattn.cli._study import config_of, formatter, refuse_given, study_options
+from jaxattn.cli._study import command, config_of, refuse_given, study_options
 from jaxattn.config import specs
 from jaxattn.io import rundir
 from jaxattn.studies import power_method
@@ -28,13 +28,12 @@ ANALYZE_DEFAULTS = {MODEL.dest: MODEL.default, **{k: s.default for k, s in specs
 
 
 def register(sub):
-    p = sub.add_parser("analyze", formatter_class=formatter,
-                       help="run the power-method study on a model (the main job)",
-                       description="The power-method study: spectra of every layer matrix F = Σ O_h V_h, "
-                                   "simplified D1 dynamics from many random initial conditions, per-layer ρ1, Δρ1, P1 "
-                                   "against the baselines over all eigendirections, a prolonged run for shared-weight "
-                                   "models, the same with FFN and affine LayerNorm, and rank-1 steering. Writes tables "
-                                   "(CSV), figures (PNG) and report.md into the output directory.")
+    p = command(sub, "analyze", help="run the power-method study on a model (the main job)",
+                description="The power-method study: spectra of every layer matrix F = Σ O_h V_h, "
+                            "simplified D1 dynamics from many random initial conditions, per-layer ρ1, Δρ1, P1 "
+                            "against the baselines over all eigendirections, a prolonged run for shared-weight "
+                            "models, the same with FFN and affine LayerNorm, and rank-1 steering. Writes tables "
+                            "(CSV), figures (PNG) and report.md into the output directory.")
     p.add_argument("model", nargs="?", help=f"{MODEL.help} [{MODEL.default}]")
     options = {MODEL.dest: MODEL} | study_options(p, PowerMethodConfig, out=OUT, progress="show progress bars",
                                                   resumes=True)

@@ -7,7 +7,7 @@ import dataclasses
 import jax
 
 from jaxattn.cli._shared import named_model
-from jaxattn.cli._study import config_of, formatter, run_in_out, study_options
+from jaxattn.cli._study import command, config_of, run_in_out, study_options
 from jaxattn.studies import consensus as study
 from jaxattn.sweeps.grid import SCHEMA
 
@@ -18,16 +18,16 @@ MODEL = dataclasses.replace(SCHEMA["model"]["source"], default="minilm",
 
 
 def register(sub) -> None:
-    p = sub.add_parser("consensus", formatter_class=formatter,
-                       help="the consensus study: theorem settings in continuous time and a real model run for many "
-                            "passes",
-                       description="Do tokens reach consensus? (1) The consensus theorems' settings integrated in "
-                                   "continuous time on the sphere: time-varying random weights from a hemisphere, "
-                                   "causal attention with two heads, causal attention with a symmetric value matrix. "
-                                   "(2) A converted model run for many passes (every block, then its final LayerNorm) "
-                                   "on random prompts, with and without the FFN, with the same or redrawn weights each "
-                                   "pass; the first-token measure 1 - mean_j cos(x_1, x_j) after every layer. Writes "
-                                   "tables (CSV), figures (PNG) and report.md.")
+    p = command(sub, "consensus",
+                help="the consensus study: theorem settings in continuous time and a real model run for many "
+                     "passes",
+                description="Do tokens reach consensus? (1) The consensus theorems' settings integrated in "
+                            "continuous time on the sphere: time-varying random weights from a hemisphere, "
+                            "causal attention with two heads, causal attention with a symmetric value matrix. "
+                            "(2) A converted model run for many passes (every block, then its final LayerNorm) "
+                            "on random prompts, with and without the FFN, with the same or redrawn weights each "
+                            "pass; the first-token measure 1 - mean_j cos(x_1, x_j) after every layer. Writes "
+                            "tables (CSV), figures (PNG) and report.md.")
     p.add_argument("model", nargs="?", help=f"{MODEL.help} [{MODEL.default}]")
     options = {MODEL.dest: MODEL} | study_options(p, study.Config, out="runs/consensus")
     p.set_defaults(func=run, defaults=options)

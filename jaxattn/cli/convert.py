@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from jaxattn.cli._study import formatter
+from jaxattn.cli._study import command
 from jaxattn.errors import JaxattnError
 from jaxattn.io.checkpoints import FAMILIES, convert_source, inspect, safetensors_path, save_checkpoint
 from jaxattn.io.rundir import file_out
 
 
 def register(sub):
-    p = sub.add_parser("convert", formatter_class=formatter,
-                       help="convert a Hugging Face checkpoint to canonical safetensors",
-                       description="Convert a Hugging Face checkpoint (model_type "
-                                   f"{', '.join(sorted(FAMILIES))}) to "
-                                   "jaxattn's canonical safetensors layout. SOURCE is a local folder with config.json "
-                                   "and model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id "
-                                   "when online.")
+    p = command(sub, "convert", help="convert a Hugging Face checkpoint to canonical safetensors",
+                description="Convert a Hugging Face checkpoint (model_type "
+                            f"{', '.join(sorted(FAMILIES))}) to "
+                            "jaxattn's canonical safetensors layout. SOURCE is a local folder with config.json "
+                            "and model.safetensors (sharded or not) or pytorch_model.bin, or a hub model id "
+                            "when online.")
     p.add_argument("source", help="checkpoint folder or hub model id")
     p.add_argument("--out", required=True, help="output .safetensors file (written atomically)")
     p.add_argument("--dtype", choices=["source", "float32", "float64"], default="source",

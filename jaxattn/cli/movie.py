@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from jaxattn.cli._shared import dtype_arg, load_model_arg
-from jaxattn.cli._study import formatter
+from jaxattn.cli._study import command
 from jaxattn.config import Spec, add_argument, option, specs
 from jaxattn.dynamics.discrete import simulate
 from jaxattn.dynamics.options import Batch, Save
@@ -60,16 +60,16 @@ def movie_option(group) -> dict[str, Spec]:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("movie", formatter_class=formatter,
-                       help="render a run's trajectory as an animated GIF (and MP4 where an encoder is installed)",
-                       description="Render the tokens of a run over time: on the circle (d = 2), on a wire-frame "
-                                   "sphere (d = 3) or projected on the top 3 principal directions of the final state "
-                                   "(d > 3), several conditions side by side, the time and an observable in the "
-                                   "corner. RUN_DIR holds a saved trajectory (trajectory.safetensors: metastability, "
-                                   "or simulate/solve run with --movie), or is a finished simulate or solve run, "
-                                   "whose first conditions are then recomputed from its config.json and checked "
-                                   "against the observables it stored. Writes RUN_DIR/movie.gif, and movie.mp4 "
-                                   "where an encoder is installed (pip install imageio-ffmpeg).")
+    p = command(sub, "movie",
+                help="render a run's trajectory as an animated GIF (and MP4 where an encoder is installed)",
+                description="Render the tokens of a run over time: on the circle (d = 2), on a wire-frame "
+                            "sphere (d = 3) or projected on the top 3 principal directions of the final state "
+                            "(d > 3), several conditions side by side, the time and an observable in the "
+                            "corner. RUN_DIR holds a saved trajectory (trajectory.safetensors: metastability, "
+                            "or simulate/solve run with --movie), or is a finished simulate or solve run, "
+                            "whose first conditions are then recomputed from its config.json and checked "
+                            "against the observables it stored. Writes RUN_DIR/movie.gif, and movie.mp4 "
+                            "where an encoder is installed (pip install imageio-ffmpeg).")
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run directory")
     p.add_argument("--out", help="the movie file, .gif or .mp4 [RUN_DIR/movie.gif, and RUN_DIR/movie.mp4 where an "
                                  "encoder is installed]")

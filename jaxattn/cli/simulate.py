@@ -18,7 +18,7 @@ from jaxattn.cli._shared import (
     start_run,
     write_summary,
 )
-from jaxattn.cli._study import formatter
+from jaxattn.cli._study import command
 from jaxattn.cli.movie import movie_option, write_movie
 from jaxattn.config import Spec
 from jaxattn.dynamics.discrete import check_dynamics
@@ -52,10 +52,9 @@ GROUPS = {
 
 
 def register(sub):
-    p = sub.add_parser("simulate", formatter_class=formatter,
-                       help="simulate token dynamics over many random initial conditions",
-                       description="Simulate the discrete dynamics D1-D6 (docs/models.md) of a random or converted "
-                                   "model over many random initial conditions and keep consensus observables per step.")
+    p = command(sub, "simulate", help="simulate token dynamics over many random initial conditions",
+                description="Simulate the discrete dynamics D1-D6 (docs/models.md) of a random or converted "
+                            "model over many random initial conditions and keep consensus observables per step.")
     options = add_options(p, GROUPS)
     options |= output_options(p, out="runs/simulate", progress="show a progress bar")
     options |= movie_option(p.add_argument_group("movie"))

@@ -12,7 +12,7 @@ import re
 import sys
 
 from jaxattn.cli._shared import add_options, model_dims, write_summary
-from jaxattn.cli._study import formatter
+from jaxattn.cli._study import command
 from jaxattn.cli.movie import MOVIE, write_movie
 from jaxattn.cli.sweep import add_process_options, add_store_output, execute
 from jaxattn.dynamics.continuous import RESULT_NAMES, failures
@@ -49,17 +49,21 @@ def _as_flags(message: str) -> str:
     return message
 
 
+#: The command's help line and description.
+HELP = "integrate a continuous-time model (C2 sphere, C3 flat, Oja) over many initial conditions"
+#: The command's description (argparse folds its line breaks into spaces).
+DESCRIPTION = """Integrate the continuous-time token dynamics (diffrax, adaptive Tsit5 by default)
+from many random initial conditions and save observables at equally spaced times.
+Flows: --space sphere (tokens on the unit sphere, the vector field projected on
+its tangent space), --space flat (no normalisation), --space flat --rescaled
+(z = e^{-tF} x); --attention uniform gives the multi-agent Oja flow. A layered
+model changes weights every --layer-time (solved interval by interval). Failed
+solves are flagged per condition (result column), never aborting the run. The
+output directory is resumable: run the same command again after an interruption."""
+
+
 def register(sub) -> None:
-    p = sub.add_parser("solve", formatter_class=formatter,
-                       help="integrate a continuous-time model (C2 sphere, C3 flat, Oja) over many initial conditions",
-                       description="Integrate the continuous-time token dynamics (diffrax, adaptive Tsit5 by default) "
-                                   "from many random initial conditions and save observables at equally spaced times. "
-                                   "Flows: --space sphere (tokens on the unit sphere, the vector field projected on "
-                                   "its tangent space), --space flat (no normalisation), --space flat --rescaled "
-                                   "(z = e^{-tF} x); --attention uniform gives the multi-agent Oja flow. A layered "
-                                   "model changes weights every --layer-time (solved interval by interval). Failed "
-                                   "solves are flagged per condition (result column), never aborting the run. The "
-                                   "output directory is resumable: run the same command again after an interruption.")
+    p = command(sub, "solve", help=HELP, description=DESCRIPTION)
     titles = {"model": "model", "dynamics": "flow", "init": "initial conditions", "": "run"}
     add_options(p, {titles[sec]: [SCHEMA[sec][k] for k in keys] for sec, keys in KEYS.items()})
     g = add_store_output(p, "runs/solve")

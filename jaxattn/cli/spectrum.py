@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from jaxattn.analysis.spectral import spectrum
 from jaxattn.cli._shared import check_number, named_model
-from jaxattn.cli._study import formatter
+from jaxattn.cli._study import command
 from jaxattn.errors import JaxattnError
 from jaxattn.studies.power_method import spectrum_rows
 
 
 def register(sub):
-    p = sub.add_parser("spectrum", formatter_class=formatter, help="print the spectra of a model's layer matrices",
-                       description="Eigenvalues of every layer matrix F = Σ_h O_h V_h (float64), the case analysis "
-                                   "(1 real dominant, 2 complex pair, 3 near-degenerate) and the spectral gaps.")
+    p = command(sub, "spectrum", help="print the spectra of a model's layer matrices",
+                description="Eigenvalues of every layer matrix F = Σ_h O_h V_h (float64), the case analysis "
+                            "(1 real dominant, 2 complex pair, 3 near-degenerate) and the spectral gaps.")
     p.add_argument("model", help="'minilm', a converted .safetensors file or a checkpoint folder")
     p.add_argument("--order", choices=["real", "modulus", "step"], default="real",
                    help="which eigenvalue is principal: 'real' the largest real part (what matters with the skip "

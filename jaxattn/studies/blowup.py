@@ -7,8 +7,6 @@ clustering studies use and writes ``blowup.csv``, ``single_token.csv``, ``paper_
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from pathlib import Path
 
@@ -27,6 +25,7 @@ from jaxattn.analysis.blowup import (
 from jaxattn.analysis.stats import wilson
 from jaxattn.io.results import atomic_write_text
 from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_text
 
 #: (name, V, initial distribution) of the blow-up table, d = 2.
 SETTINGS = (
@@ -109,12 +108,7 @@ def _study(out: Path, num: int, n: int, d: int, beta: float, t_max: float, seed:
 
 
 def _write(path: Path, rows: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    atomic_write_text(path, buf.getvalue())
+    atomic_write_text(path, csv_text(rows, digits=6))
 
 
 def _figure(path: Path, times: dict[str, np.ndarray], num: int) -> None:

@@ -49,7 +49,7 @@ from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
 from jaxattn.studies.cluster_checks import run_checks, solve_rescaled
-from jaxattn.studies.skeleton import check_options, csv_text, no_model, own_config, quiet, refuse_inert, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, own_run_in_float64, refuse_inert, write_report
 
 
 def _several(v) -> str | None:
@@ -131,11 +131,7 @@ def run(out_dir, config: ClustersConfig | None = None, *, model=None, model_name
     ``Config()``; the study builds its own models, so ``model`` must be left out. ``progress(message)`` receives
     the stage messages. Runs in float64 (eigenvalues and cluster tolerances need it) inside a scoped
     ``jax.enable_x64``: the caller's ``jax_enable_x64`` is left as it was."""
-    no_model("clusters", model)
-    cfg = own_config("clusters", ClustersConfig, config)
-    cfg.check()
-    with jax.enable_x64(True):
-        return _run(Path(out_dir), cfg, progress or quiet)
+    return own_run_in_float64("clusters", ClustersConfig, config, model, out_dir, progress, _run)
 
 
 

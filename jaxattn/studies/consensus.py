@@ -41,15 +41,7 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model, repeat_kv
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import (
-    check_options,
-    csv_text,
-    need_model,
-    own_config,
-    quiet,
-    refuse_inert,
-    write_report,
-)
+from jaxattn.studies.skeleton import check_options, csv_text, need_model, own_config, quiet, refuse_inert, write_report
 
 
 def _on_sphere(v) -> str | None:

@@ -61,7 +61,7 @@ from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
 from jaxattn.studies.movie import encoder_available, movie, save_trajectory
-from jaxattn.studies.skeleton import check_options, csv_text, md_cell, no_model, quiet, write_report
+from jaxattn.studies.skeleton import check_options, csv_text, md_cell, own_run_in_float64, write_report
 
 DYNAMICS = ("C2", "D1")
 #: Bytes of saved states one block of conditions may hold (the block is solved and analysed, then dropped).
@@ -267,11 +267,7 @@ def run(out_dir, config: MetastabilityConfig | None = None, *, model=None, model
     ``Config()``; the study builds its own models, so ``model`` must be left out. ``progress(message)`` receives
     the stage messages. Runs inside a scoped ``jax.enable_x64`` (the plateaus and the Hessians need float64):
     the caller's ``jax_enable_x64`` is left as it was."""
-    no_model("metastability", model)
-    cfg = MetastabilityConfig() if config is None else config
-    cfg.check()
-    with jax.enable_x64(True):
-        return _run(Path(out_dir), cfg, progress or quiet)
+    return own_run_in_float64("metastability", MetastabilityConfig, config, model, out_dir, progress, _run)
 
 
 def _run(out: Path, cfg: MetastabilityConfig, say) -> dict:

@@ -15,8 +15,6 @@ Float64 throughout (in a scope; the caller's JAX setting is left as it was).
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
 import jax
@@ -30,15 +28,11 @@ from jaxattn.dynamics.discrete import D1
 from jaxattn.io.results import atomic_write_text
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
+from jaxattn.studies.skeleton import csv_text
 
 
 def _csv(path: Path, rows: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
-    atomic_write_text(path, buf.getvalue())
+    atomic_write_text(path, csv_text(rows))
 
 
 def with_layer_matrix(key, F: np.ndarray, depth: int, mask: str = "full") -> Model:

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
+import jax
+
 from jaxattn.config import check_value, specs
 from jaxattn.errors import ConfigError
 from jaxattn.io import rundir
@@ -34,13 +36,13 @@ from jaxattn.model.params import Model
 T = TypeVar("T")
 
 
-def csv_text(rows: Sequence[dict]) -> str:
-    """Rows of one table as CSV text (floats with 9 significant digits, a header from the first row)."""
+def csv_text(rows: Sequence[dict], digits: int = 9) -> str:
+    """Rows of one table as CSV text (floats with ``digits`` significant digits, a header from the first row)."""
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: (f"{v:.9g}" if isinstance(v, float) else v) for k, v in r.items()})
+        w.writerow({k: (f"{v:.{digits}g}" if isinstance(v, float) else v) for k, v in r.items()})
     return buf.getvalue()
 
 
@@ -122,6 +124,18 @@ def own_config(study: str, cls: type[T], config) -> T:
         raise ConfigError(f"the {study} study's config must be a {cls.__module__}.Config ({how}), got "
                           f"{type(config).__name__} {config!r:.80}")
     return config
+
+
+def own_run_in_float64(study: str, cls: type[T], config, model, out_dir, progress,
+                       body: Callable[[Path, T, Callable[[str], None]], dict]) -> dict:
+    """``body(out, cfg, say)`` of a study that builds its own models (``model`` refused), its configuration
+    (:func:`own_config`) checked, inside a scoped ``jax.enable_x64`` (the caller's ``jax_enable_x64`` is left as it
+    was); ``say`` is ``progress`` or :func:`quiet`."""
+    no_model(study, model)
+    cfg = own_config(study, cls, config)
+    cfg.check()  # type: ignore[attr-defined]  # every study configuration has check()
+    with jax.enable_x64(True):
+        return body(Path(out_dir), cfg, progress or quiet)
 
 
 def no_model(study: str, model) -> None:

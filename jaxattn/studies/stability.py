@@ -53,16 +53,7 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import (
-    check_options,
-    csv_text,
-    md_cell,
-    no_model,
-    own_config,
-    quiet,
-    refuse_inert,
-    write_report,
-)
+from jaxattn.studies.skeleton import check_options, csv_text, md_cell, own_run_in_float64, refuse_inert, write_report
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -237,11 +228,7 @@ def run(out_dir, config: StabilityConfig | None = None, *, model=None, model_nam
     the study draws its own models, so ``model`` must be left out. ``progress(message)`` receives the stage
     messages. Runs in float64 (Jacobians at 1e-10 and residuals at 1e-7 need it) inside a scoped
     ``jax.enable_x64``: the caller's ``jax_enable_x64`` is left as it was."""
-    no_model("stability", model)
-    cfg = own_config("stability", StabilityConfig, config)
-    cfg.check()
-    with jax.enable_x64(True):
-        return _run(Path(out_dir), cfg, progress or quiet)
+    return own_run_in_float64("stability", StabilityConfig, config, model, out_dir, progress, _run)
 
 
 

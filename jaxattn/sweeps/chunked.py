@@ -37,15 +37,7 @@ from jaxattn.dynamics import (
     resolve_dtype,
     working_bytes,
 )
-from jaxattn.dynamics.discrete import (
-    D1,
-    Dynamics,
-    check_dynamics,
-    check_steps,
-    lanes_of,
-    saved_steps,
-    simulate,
-)
+from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, check_steps, lanes_of, saved_steps, simulate
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, is_integer, positive_int
 from jaxattn.errors import seed as check_seed
