@@ -23,9 +23,9 @@ def formatter(prog: str) -> argparse.HelpFormatter:
     return argparse.HelpFormatter(prog, max_help_position=32, width=100)
 
 
-def command(sub, name: str, *, help: str, description: str, **kwargs) -> argparse.ArgumentParser:
+def command(sub, name: str, *, help: str, description: str) -> argparse.ArgumentParser:
     """The parser of subcommand ``name`` in the commands' help layout."""
-    return sub.add_parser(name, formatter_class=formatter, help=help, description=description, **kwargs)
+    return sub.add_parser(name, formatter_class=formatter, help=help, description=description)
 
 
 def study_command(sub, name: str, study, *, help: str, description: str,

@@ -363,6 +363,14 @@ def dtype_of(dtype) -> jnp.dtype | None:
     return None if dtype is None else float_dtype(dtype)
 
 
+def wider_dtype(X, model) -> jnp.dtype:
+    """The wider of the tokens' and the model's precisions (float32 tokens in a float64 model: float64), the one a
+    single configuration's state runs in. Chosen under standard promotion, which strict promotion would refuse: the
+    choice of a precision, not a mixed expression."""
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.promote_types(jnp.asarray(X).dtype, jnp.asarray(model.layers.q).dtype)
+
+
 def resolve_dtype(dtype, X0=None) -> jnp.dtype:
     """The computation dtype of every driver: ``dtype`` if given (a name such as ``'float32'``, a NumPy or a
     JAX dtype; see :func:`dtype_of`), else that of ``X0``; float32 when ``X0`` is not floating or not given.

@@ -54,6 +54,7 @@ from jaxattn.dynamics._runner import (
     resolve_dtype,
     run,
     traced,
+    wider_dtype,
     working_bytes,
 )
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
@@ -509,8 +510,7 @@ def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynam
     S = check_dynamics(model, dynamics, S)
     steps = check_steps(steps)
     # the state carries the weights' precision (float32 tokens through a float64 model run in float64)
-    with jax.numpy_dtype_promotion("standard"):  # the choice of a precision, not a mixed expression
-        X0 = X0.astype(jnp.promote_types(X0.dtype, jnp.asarray(model.layers.q).dtype))
+    X0 = X0.astype(wider_dtype(X0, model))
     form = form_of(model, dynamics, X0.shape[0], X0.dtype)  # traced weights: no identity member is used
     obs, final, traj = _evolve(X0, model, alpha, beta, S, save.aux, start, dyn=dynamics, steps=steps,
                                every=_every(save.every), observe=save.observe or consensus_observables,

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from jaxattn.dynamics._runner import wider_dtype
 from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import ATTENTIONS, attend, probabilities
@@ -223,10 +224,8 @@ def velocity(model: Model, X: Float[ArrayLike, "n d"], t=0.0, *, flow: Flow = C2
     if X.ndim != 2 or X.shape[-1] != model.d_model:
         raise ConfigError(f"X must be one configuration [n, {model.d_model}], got shape {tuple(X.shape)} "
                           "(for a batch: jax.vmap(lambda x: velocity(model, x, ...))(X))")
-    # the field in the wider of the tokens' and the weights' precisions, as simulate_one's state (float32 tokens in a
-    # float64 model: float64), every array in it: nothing is promoted inside the field
-    with jax.numpy_dtype_promotion("standard"):  # the choice of a precision, not a mixed expression
-        dt = jnp.promote_types(X.dtype, jnp.asarray(model.layers.q).dtype)
+    # the field in the precision of simulate_one's state, every array in it: nothing is promoted inside the field
+    dt = wider_dtype(X, model)
     X, model = X.astype(dt), model.astype(dt)
     geom = geometry(flow.space, S, X.shape[-1], X.dtype)
     lw = weights_at(model, jnp.asarray(t, X.dtype), layer_time, weights_fn)

@@ -86,7 +86,7 @@ def _study(out: Path, num: int, n: int, d: int, beta: float, t_max: float, seed:
             "bound_holds": float(np.mean(t_b[within] <= bounds[within] * (1 + 1e-6))) if within.any() else float("nan"),
             "solver_abs_diff": rel,
         })
-    _write(out / "blowup.csv", rows)
+    atomic_write_text(out / "blowup.csv", csv_text(rows, digits=6))
 
     # one token: the measured time against the closed form E1(β u0)/2 (caps included)
     single = []
@@ -96,19 +96,16 @@ def _study(out: Path, num: int, n: int, d: int, beta: float, t_max: float, seed:
         exact = single_token_time(u0, beta, score_cap=CHECKS[1][1])
         single.append({"u0": u0, "measured": meas, "closed_form": exact, "rel_error": abs(meas - exact) / exact,
                        "blowup_time": single_token_time(u0, beta)})
-    _write(out / "single_token.csv", single)
+    atomic_write_text(out / "single_token.csv", csv_text(single, digits=6))
 
     # as many draws as each setting above: at a quarter of them (16 of the page's 64) even 16/16 could not confirm
     # "almost all" (the 95% interval starts at 0.806); the setting costs seconds
     paper = paper_setting(jax.random.fold_in(key, 99), num=max(num, 2), n=n)
-    _write(out / "paper_setting.csv", [paper])
+    atomic_write_text(out / "paper_setting.csv", csv_text([paper], digits=6))
     if figures:
         _figure(out / "blowup.png", {k: v for k, v in times.items() if k}, num)
     return rows
 
-
-def _write(path: Path, rows: list[dict]) -> None:
-    atomic_write_text(path, csv_text(rows, digits=6))
 
 
 def _figure(path: Path, times: dict[str, np.ndarray], num: int) -> None:

@@ -31,10 +31,6 @@ from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies.skeleton import csv_text
 
 
-def _csv(path: Path, rows: list[dict]) -> None:
-    atomic_write_text(path, csv_text(rows))
-
-
 def with_layer_matrix(key, F: np.ndarray, depth: int, mask: str = "full") -> Model:
     """A shared single-head model (``O = I``, Gaussian ``Q, K``) with layer matrix ``F``, applied ``depth`` times."""
     d = F.shape[0]
@@ -113,7 +109,7 @@ def study(out: Path, num: int = 200, n: int = 10, d: int = 16, depth: int = 12, 
     with jax.enable_x64(True):
         key = jax.random.key(seed)
         out = Path(out)
-        _csv(out / "case3.csv", case3(jax.random.fold_in(key, 1), num, n, d, depth, prolong))
+        atomic_write_text(out / "case3.csv", csv_text(case3(jax.random.fold_in(key, 1), num, n, d, depth, prolong)))
         lin, ends = theorem1(jax.random.fold_in(key, 2), theorem_d, heads, n, num, steps)
-        _csv(out / "theorem1.csv", lin)
-        _csv(out / "theorem1_ends.csv", ends)
+        atomic_write_text(out / "theorem1.csv", csv_text(lin))
+        atomic_write_text(out / "theorem1_ends.csv", csv_text(ends))

@@ -20,6 +20,7 @@ from jaxattn.analysis.qk_cloud import attention, random_weights, solve
 from jaxattn.analysis.stats import wilson
 from jaxattn.io.results import atomic_write_text
 from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_text
 
 
 def study(out: Path, num: int = 256, n: int = 20, t1: float = 5.0, seed: int = 0, figures: bool = True) -> dict:
@@ -57,11 +58,7 @@ def _study(out: Path, num: int, n: int, t1: float, seed: int, figures: bool) -> 
                "rank_le2": low, "fraction": low / max(int(good.sum()), 1), "ci_low": lo, "ci_high": hi,
                "rank_max": int(rank[good].max()) if good.any() else -1,
                "boolean_distance_median": float(np.median(dist[good])) if good.any() else float("nan")}
-    buf = io.StringIO()
-    dw = csv.DictWriter(buf, fieldnames=list(summary), lineterminator="\n")
-    dw.writeheader()
-    dw.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in summary.items()})
-    atomic_write_text(out / "qk_summary.csv", buf.getvalue())
+    atomic_write_text(out / "qk_summary.csv", csv_text([summary], digits=6))
     if figures:
         figure(out / "qk_cloud.png", np.asarray(zs[0]), np.asarray(ts), np.asarray(V[0]), np.asarray(Q[0]),
                np.asarray(K[0]))
