@@ -91,7 +91,7 @@ _GPT2_TINY = ("--name", "gpt2-tiny", "--prompts", "2", "--tokens", "6", "--passe
 RUNS: tuple[Run, ...] = (
     Run("pm_minilm",
         ("analyze", "minilm", "--num-init", "1000", "--n", "10", "--init", "gaussian",
-         "--gammas", "1,10,100,1000,10000",
+         "--gammas", "1,10,20,50,100,1000,10000",
          "--steer-target", "0", "--no-sensitivity"),
         ("analyze", "minilm", "--num-init", "8", "--n", "4", "--gammas", "10,1000", "--steer-target", "0",
          "--no-sensitivity")),
@@ -352,7 +352,9 @@ def scale(run: str, d: Path) -> str:
                 f"passes (stopping once every finite prompt is below {c.get('until')}; longest run {passes}), "
                 f"{c.get('dtype')}")
         if c.get("synthetic"):
-            text += (f"; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, d {c.get('synthetic_d')}, "
+            sd = int(c.get("synthetic_d", 0))  # two heads need an even d: that setting runs at the next one
+            dims = f"d {sd}" + (f" (two heads: d {sd + 1})" if sd % 2 else "")
+            text += (f"; theorems: {c.get('synthetic_num')} × {c.get('synthetic_n')} tokens, {dims}, "
                      f"t ≤ {c.get('t1')}, float64")
         return text
     if run == "clusters":
@@ -364,7 +366,9 @@ def scale(run: str, d: Path) -> str:
         return (f"d {c.get('d')}, n ∈ {{{_listed(c.get('tokens'))}}}, {c.get('models')} models per n "
                 f"(exhaustive up to n = {c.get('exhaustive_max')}); {c.get('perturb_num')} perturbations per size; "
                 f"{c.get('basin_num')} basin starts of {c.get('basin_n')} tokens; {c.get('basin_models')} other models "
-                f"× {c.get('basin_starts')} starts; {c.get('multi_head_models')} multi-head models per n; float64")
+                f"× {c.get('basin_starts')} starts; {c.get('multi_head_models')} multi-head models per n"
+                + (f" and {min(c.get('basin_models') or 0, c.get('models') or 0)} Oja models per n" if c.get("oja")
+                   else "") + f", each × {c.get('basin_starts')} random starts; float64")
     if run == "qk_cloud":
         s = rows(d / "qk_summary.csv")[0]
         return f"{s['draws']} draws × {s['n']} tokens, d {s['d']}, t ≤ {fmt(s['t1'])}; float64"
@@ -435,7 +439,7 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
         cmd = timings[c.run]["command"]
         cells.append({"id": c.id, "paper": c.paper, "where": c.where, "statement": c.statement,
                       "jaxattn": res.value, "scale": scale(c.run, d), "command": cmd, "verdict": res.verdict,
-                      "why": res.why, "checks": [[ch.mark, ch.text] for ch in res.checks], "note": res.note,
+                      "why": res.why, "checks": [[ch.mark, ch.shown] for ch in res.checks], "note": res.note,
                       "figure": fig, "run": c.run, "sources": [str(d / s) for s in res.sources]})
     return cells, {"timings": timings, "missing": missing, "finished": finished}
 
@@ -484,7 +488,9 @@ def render_record(record: dict) -> str:
         "Each row is one checkable claim of a paper: what the paper says, what jaxattn measured, the scale of the run "
         "(conditions, tokens, dimensions, samples, precision), the command that produced it and the verdict with "
         "the checks that decide it. A check compares a measured number with the paper's statement and can fail: "
-        "✓ holds, ✗ fails, ? undecided. **reproduced**: every check holds; **differs**: a check fails; **not "
+        "✓ holds, ✗ fails, ? undecided; ◦ marks a check that holds by the run's own construction (a token the "
+        "model cannot move, a factor the rescaling itself supplies, an option of the run): it is shown with its "
+        "reason and is not part of the verdict. **reproduced**: every check holds; **differs**: a check fails; **not "
         "observed**: what fails is that something the paper reports was never seen; **inconclusive**: a 95% "
         "interval straddles its threshold, or a run is still converging at its horizon (the check gives the rate). "
         "Fractions are judged with their 95% Wilson interval; a statement about every case fails on one "

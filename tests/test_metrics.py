@@ -65,7 +65,7 @@ def test_layer_table_matches_numpy_reference(shared, mask):
         ba = np_rhobar(traj[:, k + 1], spec.eigvals[g], spec.eigvecs[g])
         np.testing.assert_allclose(row["rhobar"], ba.mean(), atol=1e-12)
         np.testing.assert_allclose(row["drhobar"], (ba - bb).mean(), atol=1e-12)
-        assert row["Pbar"] == pytest.approx(np.mean(ba > bb), abs=1e-12)
+        assert row["P_rhobar"] == pytest.approx(np.mean(ba > bb), abs=1e-12)
         np.testing.assert_allclose(row["rho2"], np_rho_sub(traj[:, k + 1], spec.subspace[g]).mean(), atol=1e-12)
         np.testing.assert_allclose(row["rho_phi"], np_rho(traj[:, k + 1], u1[k]).mean(), atol=1e-12)
         diam = np.array([max(np.linalg.norm(x[i] - x[j]) for i in range(n) for j in range(n)) for x in traj[:, k + 1]])

@@ -104,7 +104,8 @@ def test_precompensation_points_ffn_output_along_u():
     model = ck.load_any("minilm")
     u = np.random.default_rng(2).normal(size=model.d_model)
     u /= np.linalg.norm(u)
-    up = precompensate(model, u, steps=300)
+    up = precompensate(model, u, steps=300, signs="plus")
+    both = precompensate(model, u, steps=300)
     lay = model.layers
     b = model.schedule[-1]
     w = {k: np.asarray(getattr(lay, k)[b], np.float64)
@@ -116,6 +117,12 @@ def test_precompensation_points_ffn_output_along_u():
         return o @ u / np.linalg.norm(o)
 
     assert g(up) > g(u) + 0.05  # the pre-image does better than u itself
+    # a token sent to -u' meets FFN(-u') != -FFN(u'): inverted at +u' alone, the other side is left far from ±u;
+    # inverted at both signs, the worse side is much better (MiniLM's last block: 0.31 -> 0.90)
+    worst = lambda p: min(abs(g(p)), abs(g(-p)))
+    assert worst(both) > worst(up) + 0.3, (g(both), g(-both), g(up), g(-up))
+    with pytest.raises(ConfigError, match="signs"):
+        precompensate(model, u, signs="minus")
 
 
 @pytest.mark.e2e
@@ -192,3 +199,17 @@ def test_steer_a_block_other_than_the_last():
     assert steered.schedule == (0, 1, 0, 0) and info.weight_set == 1
     np.testing.assert_allclose(raw_F(steered, 1), raw_F(shared, 0) + info.beta * np.outer(u, u), atol=1e-12)
     np.testing.assert_array_equal(np.asarray(steered.layers.o[0]), np.asarray(shared.layers.o[0]))
+
+
+def test_signed_alignment_tells_the_sides_apart():
+    """``signed=True`` gives every final token's cosine with u: its absolute value is the alignment, and both signs
+    occur (a rank-1 steering sends a token to +u or -u by the sign of its component)."""
+    from jaxattn.analysis.steering import steered_alignment
+
+    model = ja.random_model(jax.random.key(3), 6, 2, 2, shared=False, dtype=jnp.float64)
+    X0 = ja.init_tokens(jax.random.key(4), 16, 5, 6, dtype=jnp.float64)
+    u = np.eye(6)[0]
+    a, _, _ = steered_alignment(model, u, 100.0, X0)
+    c, _, _ = steered_alignment(model, u, 100.0, X0, signed=True)
+    np.testing.assert_allclose(np.abs(c), a, rtol=0, atol=1e-15)
+    assert (c > 0.9).any() and (c < -0.9).any(), c

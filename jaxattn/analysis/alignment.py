@@ -39,7 +39,10 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
             "drho1": float(d1.mean()), "drho1_std": float(d1.std()), "P1": float((d1 > 0).mean()),
             "rho2": float(r2a[:, k + 1].mean()), "drho2": float(d2.mean()), "P2": float((d2 > 0).mean()),
             "rhobar": float(rba[:, k + 1].mean()), "rhobar_std": float(rba[:, k + 1].std()),
-            "drhobar": float(db.mean()), "drhobar_std": float(db.std()), "Pbar": float((db > 0).mean()),
+            "drhobar": float(db.mean()), "drhobar_std": float(db.std()),
+            # the probability that the direction-averaged ρ̄ grows: not the paper's P̄ (the mean over the
+            # eigendirections of their own probabilities P_k, jaxattn.analysis.directions), hence its own name
+            "P_rhobar": float((db > 0).mean()),
             "rho_phi": float(phi[:, k + 1].mean()),
             "diameter": float(diam[:, k + 1].mean()), "cos_consensus": float(cosc[:, k + 1].mean()),
             "attn_rank": float(rank[:, k].mean()) if rank is not None else float("nan"),
@@ -52,8 +55,8 @@ def layer_table(obs: dict, spec: Spectrum, schedule, steps: int, run: str) -> li
 def alignment(model: Model, X0: Float[ArrayLike, "B n d"], steps: int | None = None, *, dynamics: Dynamics = D1,
               alpha=1.0, beta=1.0, order: str = "real", batch: Batch = Batch(), dtype=None,
               run: str = "main") -> list[dict]:
-    """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄, P̄, the 2-D subspace, Φ's
-    eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
+    """Per-layer power-method metrics (ρ1, Δρ1, P1 against ρ̄, Δρ̄ and the probability ``P_rhobar`` that ρ̄ grows,
+    the 2-D subspace, Φ's eigenvector, consensus) of ``model`` from the initial conditions ``X0: [B, n, d]``.
 
     Computed as observables inside the jitted simulation: no trajectory is kept (``batch``: how the
     simulation runs, as in :func:`jaxattn.simulate`). Returns one row (dict) per step, as in ``layers.csv``
@@ -66,7 +69,7 @@ def alignment(model: Model, X0: Float[ArrayLike, "B n d"], steps: int | None = N
         >>> rows = ja.alignment(model, X0)
         >>> len(rows), [r["step"] for r in rows]
         (3, [0, 1, 2])
-        >>> {"rho1", "drho1", "P1", "rhobar", "drhobar", "Pbar", "holds"} <= set(rows[0])
+        >>> {"rho1", "drho1", "P1", "rhobar", "drhobar", "P_rhobar", "holds"} <= set(rows[0])
         True
         >>> all(0.0 <= r["rho1"] <= 1.0 and 0.0 <= r["P1"] <= 1.0 for r in rows)
         True

@@ -148,17 +148,22 @@ def steer(model: Model, u: Float[ArrayLike, " d"], gamma: float = 10.0, w: Float
 
 @full_precision
 def precompensate(model: Model, u: Float[ArrayLike, " d"], *, block: int = -1, steps: int = 400, lr: float = 0.05,
-                  seed: int = 0, layernorm: bool = True) -> Float[np.ndarray, " d"]:
+                  seed: int = 0, layernorm: bool = True, signs: str = "both") -> Float[np.ndarray, " d"]:
     """A direction ``u'`` to steer the attention of ``block`` towards when the FFN is kept, so
     that the block's output points along ``u`` (the paper's pre-compensation, by numerical
     inversion).
 
     Post-norm (BERT, ALBERT): with a large gain the attention update is ``≈ c u'``, so the block
-    output is ``g(u') = Norm2(y + FFN(y))`` with ``y = Norm1(u')``; we maximise ``cos(g(u'), u)``
-    by gradient ascent (Adam). ``Norm`` is the model's affine LayerNorm (``layernorm=True``) or L2.
-    Pre-norm (GPT-2, GPT-Neo): the output is ``c u' + FFN(Norm2(u'))`` and the bounded FFN term
+    output is ``g(u') = Norm2(y + FFN(y))`` with ``y = Norm1(u')``. The rank-1 steering sends a token to
+    ``+u'`` or to ``−u'`` by the sign of its component, and the FFN is not odd (``g(−u') ≠ −g(u')``), so
+    ``signs="both"`` (default) maximises ``cos²(g(u'), u) + cos²(g(−u'), u)``: the tokens sent either way
+    end along ``±u``; ``signs="plus"`` maximises ``cos(g(u'), u)`` alone (the tokens sent to ``−u'`` are
+    left to the FFN). Gradient ascent (Adam); ``Norm`` is the model's affine LayerNorm (``layernorm=True``)
+    or L2. Pre-norm (GPT-2, GPT-Neo): the output is ``c u' + FFN(Norm2(u'))`` and the bounded FFN term
     vanishes against ``c``, so ``u`` itself is returned.
     """
+    if signs not in ("both", "plus"):
+        raise ConfigError(f"signs must be 'both' or 'plus', got {signs!r}")
     lay = model.layers
     if lay.w1 is None:
         raise ConfigError("precompensation needs a model with FFN weights")
@@ -174,11 +179,14 @@ def precompensate(model: Model, u: Float[ArrayLike, " d"], *, block: int = -1, s
     def norm(y, w_, b_):
         return nn.layer_norm(y, w_, b_, model.ln_eps) if layernorm else nn.l2(y)
 
-    def loss(p):
+    def cos(p):  # cos(g(p), u)
         y = norm(p[None, :], lw.ln1_w, lw.ln1_b)
         h = y + nn.ffn(y, lw, model.activation)
         o = norm(h, lw.ln2_w, lw.ln2_b)[0]
-        return -jnp.dot(o, u) / jnp.linalg.norm(o)
+        return jnp.dot(o, u) / jnp.linalg.norm(o)
+
+    def loss(p):
+        return -(cos(p) ** 2 + cos(-p) ** 2) if signs == "both" else -cos(p)
 
     import optax
 
@@ -209,11 +217,12 @@ def entering_states(model: Model, X0: Float[ArrayLike, "B n d"], *, block: int =
 def steered_alignment(model: Model, u: Float[ArrayLike, " d"], gamma: float, X0: Float[ArrayLike, "B n d"], *,
                       w: Float[ArrayLike, " d"] | None = None, block: int = -1, dynamics=None, alpha=1.0, beta=1.0,
                       dtype=None, entering: Float[ArrayLike, "B n d"] | None = None,
-                      along: Float[ArrayLike, " d"] | None = None,
-                      batch: Batch = Batch()) -> tuple[Float[np.ndarray, "B n"], Model, SteerInfo]:
+                      along: Float[ArrayLike, " d"] | None = None, batch: Batch = Batch(),
+                      signed: bool = False) -> tuple[Float[np.ndarray, "B n"], Model, SteerInfo]:
     """Steer ``block`` with gain ``gamma`` and run the dynamics of the steered model from ``X0: [B, n, d]``
-    through all its blocks; return ``|<x, a>| / ||x||`` for every final token (``[B, n]``) with ``a`` the
-    unit direction ``along`` (default ``u``), the model and the steering information. ``dynamics``
+    through all its blocks; return ``|<x, a>| / ||x||`` for every final token (``[B, n]``; ``signed``: the
+    cosine ``<x, a> / ||x||`` itself, which tells the tokens sent to ``+a`` from those sent to ``−a``) with
+    ``a`` the unit direction ``along`` (default ``u``), the model and the steering information. ``dynamics``
     defaults to D1. ``entering``: the states entering ``block`` (:func:`entering_states`), when several
     gains share them; only the blocks from ``block`` on then run. ``batch``: :func:`jaxattn.simulate`'s."""
     u_n = _unit(u, model.d_model, "u")
@@ -227,7 +236,8 @@ def steered_alignment(model: Model, u: Float[ArrayLike, " d"], gamma: float, X0:
                    beta=beta, dtype=dtype, batch=batch)
     F = np.asarray(res.final, np.float64)
     a = u_n if along is None else _unit(along, model.d_model, "along")
-    return np.abs(F @ a) / np.linalg.norm(F, axis=-1), ms, info
+    cos = (F @ a) / np.linalg.norm(F, axis=-1)
+    return (cos if signed else np.abs(cos)), ms, info
 
 
 @dataclasses.dataclass

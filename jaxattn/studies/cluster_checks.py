@@ -98,7 +98,7 @@ def mixed_signs(key, V: np.ndarray, num: int, n: int, t1: float, tol: float) -> 
 
     lam, U = np.linalg.eigh(V)
     pos, neg = U[:, lam > 0], U[:, lam < 0]
-    ts = np.asarray([0.0, t1 / 2, t1])
+    ts = np.asarray([0.0, t1 / 2, t1])  # the gap at t1/2 and t1: its rate tells a plateau from clusters still forming
     X0 = init_tokens(key, num, n, V.shape[0], kind="gaussian", dtype=jnp.float64)
     sol = solve_rescaled(paper_model(V), X0, ts, trajectory=True)
     Z = np.asarray(sol.trajectory, np.float64)  # [B, 3, n, d]
@@ -106,13 +106,16 @@ def mixed_signs(key, V: np.ndarray, num: int, n: int, t1: float, tol: float) -> 
     rows = []
     for b in range(num):
         zp, zn = Z[b] @ pos, Z[b] @ neg  # [3, n, k+], [3, n, k-]
-        row = {"condition": b, "solver_ok": bool(ok[b]), "positive_dims": pos.shape[1], "negative_dims": neg.shape[1]}
+        row = {"condition": b, "solver_ok": bool(ok[b]), "positive_dims": pos.shape[1], "negative_dims": neg.shape[1],
+               # the clusters' gap grows at about the smallest positive eigenvalue's rate: the horizon it needs
+               "lambda_min_positive": float(lam[lam > 0].min()), "t1": float(t1)}
         if ok[b]:
-            g = gap_clusters(jnp.asarray(zp[-1]))
+            g, g_mid = gap_clusters(jnp.asarray(zp[-1])), gap_clusters(jnp.asarray(zp[1]))
             vert, bnd, inside = boundary_or_origin(zp[-1], tol)
             s = _spread(zn)
             row.update(clusters=int(count_clusters(jnp.asarray(zp[-1]), tol)), gap_clusters=int(g.count),
-                       gap_decades=float(g.gap), at_vertices=vert, on_boundary_or_origin=bnd, inside=inside,
+                       gap_decades=float(g.gap), gap_decades_mid=float(g_mid.gap), at_vertices=vert,
+                       on_boundary_or_origin=bnd, inside=inside,
                        negative_spread_0=float(s[0]), negative_spread_mid=float(s[1]), negative_spread_end=float(s[2]),
                        negative_rate=float(np.log(s[2] / s[1]) / (t1 / 2)),
                        positive_spread_end=float(_spread(zp[-1][None])[0]))
@@ -142,6 +145,7 @@ def high_dimensional(key, n: int = 256, d: int = 128, t1: float = 5.0, saves: in
         zp = Z[i] @ pos
         gc = gap_clusters(jnp.asarray(zp))
         rows.append({"t": float(t), "n": n, "d": d, "positive_dims": pos.shape[1], "negative_dims": neg.shape[1],
+                     "lambda_min_positive": float(lam[lam > 0].min()),
                      "solver_ok": bool(np.asarray(sol.ok)[0]), "positive_spread": float(_spread(zp[None])[0]),
                      "negative_spread": float(_spread((Z[i] @ neg)[None])[0]), "gap_clusters": int(gc.count),
                      "gap_decades": float(gc.gap)})

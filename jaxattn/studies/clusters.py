@@ -241,7 +241,8 @@ def count_row(n: int, d: int, beta: float, hull: np.ndarray, sol, tol: float) ->
                 **{k: float("nan") for k in ("clusters_mean", "gap_clusters_mean")}, "gap_clusters_min": -1,
                 "gap_clusters_max": -1, **{k: float("nan") for k in (
                     "agree_fraction", "hull_vertices_mean", "le_hull_fraction", "polytope_vertices_mean",
-                    "at_vertices_fraction", "inside_fraction")}, "all_at_vertices": 0, "conditions_ok": 0}
+                    "at_vertices_fraction", "inside_fraction")}, "all_at_vertices": 0, "conditions_ok": 0,
+                "at_most_half_n_vertices": 0}
     return {"n": n, "d": d, "beta": float(beta), "conditions": len(ok), "solver_failures": int((~ok).sum()),
             "clusters_mean": float(tolc[ok].mean()), "gap_clusters_mean": float(gapc[ok].mean()),
             "gap_clusters_min": int(gapc[ok].min()), "gap_clusters_max": int(gapc[ok].max()),
@@ -250,7 +251,9 @@ def count_row(n: int, d: int, beta: float, hull: np.ndarray, sol, tol: float) ->
             "polytope_vertices_mean": float(np.mean([p.vertices for p in polys])),
             "at_vertices_fraction": float(np.mean([p.vertex_tokens / n for p in polys])),
             "all_at_vertices": int(sum(p.vertex_tokens == n for p in polys)), "conditions_ok": len(polys),
-            "inside_fraction": float(np.mean([p.inside for p in polys]))}
+            "inside_fraction": float(np.mean([p.inside for p in polys])),
+            # the paper: "the number of vertices of K is often significantly smaller than n"
+            "at_most_half_n_vertices": int(sum(2 * p.vertices <= n for p in polys))}
 
 
 def _write(out: Path, cfg: ClustersConfig, tables: dict, pics: dict) -> None:

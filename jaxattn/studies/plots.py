@@ -73,11 +73,19 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         for rr, (a, b, sa, sb, label) in enumerate([
                 ("rho1", "rhobar", "rho1_std", "rhobar_std", "ρ"),
                 ("drho1", "drhobar", "drho1_std", "drhobar_std", "Δρ"),
-                ("P1", "Pbar", None, None, "P")]):
+                ("P1", "P_rhobar", None, None, "P")]):
             y1 = np.array([r[a] for r in rows])
             y2 = np.array([r[b] for r in rows])
             ax[rr, c].plot(k, y1, "o-", color="C3", ms=3, label=f"{label}1 (principal)")
-            ax[rr, c].plot(k, y2, "s--", color="C0", ms=3, label=f"{label}̄ (all eigendirections)")
+            if label == "P":  # P̄ is the paper's: the mean of every eigendirection's P_k (directions.csv)
+                if run == "main" and tables.get("directions"):
+                    dr = tables["directions"]
+                    ax[rr, c].plot([r["step"] for r in dr], [r["Pbar"] for r in dr], "s--", color="C0", ms=3,
+                                   label="P̄ (mean of the P_k)")
+                ax[rr, c].plot(k, y2, "^:", color="0.5", ms=3, label="P(Δρ̄ > 0)")
+                ax[rr, c].legend(fontsize=7)
+            else:
+                ax[rr, c].plot(k, y2, "s--", color="C0", ms=3, label=f"{label}̄ (all eigendirections)")
             if sa:
                 s1 = np.array([r[sa] for r in rows])
                 s2 = np.array([r[sb] for r in rows])
@@ -195,7 +203,7 @@ def layer_figures(out: Path, rows: list[dict]) -> list[Path]:
     for g, t, s in zip(col("gap"), col("drho1"), k, strict=True):
         ax[1].annotate(f"{int(s)}", (g, t), fontsize=7, xytext=(3, 3), textcoords="offset points")
     ax[1].axhline(0.0, color="k", lw=0.6)
-    ax[1].set(xlabel="spectral gap (Re λ1 − Re λ2)/|λ1| of the layer", ylabel="Δρ1 (numbers: the layer)",
+    ax[1].set(xlabel="spectral gap Re λ1 − Re λ2 of the layer", ylabel="Δρ1 (numbers: the layer)",
               title="tilt against the gap")
     path = save(fig, out / "layers.png")
     plt.close(fig)

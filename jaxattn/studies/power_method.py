@@ -2,7 +2,7 @@
 
 For one model: spectra of every layer matrix; the simplified D1 dynamics (α = 1, L2, no FFN)
 from many random Gaussian initial conditions; per layer ρ1, Δρ1, P1 against the baselines
-ρ̄, Δρ̄, P̄ over all eigendirections; a prolonged run for shared-weight models; the same with the
+ρ̄, Δρ̄ and the paper's P̄ over all eigendirections; a prolonged run for shared-weight models; the same with the
 FFN and affine LayerNorm kept; rank-1 steering of the last layer; the cumulative-product
 comparison. Every number of the report comes from the tables written next to it.
 """
@@ -195,18 +195,28 @@ def _run(model: Model, out_dir, cfg: PowerMethodConfig, *, model_name: str, prog
             tables["sensitivity"] = layer_sensitivity(model, X0, dynamics=d1, order=cfg.order, **sim)
         timings["sensitivity"] = round(t.seconds, 3)
 
-    def srow(dyn, gamma, beta, a, ms, residual, found_by="grid"):
+    def srow(dyn, gamma, beta, cos, ms, residual, found_by="grid", sides=True):
+        """One row of steering.csv from the tokens' signed cosines with u (``cos``): the alignment |cos| over
+        all of them, and apart for the tokens that end on the +u side and on the −u side (``sides=False``:
+        ``cos`` is the alignment itself, the sides are not known)."""
         sp = spectrum(layer_matrices(ms)[ms.schedule[-1]])  # the last block's layer matrix (steered unless γ = 0)
+        a = np.abs(cos)
+        side = lambda m, f: float(f(a[m])) if m.any() else float("nan")
+        plus = cos > 0 if sides else np.zeros(a.shape, bool)
         return {"dynamics": dyn, "gamma": float(gamma), "beta": float(beta), "align_mean": float(a.mean()),
                 "align_std": float(a.std()), "align_q01": float(np.quantile(a, 0.01)),
                 "frac_above_0.99": float((a > 0.99).mean()), "lambda1_re_after": float(sp.eigvals[0, 0].real),
-                "gap_after": float(sp.gap[0]), "residual": float(residual), "found_by": found_by}
+                "gap_after": float(sp.gap[0]), "residual": float(residual), "found_by": found_by,
+                "frac_plus": float(plus.mean()) if sides else float("nan"), "align_mean_plus": side(plus, np.mean),
+                "align_mean_minus": side(~plus & sides, np.mean),
+                "align_q01_plus": side(plus, lambda x: np.quantile(x, 0.01)),
+                "align_q01_minus": side(~plus & sides, lambda x: np.quantile(x, 0.01))}
 
     entering = entering_states(model, X0, dynamics=d1, **sim)  # the unsteered blocks run once for every gain
-    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=d1, entering=entering, **sim)
+    base, _, _ = steered_alignment(model, u, 0.0, X0, dynamics=d1, entering=entering, signed=True, **sim)
     steer_rows.append(srow("D1", 0.0, 0.0, base, model, 0.0))
     for gamma in map(float, cfg.gammas):  # a config file may give integers
-        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=d1, entering=entering, **sim)
+        a, ms, info = steered_alignment(model, u, gamma, X0, dynamics=d1, entering=entering, signed=True, **sim)
         steer_rows.append(srow("D1", gamma, info.beta, a, ms, info.residual))
     # the same grid on held-out initial conditions (drawn from another key; nothing was chosen on them)
     X_held = init_tokens(jax.random.fold_in(jax.random.key(cfg.seed), 1), X0.shape[0], cfg.n, model.d_model,
@@ -214,10 +224,11 @@ def _run(model: Model, out_dir, cfg: PowerMethodConfig, *, model_name: str, prog
     entering_held = entering_states(model, X_held, dynamics=d1, **sim)
     held_rows = []
     for gamma in [0.0, *map(float, cfg.gammas)]:
-        a, ms, info = steered_alignment(model, u, gamma, X_held, dynamics=d1, entering=entering_held, **sim)
+        a, ms, info = steered_alignment(model, u, gamma, X_held, dynamics=d1, entering=entering_held, signed=True,
+                                        **sim)
         held_rows.append({**srow("D1 held-out", gamma, info.beta, a, ms, info.residual),
-                          "conditions": a.shape[0], "tokens": a.size, "above_0.99": int((a > 0.99).sum()),
-                          "conditions_all_above_0.99": int(np.all(a > 0.99, axis=1).sum())})
+                          "conditions": a.shape[0], "tokens": a.size, "above_0.99": int((abs(a) > 0.99).sum()),
+                          "conditions_all_above_0.99": int(np.all(abs(a) > 0.99, axis=1).sum())})
     tables["steering_heldout"] = held_rows
     if cfg.steer_target > 0:
         say(f"bisection in log γ for the smallest gain with mean alignment >= {cfg.steer_target:g}")
@@ -230,18 +241,20 @@ def _run(model: Model, out_dir, cfg: PowerMethodConfig, *, model_name: str, prog
         timings["steer_target"] = round(t.seconds, 3)
         steer_rows.append(srow("D1", tgt.gamma, tgt.beta, tgt.alignment, ms, tgt.residual,
                                found_by=f"bisection (target {cfg.steer_target:g}, "
-                                        f"{'reached' if tgt.reached else 'not reached'})"))
+                                        f"{'reached' if tgt.reached else 'not reached'})", sides=False))
         tables["steer_target"] = [{"target": tgt.target, "reached": tgt.reached, "gamma": tgt.gamma, "beta": tgt.beta,
                                    "align_mean": tgt.align_mean, "gap_after": tgt.gap,
                                    "lambda1_re_after": tgt.lambda1_re, "gamma_below": tgt.gamma_below,
                                    "align_below": tgt.align_below, "evaluations": len(tgt.evaluations)}]
     if cfg.ffn_study and has_ffn:
-        up = precompensate(model, u)
+        # both signs: the tokens sent to -u' meet FFN(-u') != -FFN(u'); "+u' only" inverts the FFN at +u' alone
+        targets = (("FFN+LN, steer u", u), ("FFN+LN, precompensated", precompensate(model, u)),
+                   ("FFN+LN, precompensated +u' only", precompensate(model, u, signs="plus")))
         entering = entering_states(model, X0, dynamics=FAITHFUL, **sim)
         for gamma in map(float, cfg.gammas):
-            for name, target in (("FFN+LN, steer u", u), ("FFN+LN, precompensated", up)):
+            for name, target in targets:
                 a, ms, info = steered_alignment(model, target, gamma, X0, dynamics=FAITHFUL, entering=entering,
-                                                along=u, **sim)  # steered towards target, measured along u
+                                                along=u, signed=True, **sim)  # steered towards target, along u
                 steer_rows.append(srow(name, gamma, info.beta, a, ms, info.residual))
     tables["steering"] = steer_rows
     tables["spectrum"] = spectrum_rows(spec, cfg.alpha)
@@ -355,11 +368,11 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
               f"Lyapunov exponents of the product F(L)⋯F(1) (repeated QR): largest {lyap[0]:.4g}, "
               f"second {lyap[1]:.4g}." if len(lyap) > 1 else "", "",
               "## Layer by layer (eqs. 4–5)", "",
-              "| step | set | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P̄ | ρ(2-D) | ρ(Φ) | diameter | analogy holds |",
+              "| step | set | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P(Δρ̄ > 0) | ρ(2-D) | ρ(Φ) | diameter | analogy holds |",
               "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in main:
         lines.append(f"| {r['step']} | {r['weight_set']} | {r['rho1']:.3f} | {r['drho1']:+.4f} | {r['P1']:.3f} | "
-                     f"{r['rhobar']:.3f} | {r['drhobar']:+.4f} | {r['Pbar']:.3f} | {r['rho2']:.3f} | "
+                     f"{r['rhobar']:.3f} | {r['drhobar']:+.4f} | {r['P_rhobar']:.3f} | {r['rho2']:.3f} | "
                      f"{r['rho_phi']:.3f} | {r['diameter']:.3g} | {'yes' if r['holds'] else 'no'} |")
     verdict = "holds in every layer" if holds == L else f"holds in {holds} of {L} layers"
     lines += ["", f"**The power-method analogy {verdict}** (Δρ1 > 0 in {pos}/{L}, P1 > 1/2 in {half}/{L}, "
@@ -371,7 +384,8 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
                   "fraction of tokens whose correlation with eigendirection k grows through the layer, P̄ the mean of "
                   "P_k over all eigendirections (a complex pair counts once), as in §3.2 of the paper "
                   "(`directions.csv`). "
-                  "The P̄ column above is the probability that the direction-averaged ρ̄ grows, another number.", "",
+                  "The P(Δρ̄ > 0) column above is the probability that the direction-averaged ρ̄ grows, another "
+                  "number.", "",
                   "| step | directions | P1 | P̄ (mean of P_k) | rank of P1 | P_k > 1/2 | Δρ1 | Δρ̄ |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in dr:
@@ -400,6 +414,16 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
     for r in tables["steering"]:
         lines.append(f"| {r['dynamics']} | {r['gamma']:.6g} | {r['beta']:.4g} | {r['align_mean']:.4f} | "
                      f"{r['align_q01']:.4f} | {r['frac_above_0.99']:.3f} | {r['gap_after']:.4g} | {r['found_by']} |")
+    ffn = [r for r in tables["steering"] if r["dynamics"].startswith("FFN+LN")]
+    if ffn:
+        lines += ["", "With the FFN and LayerNorm, the tokens that end on the +u side and on the −u side apart (a "
+                      "rank-1 steering sends a token to +u' or −u' by the sign of its component, and the FFN is not "
+                      "odd; `precompensated` inverts the block at both signs, `+u' only` at +u' alone):", "",
+                  "| dynamics | γ | share on the +u side | mean alignment, +u side | 1% quantile, +u side | "
+                  "mean alignment, −u side | 1% quantile, −u side |", "|---|---|---|---|---|---|---|"]
+        for r in ffn:
+            lines.append(f"| {r['dynamics']} | {r['gamma']:.6g} | {r['frac_plus']:.3f} | {r['align_mean_plus']:.4f} | "
+                         f"{r['align_q01_plus']:.4f} | {r['align_mean_minus']:.4f} | {r['align_q01_minus']:.4f} |")
     if tables.get("steering_heldout"):
         ho = tables["steering_heldout"]
         lines += ["", f"The same gains on {ho[0]['conditions']} held-out initial conditions "
@@ -423,10 +447,10 @@ def make_report(model, name, cfg, spec, tables, lyap, figures) -> str:
         st = tables["steered"]
         lines += ["", f"With the last layer steered at γ = {t['gamma']:.6g} (`steered_layers.csv`, figure "
                       "`steered_metrics.png`):", "",
-                  "| step | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P̄ |", "|---|---|---|---|---|---|---|"]
+                  "| step | ρ1 | Δρ1 | P1 | ρ̄ | Δρ̄ | P(Δρ̄ > 0) |", "|---|---|---|---|---|---|---|"]
         for r in st:
             lines.append(f"| {r['step']} | {r['rho1']:.3f} | {r['drho1']:+.4f} | {r['P1']:.3f} | {r['rhobar']:.3f} | "
-                         f"{r['drhobar']:+.4f} | {r['Pbar']:.3f} |")
+                         f"{r['drhobar']:+.4f} | {r['P_rhobar']:.3f} |")
     lines += ["", "γ = 0 is the unmodified model. After one steered layer the alignment of a token is about "
               "β|uᵀx̄| / ||(I + F)x̄||, so inputs with a small component along u need a large γ.", ""]
     if figures:

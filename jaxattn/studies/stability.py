@@ -235,7 +235,8 @@ def run(out_dir, config: StabilityConfig | None = None, *, model=None, model_nam
 def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     key = jax.random.key(cfg.seed)
     tables: dict = {"counts": [], "counts_summary": [], "perturbation": [], "basins": [], "trajectories": [],
-                    "multi_head_counts": [], "oja_counts": [], "model_basins": []}
+                    "multi_head_counts": [], "oja_counts": [], "model_basins": [],
+                    "multi_head_basins": [], "oja_basins": []}
     # 1. counts
     hist: dict = {}
     for n in cfg.ns():
@@ -334,6 +335,17 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     if cfg.basin_models:
         say(f"ends of {cfg.basin_starts} random starts in each of {cfg.basin_models} models (n = {cfg.basin_n})")
         tables["model_basins"] = model_basins(cfg, jax.random.fold_in(key, 80_000))
+    # 6. the multi-head models counted above, run from random starts: "no stable bipartite consensus is observed"
+    # is a statement about where simulations end, not about which candidates are fixed points of the map
+    if cfg.multi_head_models:
+        say(f"ends of {cfg.basin_starts} random starts in each multi-head model ({cfg.multi_head_models} per n)")
+        tables["multi_head_basins"] = counted_basins(cfg, key, "multi_head")
+    # 7. the Oja system from random starts (Theorem 2: convergence to ±v1 from almost every start), in the first
+    # basin_models of its counted models
+    if cfg.oja and cfg.basin_models:
+        say(f"ends of {cfg.basin_starts} random starts of the Oja system in {min(cfg.basin_models, cfg.models)} models "
+            "per n")
+        tables["oja_basins"] = counted_basins(cfg, key, "oja")
     _write(out, cfg, tables, hist, example, perturb_traj, traj)
     return tables
 
@@ -360,6 +372,31 @@ def model_basins(cfg: StabilityConfig, key) -> list[dict]:
                          "stable_at_eigenvector": stable_k.get(k, -1) if k else -1,
                          "stable_v1": stable_k[1], "stable_other": stable_k[2] + stable_k[3],
                          "lambda_1": row["lambda_1"]})
+    return rows
+
+
+def counted_basins(cfg: StabilityConfig, key, which: str) -> list[dict]:
+    """Models of the counts (the same keys) run by the map from ``cfg.basin_starts`` random starts at every ``n`` of
+    the counts: ``which="multi_head"`` the multi-head models, ``"oja"`` the first ``basin_models`` single-head models
+    under uniform attention. One row per (n, model, end) with the end's class (consensus, bipartite, clustering,
+    polygonal, not converged) and eigenvector (0 for none)."""
+    rows = []
+    for n in cfg.ns():
+        if which == "multi_head":
+            models = [(i, random_symmetric_multi_head(jax.random.fold_in(jax.random.fold_in(key, 70_000 + n), i),
+                                                      cfg.d, cfg.heads)) for i in range(cfg.multi_head_models)]
+        else:
+            models = [(i, random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(key, n), i), cfg.d))
+                      for i in range(min(cfg.basin_models, cfg.models))]
+        for i, m in models:
+            seed = jax.random.fold_in(jax.random.fold_in(key, (90_000 if which == "multi_head" else 95_000) + n), i)
+            res = basins(_system(m, "discrete", cfg, oja=which == "oja"), cfg.basin_starts, n, seed, steps=cfg.steps)
+            for t in res.table:
+                ends = [e for e in res.terminals if e.group == t["end"]]
+                rows.append({"n": n, "model": i, "heads": cfg.heads if which == "multi_head" else 1, "end": t["end"],
+                             "kind": ends[0].kind if ends else "", "eigenvector": ends[0].k if ends else 0,
+                             "count": t["count"], "starts": cfg.basin_starts, "fraction": t["fraction"],
+                             "ci_low": t["ci_low"], "ci_high": t["ci_high"]})
     return rows
 
 
@@ -471,6 +508,20 @@ def _extra_sections(tables) -> list[str]:
                      + " | ".join(str(sum(r[c] for r in group)) for c in (
                          "stable_consensus_v1", "stable_consensus_other", "stable_bipartite_v1",
                          "stable_bipartite_other", "not_fixed")) + " |")
+    for name, title in (("multi_head_basins", "the multi-head models"), ("oja_basins", "the Oja system")):
+        if not tables[name]:
+            continue
+        L += ["", f"## Where random starts end in {title}", "",
+              "| n | models | starts | consensus at ±v1 | other consensus | bipartite | clustering | polygonal | "
+              "not converged |", "|---|---|---|---|---|---|---|---|---|"]
+        for (n,), group in _groups(tables[name], ("n",)).items():
+            starts = sum(r["starts"] for r in {r["model"]: r for r in group}.values())
+            count = lambda keep, group=group: str(sum(r["count"] for r in group if keep(r)))
+            L.append(f"| {n} | {len({r['model'] for r in group})} | {starts} | "
+                     + " | ".join([count(lambda r: r["kind"] == "consensus" and r["eigenvector"] == 1),
+                                   count(lambda r: r["kind"] == "consensus" and r["eigenvector"] != 1),
+                                   *(count(lambda r, k=k: r["kind"] == k)
+                                     for k in ("bipartite", "clustering", "polygonal", "not converged"))]) + " |")
     if tables["model_basins"]:
         L += ["", "## Where random starts end in other models", "",
               "| model | end | count | fraction [95% CI] | stable equilibria at that eigenvector |",
