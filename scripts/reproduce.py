@@ -159,10 +159,11 @@ RUNS: tuple[Run, ...] = (
         ("stability", "--d", "3", "--tokens", "3,4,5,6,8,12,16", "--models", "40", "--exhaustive-max", "10",
          "--alpha", "0.5", "--beta", "4", "--search", "100", "--perturb-num", "32", "--basin-num", "500",
          "--basin-n", "10", "--steps", "3000", "--t1", "1500", "--multi-head-models", "10", "--heads", "3", "--oja",
-         "--basin-models", "12", "--basin-starts", "64"),
+         "--basin-models", "12", "--basin-starts", "64", "--beta-sweep-models", "40"),
         ("stability", "--tokens", "3,4", "--exhaustive-max", "3", "--patterns", "4", "--models", "3", "--basin-num",
          "8", "--basin-n", "3", "--steps", "50", "--t1", "20", "--perturb-num", "2", "--search", "5",
-         "--multi-head-models", "2", "--oja", "--basin-models", "2", "--basin-starts", "4")),
+         "--multi-head-models", "2", "--oja", "--basin-models", "2", "--basin-starts", "4", "--beta-sweep-models",
+         "3", "--beta-sweep", "0.05,16", "--beta-sweep-n", "4")),
     Run("qk_cloud", ("--num", "128", "--n", "20", "--t1", "30"), ("--num", "4", "--n", "5", "--t1", "1"),
         extra="qk_cloud"),
     Run("unnormalised", ("--num", "64", "--n", "20"), ("--num", "4", "--n", "4"), extra="unnormalised"),
@@ -368,7 +369,9 @@ def scale(run: str, d: Path) -> str:
                 f"{c.get('basin_num')} basin starts of {c.get('basin_n')} tokens; {c.get('basin_models')} other models "
                 f"× {c.get('basin_starts')} starts; {c.get('multi_head_models')} multi-head models per n"
                 + (f" and {min(c.get('basin_models') or 0, c.get('models') or 0)} Oja models per n" if c.get("oja")
-                   else "") + f", each × {c.get('basin_starts')} random starts; float64")
+                   else "") + f", each × {c.get('basin_starts')} random starts"
+                + (f"; β sweep {{{_listed(c.get('beta_sweep'))}}}, {c.get('beta_sweep_models')} models at n = "
+                   f"{c.get('beta_sweep_n')}" if c.get("beta_sweep_models") else "") + "; float64")
     if run == "qk_cloud":
         s = rows(d / "qk_summary.csv")[0]
         return f"{s['draws']} draws × {s['n']} tokens, d {s['d']}, t ≤ {fmt(s['t1'])}; float64"

@@ -912,6 +912,23 @@ def st11_unsettled(d, ok):
     _oja_ends(d, 64 if ok else 10, 0, 0 if ok else 54)
 
 
+def _beta_sweep(d, stable_at) -> None:
+    """beta_sweep.csv: 40 models at n = 5 for β = 0.05, 1, 4, 16, with ``stable_at(β)`` stable equilibria each (the
+    consensus at v1 and, beyond it, bipartite ones at another eigenvector)."""
+    _edit(d, "beta_sweep.csv", lambda t: [
+        {"beta": b, "model": i, "mode": "exhaustive", "time": "discrete", "n": 5, "stable": stable_at(b),
+         "stable_consensus_v1": 1, "stable_consensus_other": 0, "stable_bipartite_v1": 0,
+         "stable_bipartite_other": stable_at(b) - 1} for b in (0.05, 1.0, 4.0, 16.0) for i in range(40)])
+
+
+def st12(d, ok):  # near the Oja limit more than the principal consensus is stable
+    _beta_sweep(d, lambda b: (1 if ok else 2) if b < 1 else int(b) + 1)
+
+
+def st12_no_bifurcation(d, ok):
+    _beta_sweep(d, lambda b: 1 if (b < 1 or not ok) else int(b) + 1)
+
+
 #: every claim's flip cases: one edit, or a tuple with one per check that can decide its row
 FLIPS = {"PM1": (pm1, pm1_tilt), "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": (pm5, pm5_diameter), "PM6": pm6,
          "PM7": pm7, "PM8": pm8, "PM9": pm9, "PM10": (pm10, pm10_mean), "PM11": (pm11, pm11_span, pm11_never),
@@ -922,7 +939,8 @@ FLIPS = {"PM1": (pm1, pm1_tilt), "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": (pm5
          "CL10": cl10, "CL11": (cl11, cl11_gap), "CL12": (cl12, cl12_outside), "CL13": (cl13, cl13_fit, cl13_line),
          "CL14": cl14, "CL15": cl15, "ST1": st1, "ST2": st2, "ST3": st3, "ST4": st4, "ST5": (st5, st5_aligned),
          "ST6": (st6, st6_principal), "ST7": (st7, st7_clustering), "ST8": (st8, st8_consensus, st8_unsettled),
-         "ST9": st9, "ST10": (st10, st10_closed_form), "ST11": (st11, st11_unsettled)}
+         "ST9": st9, "ST10": (st10, st10_closed_form), "ST11": (st11, st11_unsettled),
+         "ST12": (st12, st12_no_bifurcation)}
 
 
 def test_always_in_pm4_is_judged_on_the_worst_tokens_too(tmp_path_factory, tmp_path):

@@ -275,6 +275,43 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     assert cfg["command"] == "stability" and cfg["config"]["models"] == 3 and "versions" in cfg
 
 
+def test_stability_random_starts_and_the_beta_sweep(tmp_path, capsys):
+    """The multi-head and Oja models of the counts run from random starts, and the β sweep: near the Oja limit
+    (β = 0.01, uniform attention) the principal consensus is the only stable equilibrium of every model (Theorem 2),
+    the Oja system's random starts end at ±v1, and the sweep's rows are the counts at each β (count_stable at that
+    β, recomputed here)."""
+    out = tmp_path / "s"
+    with x64_off():
+        rc = main(["stability", "--out", str(out), "--tokens", "4", "--models", "3", "--basin-num", "4",
+                   "--basin-n", "4", "--perturb-num", "2", "--search", "3", "--time", "discrete", "--steps", "400",
+                   "--multi-head-models", "2", "--oja", "--basin-models", "2", "--basin-starts", "16",
+                   "--beta-sweep-models", "3", "--beta-sweep", "0.01,16", "--beta-sweep-n", "4", "--no-figures",
+                   "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    sweep = _csv_rows(out / "beta_sweep.csv")
+    assert [(float(r["beta"]), int(r["model"])) for r in sweep] == [(b, i) for b in (0.01, 16.0) for i in range(3)]
+    low = [r for r in sweep if float(r["beta"]) == 0.01]
+    assert all(r["stable"] == "1" and r["stable_consensus_v1"] == "1" for r in low), low
+    assert all(0 <= int(r["stable_bipartite_negative"]) <= int(r["bipartite_negative"]) for r in sweep)
+    from jaxattn.studies import stability as study
+
+    cfg = study.StabilityConfig(d=3, tokens=[4], models=3, beta=16.0, time="discrete")  # float64: the conftest's
+    pats, _ = study._patterns(4, cfg, jax.random.fold_in(jax.random.key(0), 10_004))
+    m = study.random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 4), 1), 3)
+    row, *_ = study.count_stable(m, 4, "discrete", cfg, pats)
+    again = next(r for r in sweep if float(r["beta"]) == 16.0 and r["model"] == "1")
+    assert {k: str(v) for k, v in row.items() if k in ("stable", "candidates", "stable_bipartite_other")} == {
+        k: again[k] for k in ("stable", "candidates", "stable_bipartite_other")}
+    for name, models in (("oja_basins", 2), ("multi_head_basins", 2)):
+        ends = _csv_rows(out / f"{name}.csv")
+        assert {int(r["model"]) for r in ends} == set(range(models))
+        assert all(sum(int(r["count"]) for r in ends if r["model"] == str(i)) == 16 for i in range(models))
+    oja = _csv_rows(out / "oja_basins.csv")
+    assert sum(int(r["count"]) for r in oja if r["kind"] == "consensus" and r["eigenvector"] == "1") >= 30, oja
+    report = (out / "report.md").read_text()
+    assert "## The stable equilibria against β" in report and "## Where random starts end in the Oja system" in report
+
+
 @pytest.mark.parametrize("args,match", [
     (["--models", "0"], "--models: must be > 0"),
     (["--tokens", "3,x"], "argument --tokens: expected int, got 'x'"),
@@ -284,6 +321,8 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     (["--time", "sometimes"], "argument --time: invalid choice"),
     (["--multi-head-models", "2", "--heads", "2"], "--heads 2 must divide --d 3 for the multi-head counts"),
     (["--basin-models", "-1"], "--basin-models: must be >= 0"),
+    (["--beta-sweep-models", "2", "--beta-sweep", "1,0"], "--beta-sweep[1]: must be > 0"),
+    (["--beta-sweep", "1,2"], "--beta-sweep does nothing with --beta-sweep-models 0"),
 ])
 def test_stability_cli_bad_input(tmp_path, capsys, args, match):
     out = tmp_path / "s"

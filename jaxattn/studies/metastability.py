@@ -439,12 +439,16 @@ def _firsts(conds: list[dict]) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- claims
+#: the paper the claims come from, as the claims table cites it
+PAPER = "Geshkovski, Koubbi, Polyanskiy & Rigollet (2024), Dynamic metastability in the self-attention model"
+
+
 def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
     """The claims this study can check, each with the number measured and a verdict computed from a comparison
     that can fail (``pass`` / ``fail``), or ``not checked`` with the reason. ``tables``: what :func:`run`
     returns, or :func:`load_tables` of a finished run. The claims are those of Geshkovski, Koubbi, Polyanskiy
-    and Rigollet (2024, "Dynamic metastability in the self-attention model") as issue 33 of this project
-    states them; ``source`` says where each one comes from and what would need the paper's own text."""
+    and Rigollet (2024, "Dynamic metastability in the self-attention model") as this study reads the paper's summary
+    of them; ``source`` says where each one comes from and what would need the paper's own text."""
     pts, fits = tables["points"], tables["fits"]
     rows = []
     ok_pts = [p for p in pts if p["conditions"] > p["solver_failures"]]
@@ -471,15 +475,14 @@ def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
         number, verdict = ("no (n, d) has three betas with a median (of at least ten) within t1", "not checked: "
                            "horizon too short for these betas (raise --t1 or use smaller betas)")
     rows.append({"claim": "tokens stay near configurations of several clusters for a time growing exponentially "
-                 "with beta", "source": "issue 33 (the paper's claim as the issue states it; the paper's exact "
+                 "with beta", "source": f"{PAPER}, as its summary states the claim (the exact "
                  "statement, its constants and its setting need its text)", "number": number, "verdict": verdict})
     # 3. the staircase: one energy step per merge
     steps = sum(p["steps"] for p in ok_pts)
     merged = sum(p["steps_with_merge"] for p in ok_pts)
     one = sum(p["steps_one_merge"] for p in ok_pts)
-    rows.append({"claim": "the energy climbs a staircase, one step per merge", "source": "issue 33 (the paper's "
-                 "claim as the issue states it; the paper's time rescaling needs its text: the study draws "
-                 "tau = ln(1 + t)/beta)",
+    rows.append({"claim": "the energy climbs a staircase, one step per merge", "source": f"{PAPER}, as its summary "
+                 "states the claim (its time rescaling needs the paper's text: the study draws tau = ln(1 + t)/beta)",
                  "number": f"{merged} of {steps} energy steps after a metastable plateau end with fewer clusters "
                            f"({one} with exactly one merge)",
                  "verdict": _verdict(merged >= 0.9 * steps) if steps else "not checked: no energy step"})
@@ -496,7 +499,7 @@ def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
     else:
         number, verdict = "no metastable plateau", "not checked: no plateau"
     rows.append({"claim": "the dynamics passes from saddle to saddle (each plateau is a strict saddle of E)",
-                 "source": "issue 33 (the paper's claim as the issue states it)", "number": number,
+                 "source": f"{PAPER}, as its summary states the claim", "number": number,
                  "verdict": verdict})
     # 5. the number of metastable clusters grows with beta
     cl = [f for f in fits if f["quantity"] == "first_clusters" and math.isfinite(f["value"])]
@@ -506,12 +509,12 @@ def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
         verdict = _verdict(all(f["ci_low"] > 0 for f in cl))
     else:
         number, verdict = "fewer than two betas with a metastable plateau", "not checked: no plateau"
-    rows.append({"claim": "the number of metastable clusters grows with beta", "source": "issue 33; the law the "
+    rows.append({"claim": "the number of metastable clusters grows with beta", "source": f"{PAPER}; the law the "
                  "paper states needs its text (the study's linearisation on the circle gives k* ~ sqrt(2 beta))",
                  "number": number, "verdict": verdict})
     # 6. collapse to one cluster in infinite time: not decidable at a finite horizon
     single = ", ".join(f"beta={p['beta']:g} d={p['d']}: {p['single_at_t1']:.2f}" for p in ok_pts)
-    rows.append({"claim": "the tokens collapse to a single cluster in infinite time", "source": "issue 33",
+    rows.append({"claim": "the tokens collapse to a single cluster in infinite time", "source": PAPER,
                  "number": f"fraction in one cluster at t1: {single}",
                  "verdict": "not checked: a finite horizon cannot show a limit"})
     return rows

@@ -102,6 +102,12 @@ class StabilityConfig:
     basin_models: int = option(0, "random models (d = 3, n = basin_n) run from random starts each, their ends "
                                "tallied by eigenvector (model_basins.csv)", check=non_negative)
     basin_starts: int = option(64, "random starts per model of --basin-models", check=positive)
+    beta_sweep_models: int = option(0, "also count the stable equilibria of this many of the counts' models at n = "
+                                    "--beta-sweep-n for every β of --beta-sweep, the map (beta_sweep.csv: the "
+                                    "bifurcations with the attention weighting)", check=non_negative)
+    beta_sweep: list[float] = option([0.05, 0.25, 1.0, 2.0, 4.0, 8.0, 16.0], "inverse temperatures of the β sweep",
+                                     check=positive)
+    beta_sweep_n: int = option(5, "tokens of the β sweep", check=_bipartite)
 
     def check(self) -> None:
         """Every option checked against its declaration, then what no single option says: options that change
@@ -117,6 +123,8 @@ class StabilityConfig:
         inert = {"t1": "time = 'discrete' (t1 is the flow's time)"} if self.time == "discrete" else {}
         if not self.multi_head_models:
             inert["heads"] = "multi_head_models = 0 (heads is the multi-head counts' number of heads)"
+        if not self.beta_sweep_models:
+            inert["beta_sweep"] = inert["beta_sweep_n"] = "beta_sweep_models = 0 (no β sweep is run)"
         if not self.basin_models:
             inert["basin_starts"] = "basin_models = 0 (basin_starts is the starts of each of those models)"
         return inert
@@ -204,6 +212,7 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
     stable = lin.stable
     astable = np.array([a.stable for a in an], bool)
     lam = np.sort(cand.eigvals.real)
+    negative = cand.eigvals.real[cand.k[keep]] < 0  # candidates at an eigenvector of a negative eigenvalue
     row = {"time": time, "n": n, "lambda_1": float(lam[-1]), "lambda_d": float(lam[0]),
            "alpha_bound": float(2 / (abs(lam[0]) - lam[-1])) if abs(lam[0]) > lam[-1] else float("inf"),
            "candidates": int(keep.sum()), "not_fixed": int((~keep).sum()), "stable": int(stable.sum()),
@@ -214,7 +223,10 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
            "stable_bipartite_other": int((stable & ~cons & ~principal).sum()),
            "analytic_stable": int(astable.sum()) if one_head else -1,
            "agree": int((astable == stable).sum()) if one_head else -1,
-           "marginal": int((lin.status == "marginal").sum())}
+           "marginal": int((lin.status == "marginal").sum()),
+           # Remark 10 (multistability): a bipartite equilibrium at a negative eigenvalue is never stable
+           "bipartite_negative": int((~cons & negative).sum()),
+           "stable_bipartite_negative": int((stable & ~cons & negative).sum())}
     return row, dataclasses.replace(cand, X=cand.X[keep], k=cand.k[keep], signs=cand.signs[keep]), lin, an
 
 
@@ -236,7 +248,7 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     key = jax.random.key(cfg.seed)
     tables: dict = {"counts": [], "counts_summary": [], "perturbation": [], "basins": [], "trajectories": [],
                     "multi_head_counts": [], "oja_counts": [], "model_basins": [],
-                    "multi_head_basins": [], "oja_basins": []}
+                    "multi_head_basins": [], "oja_basins": [], "beta_sweep": []}
     # 1. counts
     hist: dict = {}
     for n in cfg.ns():
@@ -340,6 +352,17 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     if cfg.multi_head_models:
         say(f"ends of {cfg.basin_starts} random starts in each multi-head model ({cfg.multi_head_models} per n)")
         tables["multi_head_basins"] = counted_basins(cfg, key, "multi_head")
+    # 8. the bifurcations with β: the same models' stable equilibria counted at every β of the sweep
+    if cfg.beta_sweep_models:
+        n = cfg.beta_sweep_n
+        pats, mode = _patterns(n, cfg, jax.random.fold_in(key, 10_000 + n))
+        say(f"β sweep: {cfg.beta_sweep_models} models, n = {n}, β in {', '.join(f'{b:g}' for b in cfg.beta_sweep)}")
+        for beta in cfg.beta_sweep:
+            swept = dataclasses.replace(cfg, beta=float(beta))
+            for i in range(cfg.beta_sweep_models):
+                m = random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(key, n), i), cfg.d)
+                row, *_ = count_stable(m, n, "discrete", swept, pats)
+                tables["beta_sweep"].append({"beta": float(beta), "model": i, "mode": mode, **row})
     # 7. the Oja system from random starts (Theorem 2: convergence to ±v1 from almost every start), in the first
     # basin_models of its counted models
     if cfg.oja and cfg.basin_models:
@@ -508,6 +531,15 @@ def _extra_sections(tables) -> list[str]:
                      + " | ".join(str(sum(r[c] for r in group)) for c in (
                          "stable_consensus_v1", "stable_consensus_other", "stable_bipartite_v1",
                          "stable_bipartite_other", "not_fixed")) + " |")
+    if tables["beta_sweep"]:
+        L += ["", "## The stable equilibria against β (the map)", "",
+              "| β | models | mean stable | stable consensus at v1 | stable consensus elsewhere | stable bipartite "
+              "at v1 | stable bipartite elsewhere |", "|---|---|---|---|---|---|---|"]
+        for (beta,), group in _groups(tables["beta_sweep"], ("beta",)).items():
+            L.append(f"| {beta:g} | {len(group)} | {np.mean([r['stable'] for r in group]):.2f} | "
+                     + " | ".join(str(sum(r[c] for r in group)) for c in (
+                         "stable_consensus_v1", "stable_consensus_other", "stable_bipartite_v1",
+                         "stable_bipartite_other")) + " |")
     for name, title in (("multi_head_basins", "the multi-head models"), ("oja_basins", "the Oja system")):
         if not tables[name]:
             continue
