@@ -447,8 +447,8 @@ def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
     """The claims this study can check, each with the number measured and a verdict computed from a comparison
     that can fail (``pass`` / ``fail``), or ``not checked`` with the reason. ``tables``: what :func:`run`
     returns, or :func:`load_tables` of a finished run. The claims are those of Geshkovski, Koubbi, Polyanskiy
-    and Rigollet (2024, "Dynamic metastability in the self-attention model") as this study reads the paper's summary
-    of them; ``source`` says where each one comes from and what would need the paper's own text."""
+    and Rigollet (2024, "Dynamic metastability in the self-attention model") as this project paraphrases them (not
+    the paper's own statements); ``source`` says where each one comes from and what would need the paper's own text."""
     pts, fits = tables["points"], tables["fits"]
     rows = []
     ok_pts = [p for p in pts if p["conditions"] > p["solver_failures"]]
@@ -475,14 +475,15 @@ def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
         number, verdict = ("no (n, d) has three betas with a median (of at least ten) within t1", "not checked: "
                            "horizon too short for these betas (raise --t1 or use smaller betas)")
     rows.append({"claim": "tokens stay near configurations of several clusters for a time growing exponentially "
-                 "with beta", "source": f"{PAPER}, as its summary states the claim (the exact "
+                 "with beta", "source": f"{PAPER}, as this project paraphrases the claim (the exact "
                  "statement, its constants and its setting need its text)", "number": number, "verdict": verdict})
     # 3. the staircase: one energy step per merge
     steps = sum(p["steps"] for p in ok_pts)
     merged = sum(p["steps_with_merge"] for p in ok_pts)
     one = sum(p["steps_one_merge"] for p in ok_pts)
-    rows.append({"claim": "the energy climbs a staircase, one step per merge", "source": f"{PAPER}, as its summary "
-                 "states the claim (its time rescaling needs the paper's text: the study draws tau = ln(1 + t)/beta)",
+    rows.append({"claim": "the energy climbs a staircase, one step per merge", "source": f"{PAPER}, as this project "
+                 "paraphrases the claim (its time rescaling needs the paper's text: the study draws "
+                 "tau = ln(1 + t)/beta)",
                  "number": f"{merged} of {steps} energy steps after a metastable plateau end with fewer clusters "
                            f"({one} with exactly one merge)",
                  "verdict": _verdict(merged >= 0.9 * steps) if steps else "not checked: no energy step"})
@@ -499,7 +500,7 @@ def claims(tables: dict, *, dtype: str = "float64") -> list[dict]:
     else:
         number, verdict = "no metastable plateau", "not checked: no plateau"
     rows.append({"claim": "the dynamics passes from saddle to saddle (each plateau is a strict saddle of E)",
-                 "source": f"{PAPER}, as its summary states the claim", "number": number,
+                 "source": f"{PAPER}, as this project paraphrases the claim", "number": number,
                  "verdict": verdict})
     # 5. the number of metastable clusters grows with beta
     cl = [f for f in fits if f["quantity"] == "first_clusters" and math.isfinite(f["value"])]

@@ -82,7 +82,8 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
                     dr = tables["directions"]
                     ax[rr, c].plot([r["step"] for r in dr], [r["Pbar"] for r in dr], "s--", color="C0", ms=3,
                                    label="P̄ (mean of the P_k)")
-                ax[rr, c].plot(k, y2, "^:", color="0.5", ms=3, label="P(Δρ̄ > 0)")
+                else:  # no per-direction run: the other baseline, under its own name
+                    ax[rr, c].plot(k, y2, "^:", color="0.5", ms=3, label="P(Δρ̄ > 0), not the paper's P̄")
                 ax[rr, c].legend(fontsize=7)
             else:
                 ax[rr, c].plot(k, y2, "s--", color="C0", ms=3, label=f"{label}̄ (all eigendirections)")

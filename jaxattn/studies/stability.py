@@ -101,7 +101,8 @@ class StabilityConfig:
                        "models; oja_counts.csv)")
     basin_models: int = option(0, "random models (d = 3, n = basin_n) run from random starts each, their ends "
                                "tallied by eigenvector (model_basins.csv)", check=non_negative)
-    basin_starts: int = option(64, "random starts per model of --basin-models", check=positive)
+    basin_starts: int = option(64, "random starts per model of --basin-models, of the multi-head models and of the "
+                               "Oja models run from random starts", check=positive)
     beta_sweep_models: int = option(0, "also count the stable equilibria of this many of the counts' models at n = "
                                     "--beta-sweep-n for every β of --beta-sweep, the map (beta_sweep.csv: the "
                                     "bifurcations with the attention weighting)", check=non_negative)
@@ -125,8 +126,9 @@ class StabilityConfig:
             inert["heads"] = "multi_head_models = 0 (heads is the multi-head counts' number of heads)"
         if not self.beta_sweep_models:
             inert["beta_sweep"] = inert["beta_sweep_n"] = "beta_sweep_models = 0 (no β sweep is run)"
-        if not self.basin_models:
-            inert["basin_starts"] = "basin_models = 0 (basin_starts is the starts of each of those models)"
+        if not self.basin_models and not self.multi_head_models:
+            inert["basin_starts"] = ("basin_models = 0 and multi_head_models = 0 (basin_starts is the starts of each "
+                                     "of those models)")
         return inert
 
     def _check_memory(self) -> None:
@@ -352,7 +354,7 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
     if cfg.multi_head_models:
         say(f"ends of {cfg.basin_starts} random starts in each multi-head model ({cfg.multi_head_models} per n)")
         tables["multi_head_basins"] = counted_basins(cfg, key, "multi_head")
-    # 8. the bifurcations with β: the same models' stable equilibria counted at every β of the sweep
+    # 7. the bifurcations with β: the same models' stable equilibria counted at every β of the sweep
     if cfg.beta_sweep_models:
         n = cfg.beta_sweep_n
         pats, mode = _patterns(n, cfg, jax.random.fold_in(key, 10_000 + n))
@@ -363,7 +365,7 @@ def _run(out: Path, cfg: StabilityConfig, say) -> dict:
                 m = random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(key, n), i), cfg.d)
                 row, *_ = count_stable(m, n, "discrete", swept, pats)
                 tables["beta_sweep"].append({"beta": float(beta), "model": i, "mode": mode, **row})
-    # 7. the Oja system from random starts (Theorem 2: convergence to ±v1 from almost every start), in the first
+    # 8. the Oja system from random starts (Theorem 2: convergence to ±v1 from almost every start), in the first
     # basin_models of its counted models
     if cfg.oja and cfg.basin_models:
         say(f"ends of {cfg.basin_starts} random starts of the Oja system in {min(cfg.basin_models, cfg.models)} models "
