@@ -275,6 +275,7 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
     assert cfg["command"] == "stability" and cfg["config"]["models"] == 3 and "versions" in cfg
 
 
+@pytest.mark.e2e
 def test_stability_random_starts_and_the_beta_sweep(tmp_path, capsys):
     """The multi-head and Oja models of the counts run from random starts, and the β sweep: near the Oja limit
     (β = 0.01, uniform attention) the principal consensus is the only stable equilibrium of every model (Theorem 2),
