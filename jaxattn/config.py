@@ -24,6 +24,9 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import equinox as eqx
+import numpy as np
+
 from jaxattn.errors import SEEDS, SEEDS_SHOWN, ConfigError
 
 Check = Callable[[Any], "str | None"]
@@ -65,6 +68,29 @@ def option(default: Any, help: str, *, choices: Iterable | None = None, check: C
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
+
+
+def static(default: Any = dataclasses.MISSING, *, converter: Callable[[Any], Any] | None = None) -> Any:
+    """A field of an option record: every option of a driver or a model (:class:`jaxattn.Batch`, ``Dynamics``,
+    ``Flow``, ``Form``, ``Rope``) is an :class:`equinox.Module` of such fields, checked in ``__check_init__``.
+    Static: hashed into the compiled program (a changed option recompiles), never a traced leaf. ``converter``
+    gives a value its one spelling before the check (an integer from a NumPy integer, a tuple from a list)."""
+    if converter is None:
+        return eqx.field(default=default, static=True)
+    return eqx.field(default=default, static=True, converter=converter)
+
+
+def flag(default: bool) -> Any:
+    """A true/false field of an option record: :func:`static`, a NumPy boolean kept as a Python one (a NumPy value
+    would be an array among the static fields, which equinox warns about, and a JSON record could not hold it)."""
+    return static(default, converter=lambda v: bool(v) if isinstance(v, np.bool_) else v)
+
+
+def record_repr(record: Any) -> str:
+    """``Name(field=value, ...)`` with every field, defaults included (:class:`equinox.Module`'s own repr leaves
+    the defaults out): a stable text for fingerprints recorded with a run (a store stamped with it resumes)."""
+    fields = ", ".join(f"{f.name}={getattr(record, f.name)!r}" for f in dataclasses.fields(record))
+    return f"{type(record).__name__}({fields})"
 
 
 def _types(hint) -> tuple[tuple, bool, bool]:

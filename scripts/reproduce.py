@@ -35,25 +35,20 @@ for _p in (ROOT, ROOT / "scripts"):  # run as a script from a checkout; the clai
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from reproduce_claims import (  # noqa: E402
-    CL,
-    CLAIMS,
-    CO,
-    PM,
-    ST,
+from reproduce_claims import CL, CLAIMS, CO, PM, ST, Claim, config, rows  # noqa: E402
+
+from jaxattn.studies import verdicts  # noqa: E402
+from jaxattn.studies.verdicts import (  # noqa: E402
     THRESHOLDS,
     VERDICTS,
     Check,
-    Claim,
     Result,
     ci,
     compare,
-    config,
     fmt,
     fraction,
     judge,
     none_of,
-    rows,
 )
 
 __all__ = ["CLAIMS", "RUNS", "THRESHOLDS", "VERDICTS", "Check", "Claim", "RecordError", "Result", "build", "ci",
@@ -313,9 +308,8 @@ LARGER = (
      "jaxattn consensus minilm --prompts 100 --tokens 200 --passes 1000 --until 1e-3 --synthetic-num 128 --t1 40 "
      "--gpt2-like-n 200 --out runs/consensus-100"),
     (CO, "the paper's architectures with random weights, GPT-2 small to XL and GPT-Neo 125M to 2.7B (Figs. 9–10)",
-     "for m in gpt2 gpt2-medium gpt2-large gpt2-xl gpt-neo-125M gpt-neo-1.3B gpt-neo-2.7B; do python -m "
-     "jaxattn.studies.architectures $m --prompts 100 --tokens 200 --passes 1000 --until 1e-3 --out runs/random-$m; "
-     "done"),
+     "for m in gpt2 gpt2-medium gpt2-large gpt2-xl gpt-neo-125M gpt-neo-1.3B gpt-neo-2.7B; do jaxattn architectures "
+     "$m --prompts 100 --tokens 200 --passes 1000 --until 1e-3 --out runs/random-$m; done"),
     (CL, "Fig. 7(b) over many initial conditions, and the theorem checks at 256 conditions",
      "jaxattn clusters --n 40 --t1 15 --check-num 256 --high-dim-n 256 --high-dim-d 128 --out runs/clusters-large"),
     (ST, "the counts at more models and larger n (sampled sign patterns)",
@@ -504,8 +498,9 @@ def render_record(record: dict) -> str:
     if missing:
         out += [f"**Not run yet** (their claims are left out): {', '.join(missing)}.", ""]
     if stale:
-        out += [f"**Measured by other claims code** than this checkout's (`scripts/reproduce_claims.py` changed "
-                f"since): {', '.join(stale)}; run them again for verdicts of the current code.", ""]
+        out += [f"**Measured by other claims code** than this checkout's (`scripts/reproduce_claims.py` or the "
+                f"verdicts, `jaxattn/studies/verdicts.py`, changed since): {', '.join(stale)}; run them again for "
+                "verdicts of the current code.", ""]
     out += ["## Thresholds", "", "| tag | value | for | where it comes from |", "|---|---|---|---|"]
     out += [f"| {k} | {fmt(t.value)} | {_cell(t.meaning)} | {_cell(t.source)} |" for k, t in THRESHOLDS.items()]
     out.append("")
@@ -611,8 +606,10 @@ def record_path(page: Path) -> Path:
 
 
 def _claims_digest() -> str:
-    """sha256 of the claims' code: a carried run measured by other code is marked on the page."""
-    return hashlib.sha256((ROOT / "scripts" / "reproduce_claims.py").read_bytes()).hexdigest()[:12]
+    """sha256 of the claims' code (the claims and the verdicts they are judged by): a carried run measured by other
+    code is marked on the page."""
+    code = (ROOT / "scripts" / "reproduce_claims.py").read_bytes() + Path(verdicts.__file__).read_bytes()
+    return hashlib.sha256(code).hexdigest()[:12]
 
 
 def _commit() -> str:

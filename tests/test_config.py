@@ -122,7 +122,8 @@ def test_every_option_of_a_dynamics_is_reachable_everywhere():
 #: a field of the same name of one of them. A key added to the schema without a home fails the test below.
 MAPPED = {"name": None, "chunk": None,  # the sweep's label and its unit of storage: not a point's
           "matmul_precision": "batch.precision", "path": "batch.path", "model.source": "model",
-          "dynamics.kind": "run", "dynamics.save": "save.every", "init.kind": "init"}
+          "dynamics.kind": "run", "dynamics.save": "save.every", "dynamics.save_steps": "save.steps",
+          "init.kind": "init"}
 
 
 def _other_value(spec, default):
@@ -132,7 +133,7 @@ def _other_value(spec, default):
     if spec.types == (bool,):
         return not default
     if default is None:
-        return 7
+        return (7,) if spec.is_list else 7  # a list option's value: a tuple compares equal to the field it becomes
     return default + ("-other" if isinstance(default, str) else 3 if isinstance(default, int) else 0.375)
 
 

@@ -255,6 +255,64 @@ def _first_coord_and_attention(t, X, ctx):
     return {"x0": X[:, 0], "attention": ctx.attention()}
 
 
+@pytest.mark.fast_cases("0-3-4-8")
+@pytest.mark.parametrize("listed", [(0,), (8,), (0, 8), (1, 2, 3), (0, 3, 4, 7), (0, 3, 4, 8), tuple(range(9))],
+                         ids=lambda v: "-".join(map(str, v)))
+def test_save_steps_is_every_step_saving_at_the_listed_steps(listed):
+    """``Save(steps=[...])`` keeps exactly what saving every step keeps at the listed steps — the first, the last,
+    neighbours, gaps, all of them — the observable seeing the attention weights of the step that follows, with the
+    layers of the steps run (three distinct layers); through ``simulate`` and ``simulate_one``."""
+    d, n, depth, B, steps = 6, 4, 3, 2, 8
+    model = ja.random_model(jax.random.key(25), d, 2, depth, shared=False)
+    X0 = ja.init_tokens(jax.random.key(26), B, n, d, dtype=jnp.float64)
+    kw = dict(alpha=0.8, beta=1.3)
+    full = ja.simulate(model, X0, steps, **kw, save=ja.Save(trajectory=True, observe=_first_coord_and_attention))
+    want = list(listed)
+    save = ja.Save(steps=listed[::-1], trajectory=True, observe=_first_coord_and_attention)  # any order
+    assert list(ja.dynamics.discrete.saved_steps(steps, save.when)) == want
+    res = ja.simulate(model, X0, steps, **kw, save=save)
+    one = ja.simulate_one(model, X0[1], steps, **kw, save=save)
+    expect = lambda a, b=None: np.take(np.asarray(a) if b is None else np.asarray(a)[b], want, axis=0 if b else 1)
+    for got, b in ((res, None), (one, 1)):
+        np.testing.assert_allclose(np.asarray(got.trajectory), expect(full.trajectory, b), rtol=0, atol=1e-13)
+        np.testing.assert_allclose(np.asarray(got.final), np.asarray(full.final if b is None else full.final[b]),
+                                   rtol=0, atol=1e-13)
+        for name in ("x0", "attention"):
+            np.testing.assert_allclose(np.asarray(got.observables[name]), expect(full.observables[name], b), rtol=0,
+                                       atol=1e-13, err_msg=name)
+
+
+@pytest.mark.e2e
+def test_save_steps_in_repeated_passes_and_under_grad():
+    """``repeated_passes`` keeps the listed steps of its every-step run, and the derivative of a listed step's record
+    is the every-step run's (the record sits in a branch of the scan, which reverse mode goes through)."""
+    model = ja.random_model(jax.random.key(25), 6, 2, 3, shared=False)
+    X0 = ja.init_tokens(jax.random.key(26), 2, 4, 6, dtype=jnp.float64)
+    listed = (0, 2, 3, 7)
+    passes = ja.repeated_passes(model, X0, passes=3, dynamics=ja.D1, save=ja.Save(steps=listed, trajectory=True))
+    full = ja.repeated_passes(model, X0, passes=3, dynamics=ja.D1, save=ja.Save(trajectory=True))
+    np.testing.assert_array_equal(np.asarray(passes.trajectory), np.asarray(full.trajectory)[:, list(listed)])
+    grad = lambda save, t: jax.grad(lambda beta: ja.simulate_one(model, X0[0], 8, alpha=0.8, beta=beta,
+                                                                  save=save).observables["diameter"][t])(1.3)
+    np.testing.assert_allclose(grad(ja.Save(steps=listed), -1), grad(ja.Save(), 7), rtol=1e-12, atol=1e-15)
+
+
+def test_save_steps_beyond_the_run_or_with_every_or_in_a_flow_is_refused():
+    model = ja.random_model(jax.random.key(0), 4, 2)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4, dtype=jnp.float64)
+    with pytest.raises(ConfigError, match=r"Save\(steps=...\) lists step 6, beyond the run's 5 steps"):
+        ja.simulate(model, X0, 5, save=ja.Save(steps=[0, 6]))
+    with pytest.raises(ConfigError, match="beyond the run's 5 steps"):
+        ja.simulate_one(model, X0[0], 5, save=ja.Save(steps=[6]))
+    with pytest.raises(ConfigError, match="give one of them"):
+        ja.Save(steps=[1], every=2)
+    for bad in ([], [-1], (-1, 2), [0.5], (0.5, 2), (True,), 3, "12", np.zeros((2, 2), int)):  # tuples are checked too
+        with pytest.raises(ConfigError, match="non-empty sequence of non-negative integers"):
+            ja.Save(steps=bad)
+    with pytest.raises(ConfigError, match=r"Save\(steps=...\) gives steps of a map; solve solves a flow"):
+        ja.solve(model, X0, 1.0, save=ja.Save(steps=[1]))
+
+
 @pytest.mark.parametrize("call,match", [
     (lambda: ja.random_model(jax.random.key(0), 10, 3), "not divisible"),
     (lambda: ja.simulate(ja.random_model(jax.random.key(0), 4, 2), np.zeros((1, 3, 5)), 2), "dimension 5"),

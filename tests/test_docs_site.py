@@ -26,3 +26,6 @@ def test_the_site_builds_strict(tmp_path):
     assert r.returncode == 0 and not warnings, "\n".join(warnings) or r.stderr[-2000:]
     site = tmp_path / "site"
     assert (site / "index.html").is_file() and (site / "reproductions" / "index.html").is_file()
+    for notebook in sorted((ROOT / "examples").glob("*.py")):  # executed in the build: shown with their figures
+        page = (site / "examples" / notebook.stem / "index.html").read_text(encoding="utf-8")
+        assert page.count("data:image/png") >= 2, f"examples/{notebook.name} is rendered without its figures"

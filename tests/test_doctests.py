@@ -53,8 +53,9 @@ def test_public_entry_points_have_examples():
 
 @pytest.mark.fast_cases('jaxattn.analysis.plateaus', 'jaxattn.analysis.spectral', 'jaxattn.analysis.stats',
                         'jaxattn.analysis.steering', 'jaxattn.dynamics._runner', 'jaxattn.dynamics.options',
-                        'jaxattn.model.forms', 'jaxattn.model.params', 'jaxattn.model.precision',
-                        'jaxattn.studies.architectures', 'jaxattn.studies.metastability', 'jaxattn.studies.movie')
+                        'jaxattn.io.trajectory', 'jaxattn.model.forms', 'jaxattn.model.params',
+                        'jaxattn.model.precision', 'jaxattn.plotting._movie', 'jaxattn.studies.architectures',
+                        'jaxattn.studies.metastability._tables')
 @pytest.mark.parametrize("module", MODULES)
 def test_doctests(module):
     """Every example runs as written, under JAX's default (standard) dtype promotion as a user's
@@ -85,6 +86,8 @@ SLOW_PAGES = {
     "docs/consensus.md": "100 prompts of 200 tokens through 20 passes of a GPT-2",
     "docs/gallery.md": "an adaptive solve saving 60 states and a movie of them",
     "docs/transformations.md": "gradients through maps and an adaptive solve, a Jacobian",
+    "docs/sweeps.md": "a grid of four points, a map and an adaptive solve as labelled arrays",
+    "docs/from-scripts.md": "the papers' torch and NumPy loops and a GPT-2's passes beside jaxattn, checked to agree",
 }
 
 #: The ``` python blocks that stay plain code (not run): a page, and why.

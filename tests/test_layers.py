@@ -16,9 +16,12 @@ ROOT = Path(jaxattn.__file__).parent
 
 #: Lowest first. ``errors`` is below everything, then ``config`` (how options are declared, checked and turned
 #: into command-line options: every layer declares its options with it); ``io`` (checkpoints, run directories,
-#: the sweep store) is above the pure-JAX layers, which never write files; a study composes the layers below it;
-#: the package face (``jaxattn/__init__.py``) re-exports them all, so only the command line (and users) import it.
-ORDER = ("errors", "config", "model", "dynamics", "analysis", "io", "sweeps", "studies", "jaxattn", "cli")
+#: the sweep store, trajectory files) is above the pure-JAX layers, which never write files; ``plotting`` (movies)
+#: draws what ``io`` reads and writes its files, for the studies and the command line alike; a study composes the
+#: layers below it; the package face (``jaxattn/__init__.py``) re-exports them all, so only the command line (and
+#: users) import it.
+ORDER = ("errors", "config", "model", "dynamics", "analysis", "io", "plotting", "sweeps", "studies", "jaxattn",
+         "cli")
 
 #: Function-local imports of jaxattn modules that have a reason, by importing module (a folder prefix ends with
 #: a dot): none. The command line once imported a subcommand's machinery when it ran, which saved nothing:

@@ -18,6 +18,7 @@ from jaxattn.cli import main
 from jaxattn.errors import ConfigError
 from jaxattn.model.paper import paper_model
 from jaxattn.studies import metastability as ms
+from jaxattn.studies.verdicts import VERDICTS
 
 from .x64 import x64_off
 
@@ -289,7 +290,7 @@ def test_the_study_at_tiny_sizes(tmp_path):
         assert 2 <= r["clusters"] < 5 and r["t_end"] > r["t_start"]
         if r["classified"]:
             assert r["lambda_min"] < 0
-    assert {c["verdict"].split(":")[0] for c in tables["claims"]} <= {"pass", "fail", "not checked"}
+    assert {c["verdict"] for c in tables["claims"]} <= set(VERDICTS)
     assert ms.load_tables(tmp_path / "m")["claims"] == tables["claims"]
     from PIL import Image
 
@@ -298,20 +299,22 @@ def test_the_study_at_tiny_sizes(tmp_path):
 
 
 @pytest.mark.e2e
-def test_d1_runs_on_whole_blocks_of_steps(tmp_path):
+def test_d1_saves_its_logarithmic_grid_in_one_run(tmp_path):
     cfg = ms.Config(dims=[2], n=[4], betas=[4.0], num=3, t1=3000.0, t_min=1.0, saves=30, dynamics="D1", alpha=1.0,
                     boot=10, movie=False, figures=False).check()
-    steps, block = ms.d1_steps(cfg)
-    assert block == 4 and steps[0] == 0 and np.all(steps[1:] % 4 == 0) and steps[-1] == 3000
+    steps = ms.d1_steps(cfg)
+    assert steps[0] == 0 and steps[1] == 1 and steps[-1] == 3000 and np.all(np.diff(steps) > 0)
     X0 = ja.init_tokens(jax.random.key(1), 3, 4, 2, dtype=np.float64)
     traj, ok = ms.trajectories(X0, 4.0, ms.time_grid(cfg), cfg)
-    ref = ja.simulate(paper_model(np.eye(2)), X0, int(steps[3]), alpha=1.0, beta=4.0, dtype=np.float64).final
-    np.testing.assert_allclose(traj[:, 3], np.asarray(ref), atol=1e-12)
+    for i in (3, len(steps) - 1):  # the state saved at a step is the state simulate ends at after it
+        ref = ja.simulate(paper_model(np.eye(2)), X0, int(steps[i]), alpha=1.0, beta=4.0, dtype=np.float64).final
+        np.testing.assert_allclose(traj[:, i], np.asarray(ref), atol=1e-12)
     assert ok.all() and traj.shape == (3, len(steps), 4, 2)
 
 
 def test_claims_can_fail():
-    """The verdicts come from comparisons: tables that contradict a claim fail it."""
+    """The verdicts come from the checks (the project's verdicts, as the reproductions page's): tables that
+    contradict a claim make it differ; too few plateaus leave it inconclusive; enough agreeing ones reproduce it."""
     point = {"n": 4, "d": 2, "beta": 2.0, "conditions": 10, "solver_failures": 0, "max_energy_decrease": 1e-3,
              "steps": 10, "steps_with_merge": 3, "steps_one_merge": 3, "classified": 10, "strict_saddles": 2,
              "controls": 5, "control_maxima": 5, "single_at_t1": 0.5}
@@ -319,15 +322,27 @@ def test_claims_can_fail():
              "ci_high": 0.4, "betas_used": "1 2 4", "rss_exponential": 1.0, "rss_power": 0.5},
             {"n": 4, "d": 2, "quantity": "first_clusters", "model": "power", "value": 0.0, "ci_low": -0.1,
              "ci_high": 0.1}]
-    verdicts = [c["verdict"] for c in ms.claims({"points": [point], "fits": fits})]
-    assert verdicts[:5] == ["fail"] * 5 and verdicts[5].startswith("not checked")
+    rows = ms.claims({"points": [point], "fits": fits})
+    assert [c["verdict"] for c in rows] == ["differs"] * 5 + ["inconclusive"]
+    assert rows[0]["checks"].startswith("✗ largest decrease of 2βE = 0.001 ≤ 1.00e-06")
+    # 10 of 10 is not yet "almost all" at 95% (Wilson's lower end 0.72): undecided, not reproduced
     good = dict(point, max_energy_decrease=0.0, steps_with_merge=10, strict_saddles=10)
     fits = [dict(fits[0], ci_low=0.05), dict(fits[1], ci_low=0.2)]
-    assert [c["verdict"] for c in ms.claims({"points": [good], "fits": fits})][:5] == ["pass"] * 5
+    assert [c["verdict"] for c in ms.claims({"points": [good], "fits": fits})][:5] == \
+        ["reproduced", "reproduced", "inconclusive", "inconclusive", "reproduced"]
+    many = dict(good, steps=100, steps_with_merge=100, steps_one_merge=100, classified=100, strict_saddles=99,
+                controls=50, control_maxima=50)
+    assert [c["verdict"] for c in ms.claims({"points": [many], "fits": fits})][:5] == ["reproduced"] * 5
+    # float32 dynamics: the decrease read as none is the float32 solver's
+    assert ms.claims({"points": [dict(many, max_energy_decrease=1e-5)], "fits": fits}, dtype="float32")[0][
+        "verdict"] == "reproduced"
     # with four betas an exponential must also fit better than a power law
     four = dict(fits[0], betas_used="1 2 4 8")
-    assert ms.claims({"points": [good], "fits": [four, fits[1]]})[1]["verdict"] == "fail"
-    assert ms.claims({"points": [good], "fits": [dict(four, rss_power=2.0), fits[1]]})[1]["verdict"] == "pass"
+    assert ms.claims({"points": [many], "fits": [four, fits[1]]})[1]["verdict"] == "differs"
+    assert ms.claims({"points": [many], "fits": [dict(four, rss_power=2.0), fits[1]]})[1]["verdict"] == "reproduced"
+    # nothing to judge: undecided, with the reason
+    empty = ms.claims({"points": [], "fits": []})
+    assert [c["verdict"] for c in empty] == ["inconclusive"] * 6 and "no condition finished" in empty[0]["checks"]
 
 
 @pytest.mark.parametrize("bad,match", [

@@ -60,6 +60,68 @@ def test_batch_is_hashable_and_compares_by_value():
     assert ja.Save(every=3) == ja.Save(every=3) and ja.Save(every=3) != ja.Save(every="last")
 
 
+OPTION_RECORDS = {ja.Batch: {}, ja.Dynamics: {}, ja.Flow: {}, ja.model.forms.Form: {},
+                  ja.model.rope.Rope: {"dim": 4}}
+
+
+@pytest.mark.parametrize("cls", OPTION_RECORDS, ids=lambda c: c.__name__)
+def test_every_option_is_one_kind_of_record(cls):
+    """One record kind for options: an equinox Module checked in ``__check_init__``, every field static (hashed
+    into the compiled program, never a traced leaf), one spelling per value, equal and hashed by value,
+    ``dataclasses.replace`` checking again as the constructor does."""
+    import dataclasses
+
+    import equinox as eqx
+
+    kwargs = OPTION_RECORDS[cls]
+    a, b = cls(**kwargs), cls(**kwargs)
+    assert isinstance(a, eqx.Module) and a == b and hash(a) == hash(b)
+    assert all(f.metadata.get("static") for f in dataclasses.fields(cls)), "a field is a pytree leaf"
+    assert jax.tree_util.tree_leaves(a) == []
+    # a jit argument without static_argnums: nothing traced, the option read as a Python value
+    assert jax.jit(lambda opt, x: x + int(opt == a))(a, 1) == 2
+    first = dataclasses.fields(cls)[0].name
+    with pytest.raises(ConfigError):
+        dataclasses.replace(a, **{first: object()})
+
+
+def test_option_records_give_values_one_spelling():
+    assert ja.Batch(size=np.int64(8)).size.__class__ is int
+    assert ja.model.forms.Form(identity=["v", "q"]) == ja.model.forms.Form(identity=("q", "v"))
+    assert ja.model.forms.Form(key_chunk=np.int32(16)).key_chunk.__class__ is int
+    assert ja.model.forms.Form(masked=np.bool_(False)).masked is False
+    with pytest.raises(ConfigError, match=r"Form\(identity=...\) must name members"):
+        ja.model.forms.Form(identity=3)
+
+
+def test_a_rope_models_weights_hash_is_the_one_stores_were_stamped_with():
+    """``weights_sha256`` reads a RoPE with every field: equal RoPEs, however built (a JSON round trip), hash alike,
+    and the digests are those of the code that stamped existing stores (before options were equinox Modules)."""
+    from jaxattn.io.results import weights_sha256
+
+    rng = np.random.default_rng(0)
+    q, kv, o = rng.normal(size=(1, 2, 4, 8)), rng.normal(size=(1, 2, 4, 8)), rng.normal(size=(1, 2, 8, 4))
+    Rope = ja.model.rope.Rope
+    wanted = {Rope(dim=4): "027df125312d4bacfdc81275b8d5a76327b2b44ce18175890382185761c75ff6",
+              Rope(dim=4, theta=500000.0, kind="llama3", factor=8.0, original_max_positions=8192):
+              "15f6e23f4dcc5dd56ef5b0713d36a78f76f736266feb8d272ef419374efb086c"}
+    for rope, digest in wanted.items():
+        for same in (rope, Rope.from_json(rope.to_json())):
+            model = ja.model.params.from_heads(q, kv, kv, o, masks="causal", rope=same)
+            assert weights_sha256(model) == digest
+
+
+def test_a_sweep_stamp_records_the_dynamics_with_every_field():
+    """The stamp of a sweep store names the dynamics with all its fields, defaults included (as the dataclass
+    repr did before options were equinox Modules): stores stamped then still resume."""
+    from jaxattn.config import record_repr
+
+    assert record_repr(ja.FAITHFUL) == ("Dynamics(norm='layernorm', ffn=True, pre_ln=True, biases=True, "
+                                        "attention='softmax', drop_ln2=False, rope='model', unit_output=False)")
+    assert record_repr(ja.D1) == ("Dynamics(norm='l2', ffn=False, pre_ln=False, biases=False, attention='softmax', "
+                                  "drop_ln2=False, rope='none', unit_output=False)")
+
+
 def test_the_same_save_and_batch_work_in_every_driver():
     model, X0 = _model(), _tokens()
     save = ja.Save(observe=_along_w, aux={"w": jnp.ones(8) / np.sqrt(8)})
@@ -226,8 +288,14 @@ def test_a_removed_keyword_says_where_it_went(call, match):
     (lambda m, X: ja.solve(m, X, 1.0, batch=8), r"batch must be a jaxattn.Batch, got 8"),
     (lambda m, X: ja.repeated_passes(m, X, 1, batch=ja.Batch(path="fused")), r"repeated_passes has no fused path"),
     (lambda m, X: ja.sweep(m, num_init=2, n=4, steps=1, save=ja.Save(trajectory=True)), r"not trajectories"),
-    (lambda m, X: ja.sweep_grid({}, "unused", batch=ja.Batch(precision="tf32")),
-     r"sweep_grid takes the precision and the path from its configuration"),
+    (lambda m, X: ja.sweep_grid({"matmul_precision": "bf16"}, "unused", batch=ja.Batch(precision="tf32")),
+     r"matmul_precision is given twice: 'bf16' by the configuration and 'tf32' by batch="),
+    (lambda m, X: ja.sweep_grid({}, "unused", save=ja.Save(trajectory=True)), r"not trajectories"),
+    (lambda m, X: ja.sweep_grid({}, "unused", save=ja.Save(observe=_along_w)), r"saves named observables"),
+    (lambda m, X: ja.sweep_grid({"dynamics": {"kind": "continuous"}}, "unused", save=ja.Save(ts=[0.0, 1.0])),
+     r"dynamics.saves equally spaced times"),
+    (lambda m, X: ja.sweep_grid({"dynamics": {"save": 2}}, "unused", save=ja.Save(steps=[1])),
+     r"dynamics.save_steps lists the steps to observe; dynamics.save gives a period"),
 ])
 def test_a_field_that_does_not_apply_is_refused(call, match, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

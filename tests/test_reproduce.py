@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from jaxattn.studies import verdicts
+
 from .once import once, shared_folder
 
 pytestmark = pytest.mark.e2e  # the slower tier (make test-all): the reduced reproductions and their verdict flips
@@ -264,23 +266,23 @@ def test_scale_writes_a_list_option_as_the_command_line_does(tmp_path, recorded)
 
 # ------------------------------------------------------------------------------------------ the checks themselves
 def test_a_fraction_is_judged_with_its_interval():
-    assert claims.fraction("x", 99, 100, ">=", 0.9, "almost-all").ok is True  # [0.946, 0.998]
-    assert claims.fraction("x", 9, 10, ">=", 0.9, "almost-all").ok is None  # [0.596, 0.982] straddles
-    assert claims.fraction("x", 50, 100, ">=", 0.9, "almost-all").ok is False
-    assert claims.fraction("x", 1, 500, "<=", 0.05, "very-small-basin").ok is True
-    assert claims.fraction("x", 25, 500, "<=", 0.05, "very-small-basin").ok is None  # [0.034, 0.073] straddles
-    assert claims.fraction("x", 100, 500, "<=", 0.05, "very-small-basin").ok is False
+    assert verdicts.fraction("x", 99, 100, ">=", 0.9, "almost-all").ok is True  # [0.946, 0.998]
+    assert verdicts.fraction("x", 9, 10, ">=", 0.9, "almost-all").ok is None  # [0.596, 0.982] straddles
+    assert verdicts.fraction("x", 50, 100, ">=", 0.9, "almost-all").ok is False
+    assert verdicts.fraction("x", 1, 500, "<=", 0.05, "very-small-basin").ok is True
+    assert verdicts.fraction("x", 25, 500, "<=", 0.05, "very-small-basin").ok is None  # [0.034, 0.073] straddles
+    assert verdicts.fraction("x", 100, 500, "<=", 0.05, "very-small-basin").ok is False
 
 
 def test_a_sample_too_small_to_confirm_says_so():
     """32 conditions cannot confirm "almost all" (≥ 0.9): even 32 of 32 has the interval [0.893, 1]. The check stays
     undecided and says why, instead of a bare "?" that reads like a borderline result."""
-    few = claims.fraction("x", 32, 32, ">=", 0.9, "almost-all")
+    few = verdicts.fraction("x", 32, 32, ">=", 0.9, "almost-all")
     assert few.ok is None and "too few to confirm: at best 0.893" in few.text
-    enough = claims.fraction("x", 64, 64, ">=", 0.9, "almost-all")
+    enough = verdicts.fraction("x", 64, 64, ">=", 0.9, "almost-all")
     assert enough.ok is True and "too few" not in enough.text
-    assert "too few to confirm" in claims.fraction("x", 0, 10, "<=", 0.05, "very-small-basin").text
-    assert "too few" not in claims.fraction("x", 0, 100, "<=", 0.05, "very-small-basin").text
+    assert "too few to confirm" in verdicts.fraction("x", 0, 10, "<=", 0.05, "very-small-basin").text
+    assert "too few" not in verdicts.fraction("x", 0, 100, "<=", 0.05, "very-small-basin").text
 
 
 def test_the_clusters_run_has_enough_conditions_to_confirm_its_theorem_checks():
@@ -288,7 +290,7 @@ def test_the_clusters_run_has_enough_conditions_to_confirm_its_theorem_checks():
     be confirmed: at 32 conditions no outcome could have reproduced Fig. 8."""
     argv = rep.RUN_BY_NAME["clusters"].argv(False)
     num = int(argv[argv.index("--check-num") + 1])
-    assert claims.wilson(num, num)[0] >= claims.T("almost-all"), num
+    assert verdicts.wilson(num, num)[0] >= verdicts.T("almost-all"), num
 
 
 def test_the_paper_setting_has_enough_draws_to_confirm_its_claim(tmp_path, monkeypatch):
@@ -311,34 +313,34 @@ def test_the_paper_setting_has_enough_draws_to_confirm_its_claim(tmp_path, monke
     opts = rep._extra_options(rep.RUN_BY_NAME["unnormalised"].argv(False))
     with pytest.raises(Asked):
         blowup.study(tmp_path, **opts, figures=False)
-    assert claims.wilson(seen["num"], seen["num"])[0] >= claims.T("almost-all"), seen
+    assert verdicts.wilson(seen["num"], seen["num"])[0] >= verdicts.T("almost-all"), seen
 
 
 def test_the_verdict_follows_the_checks():
-    ok, bad, undecided = claims.Check("a", True), claims.Check("b", False), claims.Check("c", None)
-    unseen = claims.Check("d", False, failing="not observed")
-    assert claims.judge([ok, ok]) == "reproduced"
-    assert claims.judge([ok, undecided]) == "inconclusive"
-    assert claims.judge([ok, undecided, bad]) == "differs"
-    assert claims.judge([ok, unseen]) == "not observed"
-    assert claims.judge([unseen, bad]) == "differs"
-    assert claims.none_of("x", 0, 10).ok and not claims.none_of("x", 1, 10).ok
-    assert claims.exists("x", 0, 10, "t").failing == "not observed"
+    ok, bad, undecided = verdicts.Check("a", True), verdicts.Check("b", False), verdicts.Check("c", None)
+    unseen = verdicts.Check("d", False, failing="not observed")
+    assert verdicts.judge([ok, ok]) == "reproduced"
+    assert verdicts.judge([ok, undecided]) == "inconclusive"
+    assert verdicts.judge([ok, undecided, bad]) == "differs"
+    assert verdicts.judge([ok, unseen]) == "not observed"
+    assert verdicts.judge([unseen, bad]) == "differs"
+    assert verdicts.none_of("x", 0, 10).ok and not verdicts.none_of("x", 1, 10).ok
+    assert verdicts.exists("x", 0, 10, "t").failing == "not observed"
 
 
 def test_a_check_that_holds_by_construction_does_not_decide():
     """A check the run's construction guarantees is shown, marked ◦ with its reason, and left out of the verdict:
     alone it decides nothing; beside a failing check it does not rescue the row; failing, it does not sink it."""
-    fixed = claims.by_construction(claims.Check("first token moved: 0 of 8", True), "it attends to itself alone")
-    broken = claims.by_construction(claims.Check("first token moved: 1 of 8", False), "it attends to itself alone")
-    real = claims.Check("not at consensus: 0 of 8", True)
-    assert claims.judge([fixed]) == "inconclusive"
-    assert claims.judge([fixed, claims.Check("not at consensus: 3 of 8", False)]) == "differs"
-    assert claims.judge([broken, real]) == "reproduced"
-    res = claims.Result("x", [fixed, real])
+    fixed = verdicts.by_construction(verdicts.Check("first token moved: 0 of 8", True), "it attends to itself alone")
+    broken = verdicts.by_construction(verdicts.Check("first token moved: 1 of 8", False), "it attends to itself alone")
+    real = verdicts.Check("not at consensus: 0 of 8", True)
+    assert verdicts.judge([fixed]) == "inconclusive"
+    assert verdicts.judge([fixed, verdicts.Check("not at consensus: 3 of 8", False)]) == "differs"
+    assert verdicts.judge([broken, real]) == "reproduced"
+    res = verdicts.Result("x", [fixed, real])
     assert res.why.startswith("◦ first token moved: 0 of 8; it attends to itself alone (by construction: not part of "
                               "the verdict); ✓ not at consensus"), res.why
-    assert "(by construction: not part of the verdict; here it did not hold)" in claims.Result("x", [broken]).why
+    assert "(by construction: not part of the verdict; here it did not hold)" in verdicts.Result("x", [broken]).why
 
 
 def test_a_trend_test_is_exact_for_few_layers():

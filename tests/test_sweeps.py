@@ -433,6 +433,24 @@ def test_a_store_path_that_is_not_a_path_is_named(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_sweep_grid_takes_the_drivers_save_and_batch_as_its_keys(tmp_path):
+    """``sweep_grid(config, out, save=Save(...), batch=Batch(...))`` is the configuration with the keys the objects
+    stand for: the same store (the configuration given those keys resumes it, nothing recomputed), the listed steps
+    saved (``Save(steps=...)``, ``dynamics.save_steps``)."""
+    cfg = {"num_init": 6, "chunk": 4, "init": {"n": 5}, "model": {"source": "random", "d": 8, "heads": 2, "depth": 3},
+           "dynamics": {"beta": [1.0, 2.0], "steps": 20}}
+    a = ja.sweep_grid(cfg, tmp_path / "a", save=ja.Save(steps=[20, 0, 5]), batch=ja.Batch(size=4, precision="bf16"),
+                      progress=False)
+    keyed = {**cfg, "matmul_precision": "bf16", "dynamics": {**cfg["dynamics"], "save_steps": [0, 5, 20]}}
+    done = sorted((tmp_path / "a" / "done").iterdir())
+    again = ja.sweep_grid(keyed, tmp_path / "a", batch=ja.Batch(size=4), progress=False)  # resumes: one store
+    assert sorted((tmp_path / "a" / "done").iterdir()) == done and again.table().equals(a.table())
+    assert [p["times"] for p in again.manifest["points"]] == [[0.0, 5.0, 20.0]] * 2
+    with pytest.raises(ConfigError, match=r"Save\(steps=...\) lists step 30, beyond the run's 20 steps"):
+        ja.sweep_grid(cfg, tmp_path / "b", save=ja.Save(steps=[0, 30]), progress=False)
+    assert not (tmp_path / "b").exists()
+
+
 def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):
     """steps = 2.5 with a store: the store's manifest names the saved steps, which raised a TypeError."""
     model = ja.random_model(jax.random.key(0), 4, 1, 1)

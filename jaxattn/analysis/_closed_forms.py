@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from jaxtyping import ArrayLike, Complex, Shaped
+from jaxtyping import ArrayLike, Complex, Int, Shaped
 
 from jaxattn.analysis._equilibria import System
 from jaxattn.analysis.spectral import eig_sorted
@@ -60,7 +60,8 @@ class SingleHeadStability:
         return self.fixed_point and self.within_plus and self.within_minus and self.group_modes
 
 
-def single_head_conditions(system: System, k: int, signs: Sequence[int], *, strict: float = 0.0) -> SingleHeadStability:
+def single_head_conditions(system: System, k: int, signs: Sequence[int] | Int[np.ndarray, " n"], *,
+                           strict: float = 0.0) -> SingleHeadStability:
     """Evaluate the single-head stability conditions at ``x_i = signs[i] v_k`` (``F v_k = λ_k v_k``)."""
     model = system.model
     if model.n_heads != 1:

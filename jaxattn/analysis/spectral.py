@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import ArrayLike, Float, Inexact
 
 from jaxattn.errors import ConfigError, real
+from jaxattn.model import display
 from jaxattn.model.params import Model, repeat_kv
 
 ORDERS = ("real", "modulus", "step")
@@ -86,7 +87,8 @@ def _orthonormal(cols: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass
 class Spectrum:
-    """Spectral facts of every weight set (leading axis ``G``). See :func:`spectrum`."""
+    """Spectral facts of every weight set (leading axis ``G``). See :func:`spectrum`. A terminal or a notebook shows
+    a summary (the cases, λ1 and the gap of the first sets, the shapes) rather than the arrays."""
 
     F: np.ndarray  # [G, d, d]
     eigvals: np.ndarray  # [G, d] complex, sorted
@@ -104,6 +106,32 @@ class Spectrum:
     @property
     def lambda1(self) -> np.ndarray:
         return self.eigvals[:, 0]
+
+    def _summary(self) -> display.Summary:
+        G, d = self.eigvals.shape
+        cases = {1: "real dominant", 2: "complex dominant pair", 3: "near-degenerate"}
+        counts = [f"{int(np.sum(self.case == c))} {name}" for c, name in cases.items() if np.any(self.case == c)]
+        lam = self.lambda1
+        shown = lambda x: f"{x.real:.4g}" + (f"{x.imag:+.4g}i" if np.iscomplexobj(lam) and x.imag else "")
+        values = ", ".join(shown(x) for x in lam[:6]) + (", ..." if G > 6 else "")
+        return display.Summary("jaxattn.Spectrum", [
+            ("dimensions", f"weight sets: {G}, d: {d}"),
+            ("order", self.order),
+            ("cases", ", ".join(counts)),
+            ("lambda1", values),
+            ("gap", ", ".join(f"{g:.4g}" for g in self.gap[:6]) + (", ..." if G > 6 else "")),
+            ("directions", ", ".join(str(int(k)) for k in self.n_directions[:6]) + (", ..." if G > 6 else "")),
+            ("F", display.array_line(self.F)),
+            ("eigvecs", display.array_line(self.eigvecs)),
+            ("non-finite", display.count_line(int(np.sum(~np.isfinite(self.eigvals).all(axis=1))), G,
+                                              "weight sets"))])
+
+    def __repr__(self) -> str:
+        return display.text(display.safe(self._summary, lambda: display.fields_repr(self, ("order", "case", "gap"))))
+
+    def _repr_html_(self) -> str:
+        return display.as_html(display.safe(self._summary,
+                                            lambda: display.fields_repr(self, ("order", "case", "gap"))))
 
 
 def _directions(lam: np.ndarray, vec: np.ndarray, imag_tol: float):

@@ -24,7 +24,7 @@ EXIT_BAD_INPUT = 2
 #: Subcommands that live in their own module of this package: each exposes ``register(sub)``, which
 #: adds its parser to the ``argparse`` sub-parsers and sets ``func=run`` (``run(args, cfg) -> int``).
 COMMAND_MODULES = ("simulate", "analyze", "convert", "inspect", "spectrum", "solve", "sweep", "consensus",
-                   "clusters", "stability", "metastability", "movie")
+                   "architectures", "clusters", "stability", "metastability", "movie")
 
 
 #: What argparse must read as a value, not an option: every negative number Python writes (``-1e-3``, ``-.5``,

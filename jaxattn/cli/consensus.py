@@ -41,8 +41,14 @@ def run(args, cfg) -> int:
                         "random model has not; the theorem settings draw their own random models")
     tables = run_in_out("consensus", cfg, lambda out, say: study.run(out, config, model=model,
                                                                      model_name=str(cfg["model"]), progress=say))
+    say_summary(tables, cfg["out"])
+    return 0
+
+
+def say_summary(tables: dict, out) -> None:
+    """What the consensus commands print: each run's first-token measure at its first and last pass, then where the
+    report is."""
     for r in tables["summary"]:
         print(f"{r['run']:<16} first-token measure {r['first_token_start']:.4f} -> {r['first_token_end']:.4g} "
               f"after {r['passes']} passes")
-    print(f"report       {cfg['out']}/report.md")
-    return 0
+    print(f"report       {out}/report.md")

@@ -1,5 +1,5 @@
 """``jaxattn movie RUN_DIR``: a run's trajectory as an animated GIF (and an MP4 where an encoder is installed), and
-``--movie`` of ``simulate`` and ``solve`` (see :mod:`jaxattn.studies.movie`).
+``--movie`` of ``simulate`` and ``solve`` (see :mod:`jaxattn.plotting` and :mod:`jaxattn.io.trajectory`).
 
 A run directory that holds a trajectory (``trajectory.safetensors``: ``metastability``, or ``simulate``/``solve``
 run with ``--movie``) is rendered as saved. A finished ``simulate`` or ``solve`` run without one is recomputed for
@@ -28,8 +28,9 @@ from jaxattn.errors import ConfigError, integer
 from jaxattn.io import rundir
 from jaxattn.io.results import load_arrays, weights_sha256
 from jaxattn.io.store import open_sweep, record_file
+from jaxattn.io.trajectory import load_trajectory, save_trajectory
 from jaxattn.model.sampling import init_tokens
-from jaxattn.studies.movie import NO_ENCODER, encoder_available, load_trajectory, movie, save_trajectory
+from jaxattn.plotting import NO_ENCODER, encoder_available, movie
 from jaxattn.sweeps.grid import FlowRun, dynamics_of, expand, point_of
 
 TRAJECTORY = "trajectory.safetensors"
@@ -120,7 +121,7 @@ def run(args, cfg) -> int:
 
 
 def render(tr: dict, target: Path, *, fps: float = 12.0, max_frames: int = 400, progress: bool = False) -> Path:
-    """Write the trajectory ``tr`` (as :func:`jaxattn.studies.movie.load_trajectory` returns it) to ``target``; a
+    """Write the trajectory ``tr`` (as :func:`jaxattn.io.trajectory.load_trajectory` returns it) to ``target``; a
     file in a run directory is recorded in its marker first."""
     _record(target)
     return movie(tr["trajectory"], target, ts=tr["ts"], observables=tr["observables"], titles=tr["titles"],
@@ -165,7 +166,7 @@ def write_movie(out: Path, conditions: int = CONDITIONS, *, progress: bool = Fal
 
 def recompute(run_dir: Path, conditions: int) -> dict:
     """The trajectories of the first ``conditions`` of the finished ``simulate`` or ``solve`` run in ``run_dir``,
-    as :func:`jaxattn.studies.movie.load_trajectory` returns them (one panel per condition, the diameter and the
+    as :func:`jaxattn.io.trajectory.load_trajectory` returns them (one panel per condition, the diameter and the
     run's other scalar observables in the corner). The observables recomputed are compared with those stored;
     a difference beyond round-off is said on stderr (the movie is still drawn)."""
     config = run_dir / "config.json"

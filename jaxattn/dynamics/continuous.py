@@ -16,8 +16,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import threading
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from jaxattn.dynamics import labelled
 from jaxattn.dynamics._runner import (
     Context,
     block_budget,
@@ -44,8 +45,12 @@ from jaxattn.dynamics.geometry import Geometry, check_spd
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, positive_int
+from jaxattn.model import display
 from jaxattn.model.forms import GENERAL, Form, check_form, choose
 from jaxattn.model.params import Model, validate
+
+if TYPE_CHECKING:
+    import xarray
 
 #: Solvers by name. The adaptive ones carry an embedded error estimate.
 SOLVERS = {
@@ -71,7 +76,12 @@ def result_code(result) -> Int[Array, "*B"]:
 
 
 class Solution(NamedTuple):
-    """Result of :func:`solve`. Observables and trajectory have leading axes ``[B, T]``."""
+    """Result of :func:`solve`. Observables and trajectory have leading axes ``[B, T]``.
+
+    A pytree (``jit`` and ``vmap`` return it); :meth:`to_xarray` labels its arrays, and a terminal or a notebook
+    shows a summary of it (shapes, dtypes, how many solves failed and conditions ended non-finite) rather than its
+    numbers.
+    """
 
     ts: np.ndarray  # [T] saved times
     observables: Any  # pytree of [B, T, ...]
@@ -91,6 +101,60 @@ class Solution(NamedTuple):
         ``'max_steps_reached'`` (the step budget ran out: raise ``max_steps``), ``'nonfinite'`` (the state left the
         finite numbers), ...; the reason a solve failed, as :func:`failures` counts them."""
         return np.asarray(RESULT_NAMES)[np.asarray(self.result)]
+
+    def to_xarray(self, *, attrs: Mapping[str, Any] | None = None) -> xarray.Dataset:
+        """The result as an ``xarray.Dataset``: each observable ``(condition, t, ...)``, ``final``
+        ``(condition, token, coord)``, the trajectory ``(condition, t, token, coord)`` when kept, and each solve's
+        ``result`` (codes of :data:`RESULT_NAMES`, also as the attribute ``result_names``) and ``num_steps``
+        ``(condition)``, the saved times as the ``t`` coordinate. ``attrs``: the run's configuration, seed... (a dict
+        or list is kept as JSON text), beside ``kind = 'flow'`` and the ``versions`` (JSON) of the packages.
+
+        Examples:
+            >>> import jax, jax.numpy as jnp, jaxattn as ja
+            >>> model = ja.random_model(jax.random.key(0), d=4, heads=1)
+            >>> X0 = ja.init_tokens(jax.random.key(1), 3, 5, 4)
+            >>> sol = ja.solve(model, X0, t1=2.0, save=ja.Save(ts=jnp.linspace(0.0, 2.0, 5)))
+            >>> ds = sol.to_xarray(attrs={"beta": 1.0, "seed": 1})
+            >>> dict(ds.sizes), ds.t.values.tolist(), ds.attrs["seed"]
+            ({'condition': 3, 't': 5, 'token': 5, 'coord': 4}, [0.0, 0.5, 1.0, 1.5, 2.0], 1)
+            >>> ds.diameter.sel(t=2.0).mean("condition").shape
+            ()
+        """
+        ds = labelled.dataset(self.observables, self.final, self.trajectory, time_dim=labelled.TIME,
+                               times=labelled.host(self.ts, "ts"),
+                               per_condition={"result": self.result, "num_steps": self.num_steps}, attrs=attrs)
+        ds["result"].attrs["result_names"] = ", ".join(f"{i} {name}" for i, name in enumerate(RESULT_NAMES))
+        return ds
+
+    def _summary(self) -> display.Summary:
+        bad, total = labelled.nonfinite(self.final)
+        *lead, n, d = display.shape(self.final)
+        sizes = [(labelled.CONDITION, total)] if lead else []
+        sizes += [(labelled.TIME + " (saved)", display.shape(self.ts)[0]), (labelled.TOKEN, n),
+                  (labelled.COORD, d)]
+        rows = [("dimensions", labelled.dims_line(sizes))]
+        if not display.traced(self.ts) and np.size(self.ts):
+            ts = np.asarray(self.ts)
+            rows.append(("times", f"{ts[0]:g} to {ts[-1]:g}"))
+        rows += [("observables", labelled.observables_line(self.observables)),
+                 ("final", display.array_line(self.final)),
+                 ("trajectory", display.array_line(self.trajectory))]
+        if display.traced((self.result, self.num_steps)):
+            rows.append(("solves", "unknown (traced values)"))
+        else:
+            codes, steps = np.asarray(self.result).reshape(-1), np.asarray(self.num_steps).reshape(-1)
+            failed = failures(codes)
+            why = f" ({', '.join(f'{c:,} {name}' for name, c in failed.items())})" if failed else ""
+            rows.append(("solves", f"{codes.size - sum(failed.values()):,} of {codes.size:,} succeeded{why}"
+                         + (f"; steps median {int(np.median(steps))}, max {int(steps.max())}" if steps.size else "")))
+        rows.append(("non-finite", display.count_line(bad, total)))
+        return display.Summary("jaxattn.Solution", rows)
+
+    def __repr__(self) -> str:
+        return display.text(display.safe(self._summary, lambda: display.fields_repr(self, self._fields)))
+
+    def _repr_html_(self) -> str:
+        return display.as_html(display.safe(self._summary, lambda: display.fields_repr(self, self._fields)))
 
 
 def failures(result) -> dict[str, int]:

@@ -32,14 +32,17 @@ import dataclasses
 import functools
 import math
 import warnings
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from jaxattn.config import flag, static
+from jaxattn.dynamics import labelled
 from jaxattn.dynamics._kernels import choose_path, fused_simulate
 from jaxattn.dynamics._runner import (
     Context,
@@ -58,17 +61,21 @@ from jaxattn.dynamics._runner import (
     working_bytes,
 )
 from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
+from jaxattn.dynamics.labelled import finite_flags
 from jaxattn.dynamics.observables import consensus_observables
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, integer
 from jaxattn.errors import every as every_period
-from jaxattn.model import nn
+from jaxattn.model import display, nn
 from jaxattn.model.attention import ATTENTIONS, apply_weights, attend, weights, with_heads
 from jaxattn.model.forms import GENERAL, Form, check_form
 from jaxattn.model.forms import choose as choose_form
 from jaxattn.model.params import Layers, Model, validate
 from jaxattn.model.precision import full_precision
 from jaxattn.model.rope import Rope, cos_sin
+
+if TYPE_CHECKING:
+    import xarray
 
 NORMS = ("l2", "ellipsoid", "none", "layernorm")
 #: Position readings of attention: ``'none'`` position-free (tokens exchangeable; D1's default),
@@ -77,8 +84,7 @@ NORMS = ("l2", "ellipsoid", "none", "layernorm")
 ROPES = ("none", "model", "on")
 
 
-@dataclasses.dataclass(frozen=True)
-class Dynamics:
+class Dynamics(eqx.Module):
     """Which pieces of a block are on (static configuration, hashable).
 
     ``attention`` is the kernel (``'softmax'``, ``'uniform'`` or ``'unnormalised'``, see
@@ -92,16 +98,16 @@ class Dynamics:
     (θ = 10⁴ over every head coordinate) — queries and keys rotated by token index ``0..n-1``.
     """
 
-    norm: str = "l2"
-    ffn: bool = False
-    pre_ln: bool = False
-    biases: bool = False
-    attention: str = "softmax"
-    drop_ln2: bool = False  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
-    rope: str = "none"  # see ROPES: RoPE on queries and keys by token index 0..n-1
-    unit_output: bool = False  # D2: the model must have one head and O = I
+    norm: str = static("l2")
+    ffn: bool = flag(False)
+    pre_ln: bool = flag(False)
+    biases: bool = flag(False)
+    attention: str = static("softmax")
+    drop_ln2: bool = flag(False)  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
+    rope: str = static("none")  # see ROPES: RoPE on queries and keys by token index 0..n-1
+    unit_output: bool = flag(False)  # D2: the model must have one head and O = I
 
-    def __post_init__(self):
+    def __check_init__(self):
         if self.rope not in ROPES:
             raise ConfigError(f"rope must be one of {ROPES}, got {self.rope!r}")
         if self.norm not in NORMS:
@@ -296,7 +302,11 @@ def step(X: Float[Array, "n d"], k: Int[ArrayLike, ""], model: Model, dyn: Dynam
 
 class Simulation(NamedTuple):
     """Result of :func:`simulate`. Leading axes ``[B, T]``: ``T`` saved steps (all ``steps + 1``
-    by default, step 0 being the initial state; see :class:`jaxattn.Save`)."""
+    by default, step 0 being the initial state; see :class:`jaxattn.Save`).
+
+    A pytree (``jit`` and ``vmap`` return it); :meth:`to_xarray` labels its arrays, and a terminal or a notebook
+    shows a summary of it (shapes, dtypes, how many conditions ended non-finite) rather than its numbers.
+    """
 
     observables: Any
     final: jax.Array  # [B, n, d]
@@ -306,25 +316,72 @@ class Simulation(NamedTuple):
     def ok(self) -> jax.Array:
         """``[B]`` bool: the final state of each condition is finite (``False`` where the map overflowed;
         :func:`simulate` warns when any is)."""
-        return _finite_rows(self.final)
+        return finite_flags(self.final)
 
+    def to_xarray(self, steps: int | None = None, save: Save | None = None, *,
+                  attrs: Mapping[str, Any] | None = None) -> xarray.Dataset:
+        """The result as an ``xarray.Dataset``: each observable ``(condition, step, ...)``, ``final``
+        ``(condition, token, coord)`` and the trajectory ``(condition, step, token, coord)`` when kept, the step
+        numbers as the ``step`` coordinate (``condition``, ``token``, ``coord`` count from 0; no ``condition`` for
+        :func:`simulate_one`'s single configuration).
 
-@jax.jit
-def _finite_rows(X: jax.Array) -> jax.Array:
-    # one program per shape: `jnp.all(jnp.isfinite(X), ...)` dispatched two, each compiled for every new shape and
-    # kept by JAX for the life of the process (benchmarks/shape_memory.py)
-    return jnp.all(jnp.isfinite(X), axis=(-2, -1))
+        ``steps`` and ``save``: those :func:`simulate` ran with, which say the saved steps (:func:`saved_steps`);
+        without ``steps`` the ``step`` axis has no coordinate (a result does not record which steps it saved: select
+        by position, ``isel``). ``attrs``: the run's configuration, seed... (a dict or list is kept as JSON text,
+        which every xarray backend writes), beside ``kind = 'map'`` and the ``versions`` (JSON) of the packages.
+
+        Examples:
+            >>> import jax, jaxattn as ja
+            >>> model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3)
+            >>> X0 = ja.init_tokens(jax.random.key(1), 4, 5, 8)
+            >>> ds = ja.simulate(model, X0, steps=6, save=ja.Save(every=2)).to_xarray(6, ja.Save(every=2))
+            >>> dict(ds.sizes), ds.step.values.tolist()
+            ({'condition': 4, 'step': 4, 'token': 5, 'coord': 8}, [0, 2, 4, 6])
+            >>> ds.diameter.dims, ds.diameter.sel(step=6).mean("condition").shape   # the mean over conditions
+            (('condition', 'step'), ())
+        """
+        save = None if save is None else check_save(save, "to_xarray", kind="map")
+        times = None if steps is None else saved_steps(check_steps(steps), None if save is None else save.when)
+        info = {"steps": steps, "every": None if save is None else save.every}
+        return labelled.dataset(self.observables, self.final, self.trajectory, time_dim=labelled.STEP,
+                                 times=times, attrs={**info, **(attrs or {})})
+
+    def _summary(self) -> display.Summary:
+        bad, total = labelled.nonfinite(self.final)
+        *lead, n, d = display.shape(self.final)
+        first = next(iter(labelled.leaves(self.observables).values()), self.trajectory)
+        sizes = [(labelled.CONDITION, total)] if lead else []
+        if first is not None:
+            sizes.append((labelled.STEP + " (saved)", labelled.saved(first, self.final)))
+        sizes += [(labelled.TOKEN, n), (labelled.COORD, d)]
+        return display.Summary("jaxattn.Simulation", [
+            ("dimensions", labelled.dims_line(sizes)),
+            ("observables", labelled.observables_line(self.observables)),
+            ("final", display.array_line(self.final)),
+            ("trajectory", display.array_line(self.trajectory)),
+            ("non-finite", display.count_line(bad, total))])
+
+    def __repr__(self) -> str:
+        return display.text(display.safe(self._summary, lambda: display.fields_repr(self, self._fields)))
+
+    def _repr_html_(self) -> str:
+        return display.as_html(display.safe(self._summary, lambda: display.fields_repr(self, self._fields)))
 
 
 def saved_steps(steps: int, every=None) -> Int[np.ndarray, " T"]:
     """Step indices at which a map evaluates observables for ``Save(every=...)``: ``None`` every step
-    ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'`` the last step only.
+    ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'`` the last step only; a tuple (``Save.when``
+    of ``Save(steps=...)``) those steps, refused beyond ``steps``.
 
     Examples:
         >>> import jaxattn as ja
         >>> ja.dynamics.discrete.saved_steps(7, 3).tolist(), ja.dynamics.discrete.saved_steps(7, "last").tolist()
         ([0, 3, 6, 7], [7])
     """
+    if isinstance(every, tuple):  # Save(steps=...): the steps listed, within the run
+        if every[-1] > steps:
+            raise ConfigError(f"Save(steps=...) lists step {every[-1]}, beyond the run's {steps} steps")
+        return np.asarray(every)
     if every is None:
         every = 1
     if every_period("Save(every=...)", every) == "last":
@@ -358,18 +415,18 @@ def _scan(f: Callable, carry, ks: jax.Array):
     return carry, out
 
 
-def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, steps: int, every: int,
+def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, steps: int, every: int | tuple[int, ...],
             observe: Callable, trajectory: bool, pass_norm: bool, form: Form = GENERAL):
     """The map core: ``steps`` blocks from one configuration ``X0: [n, d]``, starting at global step
     ``start`` (the weight set of step ``k`` is ``schedule[k % depth]``), returning
     ``(observables [T, ...], final [n, d], trajectory [T, n, d] | None)``.
 
     Observations at local steps ``0, m, 2m, ... < steps`` and at ``steps`` (``m = every``; ``0``: the
-    last only): an outer scan over segments of ``m`` steps whose first step shares its attention
-    weights with the observable when the observable asks for them. ``pass_norm``: the model's final norm
-    (``ln_f``) after every block that ends a pass (global step ``k`` with ``(k + 1) % depth == 0``), as
-    calling a real model pass after pass does. ``form``: how each layer's attention is evaluated
-    (:mod:`jaxattn.model.forms`).
+    last only): an outer scan over segments of ``m`` steps whose first step shares its attention weights with the
+    observable when the observable asks for them (a tuple ``every``: the steps listed, see :func:`_listed`).
+    ``pass_norm``: the model's final norm (``ln_f``) after every block that ends a pass (global step ``k`` with
+    ``(k + 1) % depth == 0``), as calling a real model pass after pass does. ``form``: how each layer's attention
+    is evaluated (:mod:`jaxattn.model.forms`).
     """
     depth = model.depth
     observe = checked(observe)
@@ -412,6 +469,8 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
         return X
 
     start = jnp.asarray(start, jnp.int32)
+    if isinstance(every, tuple):
+        return _listed(X0, every, steps, start, advance, on_demand, observe, aux, trajectory)
     m = every
     q = steps // m if m else 0
     X = X0
@@ -442,8 +501,45 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
     return obs, X, traj
 
 
-def _every(every) -> int:
-    """``Save.every`` as :func:`_evolve`'s segment length (0: the last step only)."""
+def _listed(X0, listed: tuple[int, ...], steps: int, start, advance: Callable, on_demand: Callable, observe: Callable,
+            aux, trajectory: bool):
+    """:func:`_evolve` for ``Save(steps=...)``: one scan over every step that records at the ``listed`` local steps
+    (sorted, within ``0..steps``) into buffers of ``len(listed)`` rows carried along. One program whatever the
+    steps listed (a segment per gap would compile a loop per distinct gap), holding the listed steps only (a
+    step's row is found by a binary search, not in a table of every step); the record sits in a ``cond`` on the
+    step, which depends on the step alone, so it stays a branch under ``vmap`` and costs nothing at other steps.
+    The observable's attention is formed for the record (not shared with the step, as a period's segments do).
+    Under reverse-mode differentiation the checkpoints of the scan hold the buffers too (about √steps copies):
+    differentiate a long run with a trajectory through ``Save(every=...)``."""
+    at = jnp.asarray(listed, jnp.int32)
+
+    def record(X, j):
+        k = start + j
+        return observe(k, X, Context(aux, on_demand(X, k)[0])), X if trajectory else None
+
+    rows = jax.eval_shape(record, X0, jnp.int32(0))
+    kept = jax.tree_util.tree_map(lambda a: jnp.zeros((len(listed), *a.shape), a.dtype), rows)
+
+    def keep(kept, X, j):
+        slot = jnp.minimum(jnp.searchsorted(at, j), len(listed) - 1)
+        put = lambda kept: jax.tree_util.tree_map(lambda a, r: a.at[slot].set(r), kept, record(X, j))
+        return jax.lax.cond(at[slot] == j, put, lambda kept: kept, kept)
+
+    def one(carry, j):
+        X, kept = carry
+        return (advance(X, start + j), keep(kept, X, j)), None
+
+    X = X0
+    if steps:
+        (X, kept), _ = _scan(one, (X0, kept), jnp.arange(steps, dtype=jnp.int32))
+    obs, traj = keep(kept, X, jnp.int32(steps))
+    return obs, X, traj
+
+
+def _every(every) -> int | tuple[int, ...]:
+    """``Save.when`` as :func:`_evolve`'s ``every``: a segment length (0: the last step only) or the listed steps."""
+    if isinstance(every, tuple):
+        return every
     return 0 if every == "last" else int(every or 1)
 
 
@@ -453,7 +549,7 @@ class _MapProgram:
 
     dyn: Dynamics
     steps: int
-    every: int  # m; 0 = observe the last step only
+    every: int | tuple[int, ...]  # m (0 = observe the last step only), or the steps to observe
     observe: Callable
     trajectory: bool
     pass_norm: bool = False
@@ -509,11 +605,12 @@ def simulate_one(model: Model, X0: Float[ArrayLike, "n d"], steps: int, *, dynam
                           "(simulate runs batches)")
     S = check_dynamics(model, dynamics, S)
     steps = check_steps(steps)
+    saved_steps(steps, save.when)  # listed steps within the run, or one line
     # the state carries the weights' precision (float32 tokens through a float64 model run in float64)
     X0 = X0.astype(wider_dtype(X0, model))
     form = form_of(model, dynamics, X0.shape[0], X0.dtype)  # traced weights: no identity member is used
     obs, final, traj = _evolve(X0, model, alpha, beta, S, save.aux, start, dyn=dynamics, steps=steps,
-                               every=_every(save.every), observe=save.observe or consensus_observables,
+                               every=_every(save.when), observe=save.observe or consensus_observables,
                                trajectory=bool(save.trajectory), pass_norm=bool(pass_norm), form=form)
     return Simulation(obs, final, traj)
 
@@ -583,10 +680,11 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     form = form_of(model, dynamics, X0.shape[1], dtype, batch.form)
     if form.key_chunk is not None and batch.size is None:  # one such condition fills the device: no padded lanes
         batch = dataclasses.replace(batch, size=1)
-    program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.every),
+    saved_steps(steps, save.when)  # listed steps within the run, or one line
+    program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.when),
                           observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form)
     path = batch.path
-    choice = choose_path(path, model, dynamics, save.observe, save.trajectory, save.every, X0.shape[1])
+    choice = choose_path(path, model, dynamics, save.observe, save.trajectory, save.when, X0.shape[1])
     if batch.devices is not None and len(batch.devices) > 1:
         choice = "plain"  # the fused kernel runs on one device
     elif path == "auto" and traced((model, X0, alpha, beta, S)):
@@ -628,7 +726,7 @@ def _condition_bytes(model: Model, n: int, dtype, form: Form, steps: int, save: 
     step's (:func:`jaxattn.dynamics.default_lanes`)."""
     hidden = 0 if model.layers.w1 is None else model.layers.w1.shape[1]
     cost = working_bytes(n, model.d_model, model.n_heads, dtype, hidden=hidden,
-                         saved=len(saved_steps(steps, save.every)) if save.trajectory else 0, key_chunk=form.key_chunk)
+                         saved=len(saved_steps(steps, save.when)) if save.trajectory else 0, key_chunk=form.key_chunk)
     return cost, one_head_bytes(model, n, dtype, form.key_chunk)
 
 
@@ -649,7 +747,7 @@ def lanes_of(model: Model, n: int, *, dynamics: Dynamics = D1, steps: int = 0, s
         (8, 32)
     """
     dtype = resolve_dtype(dtype)
-    if choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n) == "fused":
+    if choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n) == "fused":
         return None
     bare = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)  # as simulate sees it
     form = form_of(bare, dynamics, n, dtype, batch.form)
@@ -689,11 +787,7 @@ def one_head_bytes(model: Model, n: int, dtype, key_chunk: int | None = None) ->
 def _warn_non_finite(res: Simulation) -> None:
     """A run whose states left the finite numbers (an α or β so large that exp or the norm overflows)
     says so: its conditions are flagged in :attr:`Simulation.ok` and a warning counts them."""
-    final = res.final
-    if isinstance(final, np.ndarray) or all(dev.platform == "cpu" for dev in final.devices()):
-        ok = np.isfinite(np.asarray(final)).all(axis=(-2, -1))  # read in place: no program compiled per shape
-    else:
-        ok = np.asarray(res.ok)  # reduced on the device: B flags come back, not the states
+    ok = labelled.finite_rows(res.final)  # read in place on a CPU; else B flags come back, not the states
     bad = int(np.sum(~ok))
     if bad:
         warnings.warn(f"{bad} of {ok.shape[0]} conditions reached non-finite states (NaN or inf): the "

@@ -36,14 +36,15 @@ could deadlock XLA's CPU thread pool).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from jaxattn.config import flag, static
 from jaxattn.dynamics._runner import wider_dtype
 from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
 from jaxattn.errors import ConfigError
@@ -53,16 +54,15 @@ from jaxattn.model.params import Layers, Model, repeat_kv
 from jaxattn.model.precision import full_precision
 
 
-@dataclasses.dataclass(frozen=True)
-class Flow:
+class Flow(eqx.Module):
     """A continuous-time model (static configuration, hashable). See the module docstring."""
 
-    space: str = "sphere"
-    rescaled: bool = False
-    attention: str = "softmax"
-    biases: bool = False
+    space: str = static("sphere")
+    rescaled: bool = flag(False)
+    attention: str = static("softmax")
+    biases: bool = flag(False)
 
-    def __post_init__(self):
+    def __check_init__(self):
         if self.space not in SPACES:
             raise ConfigError(f"space must be one of {SPACES}, got {self.space!r}")
         if self.attention not in ATTENTIONS:

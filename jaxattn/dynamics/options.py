@@ -15,7 +15,6 @@ through ``jax.jit`` or built from traced times, while ``every``, ``trajectory`` 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -24,8 +23,9 @@ import equinox as eqx
 import jax
 import numpy as np
 
+from jaxattn.config import static
 from jaxattn.dynamics.observables import check_observe
-from jaxattn.errors import ConfigError, every, integer, is_every
+from jaxattn.errors import ConfigError, every, integer, is_every, is_integer
 from jaxattn.model.forms import Form
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
@@ -47,6 +47,9 @@ class Save(eqx.Module):
         every: maps (:func:`jaxattn.simulate`, :func:`jaxattn.repeated_passes`, :func:`jaxattn.sweep`):
             ``None`` every step ``0..steps``; an integer ``m`` every m-th step and the last; ``'last'`` the
             last step only (see :func:`jaxattn.dynamics.discrete.saved_steps`).
+        steps: maps: the steps to save, any non-negative integers up to the run's ``steps`` (kept sorted, each
+            once), e.g. a logarithmic grid for a long run; instead of ``every``. One compiled program runs them
+            all (a scan over every step that saves at the listed ones).
         ts: flows (:func:`jaxattn.solve`): the times at which observables (and the trajectory) are saved,
             a non-decreasing 1-D sequence within ``[t0, t1]``; ``None``: 101 equally spaced times.
         trajectory: also keep the configuration at every saved step or time (``[B, T, n, d]``).
@@ -60,8 +63,8 @@ class Save(eqx.Module):
 
     Examples:
         >>> import jaxattn as ja
-        >>> ja.Save(every="last").every, ja.Save(ts=[0.0, 1.0]).ts.tolist()
-        ('last', [0.0, 1.0])
+        >>> ja.Save(every="last").every, ja.Save(ts=[0.0, 1.0]).ts.tolist(), ja.Save(steps=[100, 1, 10]).steps
+        ('last', [0.0, 1.0], (1, 10, 100))
         >>> ja.Save(every=0)
         Traceback (most recent call last):
         ...
@@ -71,6 +74,8 @@ class Save(eqx.Module):
     # a NumPy integer becomes a Python one: it is static (hashed into the compiled program) and recorded in JSON
     every: int | str | None = eqx.field(default=None, static=True,
                                         converter=lambda v: int(v) if isinstance(v, np.integer) else v)
+    # any sequence of integers (a list, a range, an array), kept as a sorted tuple of Python integers
+    steps: Any = eqx.field(default=None, static=True, converter=lambda v: _steps(v))
     ts: Any = eqx.field(default=None, converter=lambda v: _times(v))
     trajectory: bool = eqx.field(default=False, static=True)
     observe: Callable | None = eqx.field(default=None, static=True)
@@ -78,10 +83,33 @@ class Save(eqx.Module):
 
     def __check_init__(self):
         every("Save(every=...)", self.every)
+        if self.steps is not None and self.every is not None:  # the steps themselves are checked as converted
+            raise ConfigError("Save(steps=...) lists the steps to save; Save(every=...) gives a period: give one of "
+                              "them")
         if not isinstance(self.trajectory, (bool, np.bool_)):
             raise ConfigError(f"Save(trajectory=...) must be True or False, got {self.trajectory!r}")
         if self.observe is not None and not callable(self.observe):
             raise ConfigError(f"Save(observe=...) must be a function observe(t, X, ctx) or None, got {self.observe!r}")
+
+    @property
+    def when(self) -> int | str | tuple[int, ...] | None:
+        """The steps a map saves, as :func:`jaxattn.dynamics.discrete.saved_steps` reads them: the listed
+        ``steps`` if given, else ``every`` (``None``, a period or ``'last'``)."""
+        return self.steps if self.steps is not None else self.every
+
+
+def _steps(steps):
+    """Steps to save as a sorted tuple of distinct Python integers (static: hashed into the program), or one line
+    saying what is wrong."""
+    if steps is None:
+        return None
+    items = None
+    if not isinstance(steps, (str, bytes)) and hasattr(steps, "__iter__") and np.ndim(steps) == 1:
+        items = list(steps) if isinstance(steps, (list, tuple, range)) else np.asarray(steps).tolist()
+    if not items or not all(is_integer(k, 0) for k in items):  # one number, a string, a table, a negative step
+        raise ConfigError(f"Save(steps=...) must be a non-empty sequence of non-negative integers (steps of a map), "
+                          f"got {steps!r}")
+    return tuple(sorted({int(k) for k in items}))
 
 
 def _times(ts):
@@ -100,8 +128,7 @@ def _times(ts):
     return arr
 
 
-@dataclasses.dataclass(frozen=True)
-class Batch:
+class Batch(eqx.Module):
     """How a batch of conditions is computed; no field changes which map or flow is computed.
 
     Attributes:
@@ -134,33 +161,30 @@ class Batch:
 
     Examples:
         >>> import jaxattn as ja
-        >>> ja.Batch(size=8, precision="tf32")
-        Batch(size=8, devices=None, precision='tf32', path='auto', form='auto')
+        >>> ja.Batch(size=8, precision="tf32")                     # the fields set (the others at their defaults)
+        Batch(size=8, precision='tf32')
         >>> ja.Batch(size=0)
         Traceback (most recent call last):
         ...
         jaxattn.errors.ConfigError: Batch(size=...) must be None or a positive integer, got 0
     """
 
-    size: int | None = None
-    devices: tuple | None = None
-    precision: str = "highest"
-    path: str = "auto"
-    form: Form | str = "auto"
+    size: int | None = static(None, converter=lambda v: int(v) if is_integer(v) else v)
+    # a tuple: the option stays hashable
+    devices: tuple | None = static(None, converter=lambda v: v if v is None or isinstance(v, (str, bytes)) or not
+                                   hasattr(v, "__iter__") else tuple(v))
+    precision: str = static("highest")
+    path: str = static("auto")
+    form: Form | str = static("auto")
 
-    def __post_init__(self):
-        s = self.size
-        integer("Batch(size=...)", s, none=True)
-        if s is not None:
-            object.__setattr__(self, "size", int(s))
+    def __check_init__(self):
+        integer("Batch(size=...)", self.size, none=True)
         if self.devices is not None:
-            if isinstance(self.devices, (str, bytes)) or not hasattr(self.devices, "__iter__"):
+            if not isinstance(self.devices, tuple):
                 raise ConfigError(f"Batch(devices=...) must be a sequence of JAX devices, got {self.devices!r}")
-            devs = tuple(self.devices)
-            if not devs or not all(isinstance(d, jax.Device) for d in devs):
+            if not self.devices or not all(isinstance(d, jax.Device) for d in self.devices):
                 raise ConfigError(f"Batch(devices=...) must be a non-empty sequence of JAX devices "
                                   f"(e.g. jax.local_devices()), got {self.devices!r}")
-            object.__setattr__(self, "devices", devs)  # a tuple: the option stays hashable
         if self.precision not in PRECISIONS:
             raise ConfigError(f"Batch(precision=...) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.path not in PATHS:
@@ -177,8 +201,9 @@ def check_save(save, driver: str, *, kind: str) -> Save:
         raise ConfigError(f"save must be a jaxattn.Save, got {save!r}{hint}")
     if kind == "map" and save.ts is not None:
         raise ConfigError(f"Save(ts=...) gives times of a flow; {driver} runs a map: save steps with Save(every=...)")
-    if kind == "flow" and save.every is not None:
-        raise ConfigError(f"Save(every=...) gives steps of a map; {driver} solves a flow: save times with "
+    if kind == "flow" and (save.every is not None or save.steps is not None):
+        which = "every" if save.every is not None else "steps"
+        raise ConfigError(f"Save({which}=...) gives steps of a map; {driver} solves a flow: save times with "
                           "Save(ts=...)")
     if save.observe is not None:
         check_observe(save.observe)  # observe(t, X, ctx), or one line naming it

@@ -155,8 +155,8 @@ def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *,
             obs, X, tr = run(program(depth), X, params(m, p * depth), batch=batch, condition_bytes=cost)
             parts.append((obs, tr) if p == 0 else jax.tree_util.tree_map(lambda a: a[:, 1:], (obs, tr)))
         rec, traj = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a, axis=1), *parts)
-    if save.every not in (None, 1):
-        keep = saved_steps(passes * depth, save.every)
+    if save.when not in (None, 1):
+        keep = saved_steps(passes * depth, save.when)
         rec, traj = jax.tree_util.tree_map(lambda a: a[:, keep], (rec, traj))
     return Passes(rec, X, traj)
 

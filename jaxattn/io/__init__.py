@@ -1,5 +1,5 @@
 """Storage: Hugging Face checkpoints to canonical safetensors (one adapter per family), run directories,
-and the verified chunk store of sweeps."""
+the verified chunk store of sweeps, and trajectory files for movies."""
 
 # The face of the private config-file reader (the command line and the sweeps read config files with it), and of
 # the one handling of a full disk that every writer shares (the stores, the chunk loop, the command line).

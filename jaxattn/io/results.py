@@ -7,23 +7,20 @@ a half-written file behind.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import json
 import platform
-import sys
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from jaxattn.config import record_repr
+from jaxattn.dynamics.labelled import versions as versions  # the provenance's versions: one list of packages
 from jaxattn.io._atomic import replace_bytes
 from jaxattn.io.rundir import claim
-
-_PACKAGES = ("jaxattn", "jax", "jaxlib", "numpy", "flax", "diffrax", "safetensors", "transformers", "torch")
 
 
 def atomic_write_bytes(path, data: bytes) -> Path:
@@ -58,7 +55,10 @@ def weights_sha256(model) -> str:
     h.update(repr((model.schedule, model.norm_style, model.activation, model.ln_eps, model.family)).encode())
     newer = (model.norm_kind, model.parallel, model.rope, model.embed_scale)
     if newer != ("layernorm", False, None, 1.0):  # the fingerprints of older models stay as they were
-        h.update(repr(newer).encode())
+        # the RoPE with every field, as its dataclass repr read before it was an equinox Module (whose repr leaves
+        # some defaults out): the same text for equal objects, and the stores written then still resume
+        rope = "None" if model.rope is None else record_repr(model.rope)
+        h.update(f"({model.norm_kind!r}, {model.parallel!r}, {rope}, {model.embed_scale!r})".encode())
     return h.hexdigest()
 
 
@@ -82,14 +82,6 @@ def _json_default(o):
     if isinstance(o, Path):
         return str(o)
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def versions() -> dict:
-    out = {"python": sys.version.split()[0]}
-    for name in _PACKAGES:
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[name] = metadata.version(name)
-    return out
 
 
 def device_info() -> dict:

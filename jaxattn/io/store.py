@@ -16,26 +16,37 @@ disjoint chunks, and a second process started with the same process index is ref
 A store of another configuration is replaced (``overwrite``) atomically by the grid's writer: the new
 store is built beside it (:func:`replacing`, in :func:`jaxattn.io.rundir.replacement`) and swapped in
 once finished (:func:`swap_in`), so the old one stays whole and readable until then.
-Zarr, xarray and pandas read the data directly; :func:`open_sweep` is the reader.
+Zarr, xarray and pandas read the data directly; :func:`open_sweep` is the reader. Every array carries the names of
+its axes (Zarr's ``dimension_names``: ``condition``, ``step`` or ``t``, ``token``, ``coord``, see
+:mod:`jaxattn.dynamics.labelled`) and each point's group its axes' values as attributes, so that
+``xarray.open_zarr(store / "data.zarr", group="p0000/observables")`` opens a point as a Dataset;
+:meth:`Sweep.to_xarray` gives the whole grid, its axes as coordinates, also from a store written before the names
+were (they are metadata only: no checksum covers them).
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
 import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from jaxattn.dynamics import labelled
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io._atomic import RESUME, full_disk, replace_bytes
 from jaxattn.io.results import config_hash, device_info, versions, write_json
 from jaxattn.io.rundir import is_ours, recover, replacement, swap
+from jaxattn.model import display
+
+if TYPE_CHECKING:
+    import xarray
 
 FORMAT = "jaxattn-sweep-1"
 
@@ -178,8 +189,13 @@ class SweepStore:
                 return self.group[key]
             except KeyError:
                 fill = np.nan if np.issubdtype(like.dtype, np.floating) else 0
-                return self.group.create_array(key, shape=(rows, *like.shape[1:]), chunks=(chunk, *like.shape[1:]),
-                                               dtype=like.dtype, fill_value=fill)
+                dims = labelled.stored_dims(name, like.ndim, _time_dim(self.manifest["points"][point]))
+                arr = self.group.create_array(key, shape=(rows, *like.shape[1:]), chunks=(chunk, *like.shape[1:]),
+                                              dtype=like.dtype, fill_value=fill, dimension_names=dims)
+                parent = self.group[key.rsplit("/", 1)[0]]
+                if "jaxattn_point" not in parent.attrs:  # what xarray shows of the group a point's arrays are in
+                    parent.attrs.update(_point_attrs(self.manifest["points"][point], point))
+                return arr
 
     def _marker(self, point: int, chunk_index: int) -> Path:
         return self.root / "done" / f"p{point:04d}" / f"c{chunk_index:06d}.json"
@@ -432,8 +448,50 @@ def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:
         yield i, start, min(chunk, num_init - start)
 
 
+def _time_dim(entry: dict, arrays: Mapping | None = None) -> str:
+    """``'t'`` for a flow's point (solved by diffrax), ``'step'`` for a map's: by the path its manifest entry records
+    or, in a store whose entries do not, by the solver's ``result`` among its ``arrays``."""
+    kernel = entry.get("kernel")
+    flow = kernel == "diffrax" if kernel is not None else arrays is not None and "result" in arrays
+    return labelled.TIME if flow else labelled.STEP
+
+
+def _point_attrs(entry: dict, point: int) -> dict:
+    """A point's group attributes: its index, its axes' values (by configuration key), its saved times."""
+    return {"jaxattn_point": point, **entry.get("params", {}), "times": entry.get("times", [])}
+
+
+def _short_axes(keys: list[str]) -> dict[str, str]:
+    """The dimension each grid axis is in a Dataset: its key's last part (``dynamics.beta`` is ``beta``) unless two
+    axes share it or it names a dimension or a variable of a result; then the whole key."""
+    last = [k.rsplit(".", 1)[-1] for k in keys]
+    taken = {*labelled.DIMENSIONS, *labelled.RESERVED, "point"}
+    return {k: s if last.count(s) == 1 and s not in taken else k for k, s in zip(keys, last, strict=True)}
+
+
+def _grid_axes(points: list[dict]) -> list[tuple[str, list]] | None:
+    """The grid's axes, outermost first, with their values in order, if ``points`` are their product in
+    :func:`itertools.product`'s order (as a grid expands: the last axis varies fastest), else ``None``. A manifest
+    lists a point's axes by name, not in the grid's order, so the order is read from where each axis first
+    changes."""
+    axes = list(points[0]["params"]) if points else []
+    first_change = {a: next((i for i, p in enumerate(points) if p["params"].get(a) != points[0]["params"].get(a)),
+                            len(points)) for a in axes}
+    axes.sort(key=lambda a: -first_change[a])
+    values: list[list] = [[] for _ in axes]
+    for p in points:
+        for vals, a in zip(values, axes, strict=True):
+            if p["params"].get(a) not in vals:
+                vals.append(p["params"].get(a))
+    expected = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*values)]
+    got = [{a: p["params"].get(a) for a in axes} for p in points]
+    return list(zip(axes, values, strict=True)) if got == expected else None
+
+
 class Sweep:
-    """A finished or unfinished sweep opened for reading (:func:`open_sweep`)."""
+    """A finished or unfinished sweep opened for reading (:func:`open_sweep`): ``.arrays(point)``, ``.table()``,
+    ``.to_xarray()``; a terminal or a notebook shows a summary of it (the grid, the conditions finished and
+    non-finite, the configuration's key values)."""
 
     summary: dict  # set on the sweep that sweep_grid returns: this process's run summary
 
@@ -531,6 +589,202 @@ class Sweep:
         out["nonfinite"] = (df[df["finished"] & ~df["finite"]].groupby(keys, dropna=False).size()
                             .reindex(every, fill_value=0).astype(int))
         return out.reset_index()
+
+
+    def to_xarray(self, point: int | None = None) -> xarray.Dataset:
+        """The store as an ``xarray.Dataset``: every observable ``(<axes>, condition, step | t, ...)``, ``final``
+        ``(<axes>, condition, token, coord)`` when kept, a flow's ``result`` and ``num_steps``, ``finished`` and
+        ``finite`` ``(<axes>, condition)`` as :meth:`table` has them, the grid's axes as dimensions with their values
+        (``beta`` for ``dynamics.beta``; the whole key where two axes would share a name), ``point`` the index of
+        each point in the store. Attributes: the configuration and the versions that made the store (JSON text), its
+        fingerprint, and the seed, dtype and conditions where they are not axes. ``point``: that point only, its
+        axes as scalar coordinates.
+
+        Read through :meth:`arrays`: every finished chunk verified, unfinished rows NaN. Points of different shapes
+        (an axis over ``num_init``, ``init.n``, ``model.d``, ``steps``, ``t1``) are aligned on the union of their
+        coordinates, NaN where a point has none (integers become floats there). Stores written before the arrays
+        carried their dimension names open alike.
+
+        Examples:
+            >>> import os, shutil, tempfile, jaxattn as ja
+            >>> tmp = tempfile.mkdtemp()
+            >>> config = {"num_init": 4, "chunk": 4, "init": {"n": 3}, "dynamics": {"beta": [1.0, 4.0]},
+            ...           "model": {"source": "random", "d": 4, "heads": 1, "depth": 2}}
+            >>> ds = ja.sweep_grid(config, os.path.join(tmp, "g"), progress=False).to_xarray()
+            >>> ds.diameter.dims, ds.beta.values.tolist()
+            (('beta', 'condition', 'step'), [1.0, 4.0])
+            >>> ds.sel(beta=4.0).mean("condition").diameter.dims      # a grid point by value, over its conditions
+            ('step',)
+            >>> shutil.rmtree(tmp)
+        """
+        import xarray as xr
+
+        if point is not None:
+            if not 0 <= point < len(self.points):
+                raise ConfigError(f"point must be in 0..{len(self.points) - 1}, got {point}")
+            return self._dataset(point, self._reads(point)[point], scalar_axes=True)
+        reads = self._reads()
+        sets = [self._dataset(i, reads[i], scalar_axes=True) for i in range(len(self.points))]
+        kinds = {next((d for d in (labelled.STEP, labelled.TIME) if d in ds.dims), None) for ds in sets} - {None}
+        if len(kinds) > 1:
+            raise ConfigError("the store holds maps and flows (dynamics.kind is an axis): their steps and times are "
+                              "not one axis; open a point at a time (to_xarray(point=i))")
+        names = _short_axes(list(self.points[0]["params"]))
+        if not names:
+            return sets[0]
+        grid = _grid_axes(self.points)
+        opts: dict[str, Any] = dict(join="outer", data_vars="all", coords="different", compat="equals",
+                                    combine_attrs="override")
+        if grid is None:  # not a product grid (a store edited by hand): the points along one axis
+            ds = xr.concat(sets, dim="point", **opts)
+        else:
+            nested: Any = sets
+            for _, vals in reversed(grid[1:]):
+                nested = [nested[i:i + len(vals)] for i in range(0, len(nested), len(vals))]
+            ds = xr.combine_nested(nested, concat_dim=[names[a] for a, _ in grid], **opts)
+            ds = ds.transpose(*[names[a] for a, _ in grid], ...)  # the grid's axes first, in its order
+        ds.attrs = self._attrs(None)
+        return ds
+
+    def _reads(self, only: int | None = None) -> dict[int, tuple[dict[str, np.ndarray], np.ndarray]]:
+        """The verified arrays and finished rows of every point (or of ``only``), with a NaN placeholder for an
+        array that a point lacks (none of its chunks finished yet) but another has."""
+        idx = range(len(self.points)) if only is None else [only]
+        reads = {i: self._read(i) for i in idx}
+        like: dict[str, np.ndarray] = {}  # one row per condition
+        for i, (arrs, _) in reads.items():
+            for k, a in arrs.items():
+                if a.shape[:1] == (self.points[i]["num_init"],):
+                    like.setdefault(k, a)
+        for i, (arrs, _) in reads.items():
+            p = self.points[i]
+            for k, a in like.items():
+                if k in arrs:
+                    continue
+                rest: tuple = a.shape[1:]
+                if k == "final":
+                    rest = (p.get("n", rest[0]), p.get("d", rest[1]))
+                elif (k == "observables" or k.startswith("observables.")) and a.ndim >= 2:
+                    rest = (len(p.get("times", [])), *a.shape[2:])
+                arrs[k] = np.full((p["num_init"], *rest), np.nan)
+        return reads
+
+    def _dataset(self, i: int, read: tuple[dict[str, np.ndarray], np.ndarray], scalar_axes: bool):
+        import xarray as xr
+
+        arrs, done = read
+        p = self.points[i]
+        n = p["num_init"]
+        time_dim = _time_dim(p, arrs)
+        times = np.asarray(p.get("times", []), np.float64)
+        data: dict[str, Any] = {}
+        for k, a in sorted(arrs.items()):
+            if a.shape[:1] != (n,):
+                continue  # not one row per condition
+            data[labelled.variable_name(k)] = (labelled.stored_dims(k, a.ndim, time_dim), a)
+        data["finished"] = ((labelled.CONDITION,), done)
+        data["finite"] = ((labelled.CONDITION,), ~nonfinite_conditions(arrs, n))
+        coords: dict[str, Any] = {labelled.CONDITION: np.arange(n), "point": i}
+        if any(time_dim in dims for dims, _ in data.values()):
+            coords[time_dim] = times.astype(np.int64) if time_dim == labelled.STEP else times
+        if "final" in data:
+            coords[labelled.TOKEN] = np.arange(data["final"][1].shape[1])
+            coords[labelled.COORD] = np.arange(data["final"][1].shape[2])
+        axes = list(p["params"])
+        names = _short_axes(axes)
+        if scalar_axes:
+            for a in axes:
+                coords[names[a]] = xr.Variable((), p["params"][a], attrs={"key": a})
+        ds = xr.Dataset(data, coords=coords)
+        return ds.assign_attrs(self._attrs(i))
+
+    def _attrs(self, point: int | None) -> dict:
+        """The Dataset's attributes: the store, its fingerprint, configuration and versions (JSON text), the kind of
+        dynamics, and the top-level run keys that are not axes."""
+        m = self.manifest
+        config = m.get("config", m.get("decides"))
+        run = config.get("", config) if isinstance(config, dict) else {}
+        axes = set(self.points[0]["params"]) if self.points else set()
+        keys = {k: run.get(k) for k in ("seed", "dtype", "num_init", "n", "steps", "alpha", "beta")
+                if k in run and k not in axes and not isinstance(run.get(k), (list, dict))}
+        kinds = {_time_dim(p) for p in self.points}
+        out = {"store": str(self.store.root), "fingerprint": m.get("fingerprint"),
+               "kind": ("flow" if kinds == {labelled.TIME} else "map") if len(kinds) == 1 else None,
+               **keys, "config": config, "versions": m.get("created_by", {}).get("versions")}
+        if point is not None and len(self.points) > 1:
+            out["point"] = point
+        return labelled.clean_attrs(out)
+
+    # ------------------------------------------------------------------ display
+    def _finished_rows(self) -> int:
+        """Conditions whose chunk has a marker (not verified: reading verifies)."""
+        total = 0
+        for i, p in enumerate(self.points):
+            total += sum(size for c, _, size in chunk_ranges(p["num_init"], self.manifest["chunk"])
+                         if self.store._marker(i, c).is_file())
+        return total
+
+    def _nonfinite_recorded(self) -> int | None:
+        """The non-finite conditions the processes' summaries record (``None`` where none was written)."""
+        own = getattr(self, "summary", None)
+        if isinstance(own, dict) and own.get("processes", 1) == 1 and "nonfinite" in own:
+            return int(own["nonfinite"])
+        found = []
+        for f in sorted(self.store.root.glob("summary-*.json")):
+            try:
+                found.append(int(json.loads(f.read_text())["nonfinite"]))
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+        return sum(found) if found else None
+
+    def _summary(self) -> display.Summary:
+        m = self.manifest
+        config = m.get("config")
+        axes = list(self.points[0]["params"]) if self.points else []
+        total = sum(p["num_init"] for p in self.points)
+        names = _short_axes(axes)
+        order = _grid_axes(self.points)
+        grid = (" × ".join(f"{names[a]} {display.short(v)}" for a, v in order) if order is not None
+                else ", ".join(names.values())) or "one point"
+        time = "/".join(sorted({_time_dim(p) for p in self.points}))
+        span = lambda vals: (f"{min(vals)}" if len(set(vals)) == 1 else f"{min(vals)} to {max(vals)}") if vals else "?"
+        shape = labelled.dims_line([
+            (labelled.CONDITION, span([p["num_init"] for p in self.points])),
+            (time, span([len(p.get("times", [])) for p in self.points])),
+            (labelled.TOKEN, span([p["n"] for p in self.points if "n" in p])),
+            (labelled.COORD, span([p["d"] for p in self.points if "d" in p]))])
+        rows = [("store", str(self.store.root)),
+                ("grid", f"{len(self.points)} points: {grid}" if axes else "one point"),
+                ("dimensions", shape),
+                ("finished", f"{self._finished_rows():,} of {total:,} conditions (chunks of {m['chunk']:,})")]
+        bad = self._nonfinite_recorded()
+        rows.append(("non-finite", "not recorded (table() counts them)" if bad is None
+                     else display.count_line(bad, total)))
+        if isinstance(config, dict):
+            sec = lambda name: {k: v for k, v in config.get(name, {}).items() if f"{name}.{k}" not in axes}
+            model, dyn, init, top = sec("model"), sec("dynamics"), sec("init"), config.get("", {})
+            src = model.get("source", "random")
+            rows.append(("model", f"{src}" + (f": d {model.get('d')}, heads {model.get('heads')}, depth "
+                                             f"{model.get('depth')}, {model.get('mask')}" if src == "random" else "")))
+            kind = dyn.get("kind", "discrete")
+            keys = ("alpha", "beta", "steps", "norm") if kind == "discrete" else ("beta", "t1", "space", "solver")
+            rows.append(("dynamics", f"{kind}: " + ", ".join(f"{k} {display.short(dyn[k])}" for k in keys
+                                                             if dyn.get(k) is not None)))
+            rows.append(("run", ", ".join(f"{k} {display.short(v)}" for k, v in (
+                ("seed", top.get("seed")), ("dtype", top.get("dtype")), ("n", init.get("n")),
+                ("init", init.get("kind"))) if v is not None and k not in axes)))
+            rows.append(("observables", ", ".join(top.get("observables", []))))
+        else:
+            stamp = m.get("decides", {})
+            rows.append(("run", ", ".join(f"{k} {display.short(stamp[k])}" for k in (
+                "n", "steps", "seed", "alpha", "beta", "dtype") if k in stamp)))
+        return display.Summary("jaxattn.Sweep", rows)
+
+    def __repr__(self) -> str:
+        return display.text(display.safe(self._summary, lambda: f"Sweep({str(self.store.root)!r})"))
+
+    def _repr_html_(self) -> str:
+        return display.as_html(display.safe(self._summary, lambda: f"Sweep({str(self.store.root)!r})"))
 
 
 def open_sweep(path) -> Sweep:

@@ -37,13 +37,13 @@ attention kind, the masks, the memory budget) before anything is traced; :func:`
 
 from __future__ import annotations
 
-import dataclasses
-
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxattn.errors import ConfigError, integer
+from jaxattn.config import static
+from jaxattn.errors import ConfigError, integer, is_integer
 
 #: The members whose projection may be the identity.
 MEMBERS = ("q", "k", "v", "o")
@@ -53,8 +53,7 @@ PRODUCTS = ("einsum", "broadcast")
 CHUNK_BYTES = 2**26
 
 
-@dataclasses.dataclass(frozen=True)
-class Form:
+class Form(eqx.Module):
     """How one attention layer is evaluated (static, hashable; see the module docstring).
 
     Attributes:
@@ -69,38 +68,43 @@ class Form:
 
     Examples:
         >>> import jaxattn as ja
-        >>> ja.model.forms.Form()                                   # the general form: today's per-head projections
-        Form(scores='heads', values='heads', identity=(), products='einsum', key_chunk=None, masked=True)
+        >>> ja.model.forms.Form(values="bilinear")                  # the other fields at the general form's
+        Form(values='bilinear')
         >>> ja.model.forms.Form(scores="sideways")
         Traceback (most recent call last):
         ...
         jaxattn.errors.ConfigError: Form(scores=...) must be one of heads, bilinear, got 'sideways'
     """
 
-    scores: str = "heads"
-    values: str = "heads"
-    identity: tuple[str, ...] = ()
-    products: str = "einsum"
-    key_chunk: int | None = None
-    masked: bool = True
+    scores: str = static("heads")
+    values: str = static("heads")
+    identity: tuple[str, ...] = static((), converter=lambda ids: _members(ids))
+    products: str = static("einsum")
+    key_chunk: int | None = static(None, converter=lambda v: int(v) if is_integer(v) else v)
+    masked: bool = static(True, converter=lambda v: bool(v) if isinstance(v, np.bool_) else v)
 
-    def __post_init__(self):
+    def __check_init__(self):
         for name in ("scores", "values"):
             if getattr(self, name) not in SIDES:
                 raise ConfigError(f"Form({name}=...) must be one of {', '.join(SIDES)}, got {getattr(self, name)!r}")
         if self.products not in PRODUCTS:
             raise ConfigError(f"Form(products=...) must be one of {', '.join(PRODUCTS)}, got {self.products!r}")
-        ids = self.identity
-        if isinstance(ids, str) or not all(m in MEMBERS for m in ids):
-            raise ConfigError(f"Form(identity=...) must name members among {', '.join(MEMBERS)}, got {ids!r}")
-        object.__setattr__(self, "identity", tuple(m for m in MEMBERS if m in ids))  # one spelling per set
-        c = self.key_chunk
-        integer("Form(key_chunk=...)", c, none=True)
-        if c is not None:
-            object.__setattr__(self, "key_chunk", int(c))
-        if not isinstance(self.masked, (bool, np.bool_)):
+        if not isinstance(self.identity, tuple):
+            raise ConfigError(f"Form(identity=...) must name members among {', '.join(MEMBERS)}, got "
+                              f"{self.identity!r}")
+        integer("Form(key_chunk=...)", self.key_chunk, none=True)
+        if not isinstance(self.masked, bool):
             raise ConfigError(f"Form(masked=...) must be True or False, got {self.masked!r}")
-        object.__setattr__(self, "masked", bool(self.masked))
+
+
+def _members(ids):
+    """Members named in any order or container as one spelling per set (the order of ``MEMBERS``); anything
+    else as given, for the check to refuse."""
+    try:
+        named = not isinstance(ids, str) and all(m in MEMBERS for m in ids)
+    except TypeError:  # not iterable
+        return ids
+    return tuple(m for m in MEMBERS if m in ids) if named else ids
 
 
 #: Today's general form (per-head projections, dot products, the attention formed).
@@ -195,8 +199,7 @@ def choose(model, n: int, *, attention: str = "softmax", biases: bool = False, r
         >>> import jax, jaxattn as ja
         >>> sphere = ja.random_model(jax.random.key(0), 16, weights="identity", value="identity", scale=1.0)
         >>> ja.model.forms.choose(sphere, 32)           # X Xᵀ, the softmax, A X: nothing else, no mask
-        Form(scores='heads', values='heads', identity=('q', 'k', 'v', 'o'), products='einsum', key_chunk=None,
-             masked=False)
+        Form(identity=('q', 'k', 'v', 'o'), masked=False)
         >>> ja.model.forms.choose(sphere, 100_000, budget=2**30).key_chunk   # 120 GB of attention: key chunks
         55
         >>> full = ja.random_model(jax.random.key(0), 16)               # one full-rank head: the papers' B and F

@@ -31,6 +31,7 @@ import numpy as np
 from flax import struct
 
 from jaxattn.errors import ConfigError, is_integer, real
+from jaxattn.model import display
 from jaxattn.model.forms import identity_members
 from jaxattn.model.rope import Rope
 
@@ -181,38 +182,65 @@ class Model:
         return jax.tree_util.tree_map(cast, self)
 
     def summary(self) -> str:
+        """The model's facts, one per line (``jaxattn inspect``)."""
+        return "\n".join(f"{label:<13}{value}" for label, value in self._rows())
+
+    def _rows(self) -> list[tuple[str, str]]:
         lay = self.layers
-        kinds = []
-        for g in range(lay.n_sets):
-            w = int(lay.window[g])
-            kind = "causal" if bool(lay.causal[g]) else "full"
-            kinds.append(f"{kind}" + (f"/local{w}" if w else ""))
+        kv = f"   kv heads {lay.n_kv_heads} (GQA, {lay.kv_group} per group)" if lay.kv_group > 1 else ""
         has = [name for name in ("bq", "bk", "bv", "bo", "ln1_w", "ln2_w", "w1", "wg")
                if getattr(lay, name) is not None]
-        kv = f"   kv heads {lay.n_kv_heads} (GQA, {lay.kv_group} per group)" if lay.kv_group > 1 else ""
-        lines = [
-            f"family       {self.family}",
-            f"d_model      {lay.d_model}   heads {lay.n_heads}   d_head {lay.d_head}" + kv,
-            f"depth        {self.depth} blocks, {lay.n_sets} weight set(s)"
-            + ("  (shared weights)" if self.shared else ""),
-            f"norm style   {self.norm_style}-norm{' (parallel attention and MLP)' if self.parallel else ''}   "
-            f"{self.norm_kind}   activation {self.activation}   ln_eps {self.ln_eps:g}",
-            "attention    " + ", ".join(sorted(set(kinds)))
-            + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}",
-            "has          " + (", ".join(has) if has else "attention weights only"),
+        rows = [
+            ("family", self.family),
+            ("d_model", f"{lay.d_model}   heads {lay.n_heads}   d_head {lay.d_head}" + kv),
+            ("depth", f"{self.depth} blocks, {lay.n_sets} weight set(s)"
+                      + ("  (shared weights)" if self.shared else "")),
+            ("norm style", f"{self.norm_style}-norm{' (parallel attention and MLP)' if self.parallel else ''}   "
+                           f"{self.norm_kind}   activation {self.activation}   ln_eps {self.ln_eps:g}"),
         ]
+        if display.traced((lay.causal, lay.window, lay.scale)):  # under jit: the masks' values are not known
+            rows.append(("attention", "masks and scale traced"))
+        else:
+            kinds = []
+            for g in range(lay.n_sets):
+                w = int(lay.window[g])
+                kind = "causal" if bool(lay.causal[g]) else "full"
+                kinds.append(f"{kind}" + (f"/local{w}" if w else ""))
+            rows.append(("attention", ", ".join(sorted(set(kinds)))
+                         + f"   scale {np.unique(np.asarray(lay.scale)).round(6).tolist()}"))
+        rows.append(("has", ", ".join(has) if has else "attention weights only"))
         if lay.w1 is not None:
-            lines.append(f"ffn          {lay.w1.shape[1]} hidden units" + (" (gated)" if lay.wg is not None else ""))
+            rows.append(("ffn", f"{lay.w1.shape[1]} hidden units" + (" (gated)" if lay.wg is not None else "")))
         if self.rope is not None:
             r = self.rope
-            lines.append(f"rope         {r.dim} of {lay.d_head} dims rotated   theta {r.theta:g}   scaling {r.kind}"
-                         + (f" x{r.factor:g}" if r.kind != "default" else ""))
+            rows.append(("rope", f"{r.dim} of {lay.d_head} dims rotated   theta {r.theta:g}   scaling {r.kind}"
+                         + (f" x{r.factor:g}" if r.kind != "default" else "")))
         if self.embeddings is not None:
             e = self.embeddings
             pos = "rotary" if e.position is None else str(e.position.shape[0])
-            lines.append(f"embeddings   vocab {e.word.shape[0]}  positions {pos}  size {e.word.shape[1]}"
-                         + (f"  scaled by {self.embed_scale:g}" if self.embed_scale != 1.0 else ""))
-        return "\n".join(lines)
+            rows.append(("embeddings", f"vocab {e.word.shape[0]}  positions {pos}  size {e.word.shape[1]}"
+                         + (f"  scaled by {self.embed_scale:g}" if self.embed_scale != 1.0 else "")))
+        return rows
+
+    def _display(self) -> display.Summary:
+        leaves = jax.tree_util.tree_leaves(self)
+        count = sum(int(np.prod(display.shape_of(a) or ())) for a in leaves)
+        weights = ", ".join(f"{name} {display.array_line(getattr(self.layers, name))}" for name in ("q", "k", "v", "o"))
+        bad: list[str] | None = None
+        if not display.traced(self):  # reduced where the weights are: one flag per array comes back
+            bad = _non_finite({jax.tree_util.keystr(path): a for path, a in jax.tree_util.tree_leaves_with_path(self)})
+        which = f" ({', '.join(bad[:4])}{', ...' if len(bad) > 4 else ''})" if bad else ""
+        return display.Summary("jaxattn.Model", [
+            *self._rows(), ("weights", weights), ("parameters", f"{count:,} in {len(leaves)} arrays"),
+            ("non-finite", display.count_line(None if bad is None else len(bad), len(leaves), "arrays") + which)])
+
+    def __repr__(self) -> str:
+        return display.text(display.safe(self._display, lambda: f"Model(family={self.family!r}, "
+                                                                f"schedule={self.schedule!r})"))
+
+    def _repr_html_(self) -> str:
+        return display.as_html(display.safe(self._display, lambda: f"Model(family={self.family!r}, "
+                                                                   f"schedule={self.schedule!r})"))
 
 
 def _non_finite(named: dict) -> list[str]:

@@ -26,32 +26,33 @@ import dataclasses
 import math
 from typing import Any
 
+import equinox as eqx
 import numpy as np
 from jaxtyping import Array, Float
 
+from jaxattn.config import flag, static
 from jaxattn.errors import ConfigError, is_integer, real
 
 KINDS = ("default", "linear", "dynamic", "llama3", "yarn")
 
 
-@dataclasses.dataclass(frozen=True)
-class Rope:
+class Rope(eqx.Module):
     """Rotary embedding of one model (static, hashable). See the module docstring."""
 
-    dim: int  # rotated coordinates per head (even, <= d_h)
-    theta: float = 10000.0
-    kind: str = "default"
-    factor: float = 1.0
-    max_positions: int = 0  # 'dynamic': the length beyond which theta grows (config.max_position_embeddings)
-    original_max_positions: int = 0  # 'llama3', 'yarn'
-    low_freq_factor: float = 1.0  # 'llama3'
-    high_freq_factor: float = 4.0  # 'llama3'
-    beta_fast: float = 32.0  # 'yarn'
-    beta_slow: float = 1.0  # 'yarn'
-    attention_factor: float = 1.0  # 'yarn': cos and sin are multiplied by it
-    truncate: bool = True  # 'yarn'
+    dim: int = static()  # rotated coordinates per head (even, <= d_h)
+    theta: float = static(10000.0)
+    kind: str = static("default")
+    factor: float = static(1.0)
+    max_positions: int = static(0)  # 'dynamic': the length beyond which theta grows (config.max_position_embeddings)
+    original_max_positions: int = static(0)  # 'llama3', 'yarn'
+    low_freq_factor: float = static(1.0)  # 'llama3'
+    high_freq_factor: float = static(4.0)  # 'llama3'
+    beta_fast: float = static(32.0)  # 'yarn'
+    beta_slow: float = static(1.0)  # 'yarn'
+    attention_factor: float = static(1.0)  # 'yarn': cos and sin are multiplied by it
+    truncate: bool = flag(True)  # 'yarn'
 
-    def __post_init__(self):
+    def __check_init__(self):
         if self.kind not in KINDS:
             raise ConfigError(f"unsupported RoPE scaling type {self.kind!r}; supported: {', '.join(KINDS)}")
         if not is_integer(self.dim, 2) or self.dim % 2:

@@ -7,16 +7,15 @@ model built from its configuration before training; jaxattn converts the tensors
 These are the paper's "random" models (§6.2, Figs. 9–10): with the same weights every pass they are its
 *random periodic* weights.
 
-    python -m jaxattn.studies.architectures gpt2-xl --out runs/gpt2-xl --prompts 100 --tokens 200 --passes 100
+    jaxattn architectures gpt2-xl --out runs/gpt2-xl --prompts 100 --tokens 200 --passes 100
 
-runs the consensus study (:mod:`jaxattn.studies.consensus`, the passes only) on one of them.
+runs the consensus study (:mod:`jaxattn.studies.consensus`, the passes only) on one of them
+(:mod:`jaxattn.cli.architectures`).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+from collections.abc import Callable
 
 import numpy as np
 
@@ -59,8 +58,12 @@ def random_architecture(name: str, seed: int = 0) -> Model:
     """
     if name not in ARCHITECTURES:
         raise ConfigError(f"unknown architecture {name!r}; known: {', '.join(ARCHITECTURES)}")
-    import torch  # optional dependencies: only this function needs them
-    import transformers
+    try:  # optional dependencies (the [hf] extra): only this function needs them
+        import torch
+        import transformers
+    except ImportError:
+        raise ConfigError("random architectures are built by transformers from torch draws: pip install "
+                          "'jaxattn[hf]' (torch first, see pyproject.toml)") from None
 
     cls, fields = ARCHITECTURES[name]
     config = getattr(transformers, cls)(**fields)
@@ -72,31 +75,14 @@ def random_architecture(name: str, seed: int = 0) -> Model:
     return FAMILIES[config.model_type](config.to_dict(), tensors)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m jaxattn.studies.architectures NAME --out DIR [consensus options]``."""
-    p = argparse.ArgumentParser(prog="python -m jaxattn.studies.architectures",
-                                description="the consensus study's passes on a paper architecture with random "
-                                            "weights (transformers' initialisation)")
-    p.add_argument("name", choices=list(ARCHITECTURES))
-    p.add_argument("--out", required=True)
-    p.add_argument("--seed", type=int, default=0, help="torch seed of the weights [0]")
-    p.add_argument("--prompts", type=int, default=100)
-    p.add_argument("--tokens", type=int, default=200)
-    p.add_argument("--passes", type=int, default=100)
-    p.add_argument("--until", type=float, default=0.0)
-    p.add_argument("--block", type=int, default=10)
-    p.add_argument("--dtype", default="float32")
-    a = p.parse_args(argv)
-    model = random_architecture(a.name, a.seed)
-    cfg = consensus.Config(prompts=a.prompts, tokens=a.tokens, passes=a.passes, until=a.until, block=a.block,
-                           dtype=a.dtype, synthetic=False, random_periodic=False, seed=a.seed)
-    tables = consensus.run(Path(a.out), cfg, model=model, model_name=f"{a.name} (random weights, seed {a.seed})",
-                           progress=lambda m: print(m, file=sys.stderr, flush=True))
-    for r in tables["summary"]:
-        print(f"{r['run']:<16} first-token measure {r['first_token_start']:.4f} -> {r['first_token_end']:.4g} "
-              f"after {r['passes']} passes")
-    return 0
+def run(out_dir, name: str, config: consensus.ConsensusConfig, *,
+        progress: Callable[[str], None] | None = None) -> dict:
+    """The consensus study (:func:`jaxattn.studies.consensus.run`) of the architecture ``name`` with the weights
+    of ``random_architecture(name, config.seed)``, into ``out_dir``; returns its tables. ``jaxattn architectures``
+    runs its passes only (``synthetic=False``; ``random_periodic=False``: the weights are random already)."""
+    model = random_architecture(name, config.seed)
+    return consensus.run(out_dir, config, model=model, model_name=f"{name} (random weights, seed {config.seed})",
+                         progress=progress)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+__all__ = ["ARCHITECTURES", "random_architecture", "run"]

@@ -1,6 +1,6 @@
 """Figures of the studies (matplotlib, optional dependency, no display needed): the set-up and the atomic
 save every study's figures go through (:func:`pyplot`, :func:`save`), the power-method study's figures, and
-movies of trajectories (:func:`movie`, :func:`frames`, from :mod:`jaxattn.studies.movie`): ``ja.plots``."""
+movies of trajectories (:func:`movie`, :func:`frames`, from :mod:`jaxattn.plotting`): ``ja.plots``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from jaxattn.io.results import atomic_write_bytes
-from jaxattn.studies.movie import encoder_available, frames, load_trajectory, movie, save_trajectory
+from jaxattn.plotting import encoder_available, frames, movie
 
 #: The x axis of the per-layer figures: the step k of layers.csv and the report (its layer maps state k to k+1).
 STEP = "step k (layer k maps state k to k+1)"
@@ -211,5 +211,4 @@ def layer_figures(out: Path, rows: list[dict]) -> list[Path]:
     return [path]
 
 
-__all__ = ["STEP", "encoder_available", "frames", "layer_figures", "load_trajectory", "movie", "power_method_figures",
-           "pyplot", "save", "save_trajectory"]
+__all__ = ["STEP", "encoder_available", "frames", "layer_figures", "movie", "power_method_figures", "pyplot", "save"]

@@ -388,15 +388,24 @@ def model_basins(cfg: StabilityConfig, key) -> list[dict]:
             _patterns(cfg.basin_n, cfg, jax.random.fold_in(key, 2_000_000 + i))[0]
         row, cand, lin, _ = count_stable(m, cfg.basin_n, "discrete", cfg, pats)
         stable_k = {int(k) + 1: int((lin.stable & (cand.k == k)).sum()) for k in range(3)}
-        for t in res.table:
-            ends = [e for e in res.terminals if e.group == t["end"]]
-            k = ends[0].k if ends and ends[0].kind in ("consensus", "bipartite") else 0
-            rows.append({"model": i, "end": t["end"], "kind": ends[0].kind if ends else "", "eigenvector": k,
-                         "count": t["count"], "starts": cfg.basin_starts, "fraction": t["fraction"],
-                         "ci_low": t["ci_low"], "ci_high": t["ci_high"],
-                         "stable_at_eigenvector": stable_k.get(k, -1) if k else -1,
+        for end in _ends(res, cfg.basin_starts):
+            k = end["eigenvector"]
+            rows.append({"model": i, **end, "stable_at_eigenvector": stable_k.get(k, -1) if k else -1,
                          "stable_v1": stable_k[1], "stable_other": stable_k[2] + stable_k[3],
                          "lambda_1": row["lambda_1"]})
+    return rows
+
+
+def _ends(res, starts: int) -> list[dict]:
+    """One row per end of :func:`jaxattn.analysis.basins`'s table: its class (consensus, bipartite, clustering,
+    polygonal, not converged), its eigenvector (1-based; 0 for none), how many of the ``starts`` end there, with
+    the 95% interval of their fraction."""
+    rows = []
+    for t in res.table:
+        ends = [e for e in res.terminals if e.group == t["end"]]
+        rows.append({"end": t["end"], "kind": ends[0].kind if ends else "", "eigenvector": ends[0].k if ends else 0,
+                     "count": t["count"], "starts": starts, "fraction": t["fraction"], "ci_low": t["ci_low"],
+                     "ci_high": t["ci_high"]})
     return rows
 
 
@@ -416,12 +425,8 @@ def counted_basins(cfg: StabilityConfig, key, which: str) -> list[dict]:
         for i, m in models:
             seed = jax.random.fold_in(jax.random.fold_in(key, (90_000 if which == "multi_head" else 95_000) + n), i)
             res = basins(_system(m, "discrete", cfg, oja=which == "oja"), cfg.basin_starts, n, seed, steps=cfg.steps)
-            for t in res.table:
-                ends = [e for e in res.terminals if e.group == t["end"]]
-                rows.append({"n": n, "model": i, "heads": cfg.heads if which == "multi_head" else 1, "end": t["end"],
-                             "kind": ends[0].kind if ends else "", "eigenvector": ends[0].k if ends else 0,
-                             "count": t["count"], "starts": cfg.basin_starts, "fraction": t["fraction"],
-                             "ci_low": t["ci_low"], "ci_high": t["ci_high"]})
+            heads = cfg.heads if which == "multi_head" else 1
+            rows += [{"n": n, "model": i, "heads": heads, **end} for end in _ends(res, cfg.basin_starts)]
     return rows
 
 

@@ -25,11 +25,11 @@ from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import Batch, Save
-from jaxattn.errors import NonFiniteWarning
+from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.io.checkpoints import load_any
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import seeded_model
-from jaxattn.sweeps._observables import Observables
+from jaxattn.sweeps._observables import OBSERVABLES, Observables
 from jaxattn.sweeps._schema import dynamics_of, fields_of
 
 #: The observables the drivers save by default (the fused kernel computes these on chip): named in a
@@ -73,7 +73,7 @@ class MapRun:
 
     def times(self, depth: int, save: Save) -> Float[np.ndarray, " T"]:
         """The steps at which observables are saved, as floats."""
-        return saved_steps(self.steps_of(depth), save.every).astype(np.float64)
+        return saved_steps(self.steps_of(depth), save.when).astype(np.float64)
 
     def lanes(self, model: Model, n: int, save: Save, batch: Batch, dtype, conditions: int | None) -> int | None:
         """The lane width of :meth:`run` for ``conditions`` conditions per device (:func:`discrete.lanes_of`)."""
@@ -159,7 +159,7 @@ class Point:
         if not isinstance(self.run, MapRun):
             return "diffrax"
         return choose_path(self.batch.path, model, self.run.dynamics, self.save.observe, self.save.trajectory,
-                           self.save.every, self.n)
+                           self.save.when, self.n)
 
     def _batch(self, batch: Batch | None) -> Batch:
         """The sweep's lane width and devices under the point's precision and path."""
@@ -179,6 +179,46 @@ class Point:
         return self.run.run(model, X0, self.save, self._batch(batch), self.dtype, progress)
 
 
+def keys_of(save: Save | None, batch: Batch | None) -> dict[str, Any]:
+    """The configuration keys (``section.key``) that a :class:`jaxattn.Save` and a :class:`jaxattn.Batch` given to
+    :func:`jaxattn.sweep_grid` stand for, beside its configuration: the inverse of :func:`point_of` for the fields
+    a configuration can hold. What a store cannot hold is refused in one line: a function as the observable (a grid
+    saves named observables), a flow's times (a grid's flows save ``dynamics.saves`` equally spaced ones), a
+    trajectory (a store keeps the final states, ``keep_final``), ``aux``, a forced attention form. ``size`` and
+    ``devices`` say how the grid runs, not what it computes: they are not keys."""
+    keys: dict[str, Any] = {}
+    if save is not None:
+        if not isinstance(save, Save):
+            raise ConfigError(f"save must be a jaxattn.Save, got {save!r}")
+        if save.ts is not None:
+            raise ConfigError("sweep_grid: a grid's flows save dynamics.saves equally spaced times in [0, t1]: give "
+                              "dynamics.saves in the configuration instead of Save(ts=...)")
+        if save.trajectory:
+            raise ConfigError("sweep_grid: a store keeps the final states (keep_final) and the observables, not "
+                              "trajectories: Save(trajectory=True) is for simulate and solve")
+        if save.aux is not None:
+            raise ConfigError("sweep_grid: a grid's observables are named ones (observables = [...]): they take no aux")
+        if save.observe is not None:
+            if not isinstance(save.observe, Observables):
+                raise ConfigError(f"sweep_grid saves named observables (the configuration's observables = [...], of "
+                                  f"{', '.join(OBSERVABLES)}), not a function: got Save(observe={save.observe!r})")
+            keys["observables"] = list(save.observe.names)
+        if save.every is not None:
+            keys["dynamics.save"] = save.every
+        if save.steps is not None:
+            keys["dynamics.save_steps"] = list(save.steps)
+    if batch is not None:
+        if not isinstance(batch, Batch):
+            raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
+        if batch.form != "auto":
+            raise ConfigError("sweep_grid chooses each point's attention form: Batch(form=...) is for simulate")
+        if batch.precision != "highest":
+            keys["matmul_precision"] = batch.precision
+        if batch.path != "auto":
+            keys["path"] = batch.path
+    return keys
+
+
 def point_of(p: Mapping) -> Point:
     """The objects that a point of :func:`jaxattn.sweeps._schema.expand` names: the one place where the
     configuration's keys become the drivers' options."""
@@ -190,7 +230,8 @@ def point_of(p: Mapping) -> Point:
     run: MapRun | FlowRun
     if kind == "discrete":
         run = MapRun(dynamics_of(dyn), alpha=dyn["alpha"], beta=dyn["beta"], steps=dyn["steps"])
-        save = Save(every=dyn["save"], observe=observe)
+        listed = dyn["save_steps"]
+        save = Save(every=None if listed is not None else dyn["save"], steps=listed, observe=observe)
         batch = Batch(precision=p["matmul_precision"], path=p["path"])
     else:
         run = FlowRun(Flow(**fields_of(Flow, dyn)), **fields_of(FlowRun, dyn))  # dyn names no "flow"

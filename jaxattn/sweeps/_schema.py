@@ -97,6 +97,9 @@ class DynamicsOptions:
     steps: int | None = option(None, "discrete: number of steps (default: the model's depth; more prolongs it)",
                                check=non_negative)
     save: int | str = option(1, "discrete: observe every m-th step, or 'last'", check=_save)
+    save_steps: list[int] | None = option(None, "discrete: the steps to observe, instead of save's period (e.g. a "
+                                          "logarithmic grid of a long run; jaxattn.Save(steps=...))",
+                                          check=non_negative)
     ffn: bool = option(False, "discrete: keep the FFN (converted models)")
     pre_ln: bool = option(False, "discrete: pre-norm models (GPT-2, GPT-Neo): keep ln_1 before attention")
     biases: bool = option(False, "include biases (converted models)")
@@ -136,7 +139,8 @@ SCHEMA: dict[str, dict[str, Key]] = {sec: specs(cls) for sec, cls in SECTIONS.it
 RENAMED = {"kernel": "path"}
 #: Keys added after stores were first written, with the value every older store ran: left out of the
 #: fingerprint at that value, so those stores resume.
-ADDED = {("dynamics", "rope"): "none", ("dynamics", "drop_ln2"): False, ("dynamics", "unit_output"): False}
+ADDED = {("dynamics", "rope"): "none", ("dynamics", "drop_ln2"): False, ("dynamics", "unit_output"): False,
+         ("dynamics", "save_steps"): None}
 
 
 def fields_of(cls, values: Mapping) -> dict:
@@ -279,6 +283,9 @@ def expand(cfg: dict) -> list[dict]:
 def _check_point(p: dict) -> None:
     if p["model.source"] == "random" and p["model.d"] % p["model.heads"]:
         raise ConfigError(f"model.d = {p['model.d']} is not divisible by model.heads = {p['model.heads']}")
+    if p["dynamics.kind"] == "discrete" and p["dynamics.save_steps"] is not None and p["dynamics.save"] != 1:
+        raise ConfigError("dynamics.save_steps lists the steps to observe; dynamics.save gives a period: give one of "
+                          "them")
     if p["dynamics.kind"] == "continuous":
         if p["dynamics.rescaled"] and p["dynamics.space"] != "flat":
             raise ConfigError("dynamics.rescaled needs dynamics.space = 'flat'")

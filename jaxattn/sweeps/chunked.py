@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
 
+from jaxattn.config import record_repr
 from jaxattn.dynamics import (
     check_scalar,
     choose_path,
@@ -171,21 +172,22 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     store, existed = None, True
     if out_dir is not None:
         stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
-                 "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": repr(dynamics),
+                 "chunk": chunk, "n": n, "steps": steps, "seed": seed, "init": init, "dynamics": record_repr(dynamics),
                  "alpha": float(alpha), "beta": float(beta), "dtype": jnp.dtype(dtype).name, "keep_final": keep_final,
                  "observe": getattr(save.observe, "__qualname__", repr(save.observe)),
                  "S": None if S is None else np.asarray(S, np.float64).tolist(),
                  # only when not the default, so that stores written before the option existed still resume
                  **({"precision": batch.precision} if batch.precision != "highest" else {}),
                  **({"every": save.every} if save.every is not None else {}),
+                 **({"save_steps": list(save.steps)} if save.steps is not None else {}),
                  **({"lanes": batch.size} if batch.size is not None else {}),
                  **({"path": batch.path} if batch.path != "auto" else {})}
         existed = (Path(out_dir) / STORE).exists()
         # the grid's layout: a one-point grid whose `decides` is the stamp (its fingerprint is the stamp's hash,
         # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
         entry = {"params": {}, "num_init": num_init, "n": n, "d": d,
-                 "times": saved_steps(steps, save.every).astype(np.float64).tolist(),
-                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.every, n),
+                 "times": saved_steps(steps, save.when).astype(np.float64).tolist(),
+                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n),
                  "lanes": width}  # outside the fingerprint: a run resumes at the width it recorded
         store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[entry]),
                                 overwrite=overwrite)

@@ -42,7 +42,7 @@ import jax
 import numpy as np
 
 from jaxattn.dynamics import mesh_of, named_dtype, replicate
-from jaxattn.dynamics.options import Batch, check_batch, moved
+from jaxattn.dynamics.options import Batch, Save, check_batch, moved
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io import load_config
 from jaxattn.io.store import SweepStore, manifest, open_sweep, replacing, swap_in
@@ -50,7 +50,7 @@ from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
-from jaxattn.sweeps._point import FlowRun, MapRun, Point, RandomModel, point_of
+from jaxattn.sweeps._point import FlowRun, MapRun, Point, RandomModel, keys_of, point_of
 from jaxattn.sweeps._schema import (
     CONTINUOUS_ONLY,
     DISCRETE_ONLY,
@@ -109,8 +109,32 @@ def _refuse_same_path(points: list[Point], info: list[dict]) -> None:
                               f"(on {jax.default_backend()}), which would run one point twice: give one of them")
 
 
+def _merged(config, save: Save | None, batch: Batch | None) -> dict:
+    """The configuration with the keys that ``save`` and ``batch`` stand for (:func:`keys_of`) written in: a key the
+    configuration sets to another value is refused (given twice), so a store records one value, and its fingerprint
+    is the same whether a value came from the configuration or from an object."""
+    raw = load_config(config)
+    keys = keys_of(save, batch)
+    if not keys:
+        return raw
+    own = validate_config(raw)
+    for dotted, value in keys.items():
+        sec, _, key = dotted.rpartition(".")
+        have, default = own[sec][key], SCHEMA[sec][key].default
+        if have != default and have != value:
+            by = "save" if dotted in ("observables", "dynamics.save", "dynamics.save_steps") else "batch"
+            raise ConfigError(f"{dotted} is given twice: {have!r} by the configuration and {value!r} by {by}=: give "
+                              "it once")
+        table = raw if not sec else raw.setdefault(sec, {})
+        old = [k for k, new in RENAMED.items() if new == key]
+        for spelling in {key.replace("_", "-"), *old, *(o.replace("_", "-") for o in old)} - {key}:
+            table.pop(spelling, None)
+        table[key] = value
+    return raw
+
+
 @moved
-def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | None = None,
+def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = None, process_id: int | None = None,
                num_processes: int | None = None, coordinator: str | None = None, progress: bool = True, log=None,
                overwrite: bool = False):
     """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
@@ -119,9 +143,13 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
     whole until then and a killed replacement resumes; only the old store's own entries are removed, and a folder
     holding anything else is refused). Returns the opened :class:`jaxattn.io.store.Sweep`.
 
-    ``batch`` (:class:`jaxattn.Batch`): the lane width (``size``) and the devices each chunk is split over;
-    default ``Batch(devices=jax.local_devices())``, every local device. Its precision and path are the
-    configuration's (``matmul_precision``, ``path``), so a ``Batch`` giving its own is refused.
+    ``save`` (:class:`jaxattn.Save`) and ``batch`` (:class:`jaxattn.Batch`): the drivers' objects, beside the
+    configuration: what they set is written into it as its keys (``Save(every=m)`` is ``dynamics.save``,
+    ``Save(steps=[...])`` ``dynamics.save_steps``, ``Batch(precision=...)`` ``matmul_precision``,
+    ``Batch(path=...)`` ``path``), so the store records it as though configured, and a key the configuration sets
+    to another value is refused. What a store cannot hold (a function as the observable, a flow's own times, a
+    trajectory) is refused. ``batch.size`` and ``batch.devices`` say how the grid runs: the lane width and the
+    devices each chunk is split over; default ``Batch(devices=jax.local_devices())``, every local device.
     ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
     under ``jax.distributed``; see :func:`distributed_from_env`. ``progress``: a bar of the conditions done (on
     stderr); a flow's shows beside it the time its solver has reached (:func:`jaxattn.solve`'s ``progress``), the
@@ -140,12 +168,12 @@ def sweep_grid(config, out, *, batch: Batch | None = None, process_id: int | Non
         (12, 7)
         >>> shutil.rmtree(tmp)
     """
-    if batch is not None and (check_batch(batch, "sweep_grid", fused=True).precision,
-                              batch.path) != ("highest", "auto"):
-        raise ConfigError("sweep_grid takes the precision and the path from its configuration (matmul_precision, "
-                          "path): give Batch(size=..., devices=...) only")
+    if batch is not None:
+        check_batch(batch, "sweep_grid", fused=True)
     out = path_arg("sweep_grid: out", out)
-    cfg = validate_config(load_config(config))
+    config = _merged(config, save, batch)  # what the objects say, as the configuration's keys
+    batch = None if batch is None else Batch(size=batch.size, devices=batch.devices)
+    cfg = validate_config(config)
     points = [point_of(p) for p in expand(cfg)]
     if batch is not None and batch.size is not None and any(p.batch.path == "fused" for p in points):
         check_batch(dataclasses.replace(batch, path="fused"), "sweep_grid", fused=True)  # refused: the kernel's tiles

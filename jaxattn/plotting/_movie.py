@@ -1,79 +1,26 @@
-"""Movies of token trajectories: animated GIF (Pillow, no external program) and MP4 (where an encoder is
-installed: the ``imageio-ffmpeg`` package, which ships its own ``ffmpeg``; the ``jaxattn[movie]`` extra).
-
-:func:`movie` renders a trajectory ``[T, n, d]`` or several side by side ``[K, T, n, d]``, one frame per
-saved time: tokens on the circle (``d = 2``) or on a wire-frame sphere (``d = 3``); for ``d > 3`` the
-tokens are projected on the top three principal directions of the final state (the eigenvectors of
-``Σ_i x_i x_iᵀ`` at the last saved time, completed from the whole trajectory when the final state spans
-fewer than three), as each panel's title says. Tokens that are not on the unit sphere (the flat flows)
-are drawn in axes fitted to the data. The time and the observables given are written in each panel's
-corner. :func:`frames` returns the frames as arrays instead of a file.
-
-A trajectory on disk (``trajectory.safetensors`` of a run directory, :func:`save_trajectory`) holds the
-states ``[K, T, n, d]``, the saved times and the observables ``[K, T]`` per name; ``jaxattn movie RUN_DIR``
-renders it (see :mod:`jaxattn.cli.movie`).
-"""
+"""Movies of token trajectories, one frame per saved time: tokens on the circle (``d = 2``) or on a wire-frame
+sphere (``d = 3``); for ``d > 3`` the tokens are projected on the top three principal directions of the final
+state (the eigenvectors of ``Σ_i x_i x_iᵀ`` at the last saved time, completed from the whole trajectory when the
+final state spans fewer than three), as each panel's title says. Tokens that are not on the unit sphere (the flat
+flows) are drawn in axes fitted to the data. The time and the observables given are written in each panel's
+corner. Several trajectories are drawn side by side."""
 
 from __future__ import annotations
 
-import io
-import json
 import math
-import os
 import sys
-import tempfile
-import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from jaxattn.errors import ConfigError, integer, path_arg
-from jaxattn.io.results import atomic_write_bytes, save_arrays
+from jaxattn.io.results import atomic_write_bytes
+from jaxattn.io.trajectory import panels
+from jaxattn.plotting._encode import FORMATS, NO_ENCODER, encoder_available, gif, mp4
 
-#: Formats :func:`movie` writes, by file suffix.
-FORMATS = ("gif", "mp4")
-#: The one line said where an MP4 is asked for and no encoder is installed.
-NO_ENCODER = ("MP4 needs an encoder: pip install imageio-ffmpeg (the jaxattn[movie] extra, which ships its own "
-              "ffmpeg); GIF needs none")
-#: The palette index of a GIF pixel left as the previous frame drew it.
-TRANSPARENT = 255
 #: Default size of one panel, pixels (width, height); even, as MP4 (yuv420p) needs.
 PANEL = (320, 340)
-
-
-def encoder_available() -> bool:
-    """Whether MP4 can be written (the ``imageio-ffmpeg`` package and its ``ffmpeg`` are installed)."""
-    try:
-        import imageio_ffmpeg
-
-        return Path(imageio_ffmpeg.get_ffmpeg_exe()).is_file()
-    except (ImportError, RuntimeError, OSError):
-        return False
-
-
-def _trajectories(trajectory) -> list[np.ndarray]:
-    """Panels ``[T, n, d]`` (float64) from ``[T, n, d]``, ``[K, T, n, d]`` or a list of ``[T, n_k, d_k]``."""
-    if isinstance(trajectory, (list, tuple)):
-        panels = [np.asarray(a) for a in trajectory]
-    else:
-        a = np.asarray(trajectory)
-        panels = [a] if a.ndim == 3 else list(a) if a.ndim == 4 else [a]
-    if not panels:
-        raise ConfigError("no trajectory to draw")
-    out = []
-    for a in panels:
-        if a.ndim != 3 or 0 in a.shape:
-            raise ConfigError(f"a trajectory is [T, n, d], [K, T, n, d] (K side by side) or a list of [T, n, d], "
-                              f"got a panel of shape {a.shape}")
-        if not np.issubdtype(a.dtype, np.floating) and not np.issubdtype(a.dtype, np.integer):
-            raise ConfigError(f"a trajectory holds real numbers, got dtype {a.dtype}")
-        if not np.all(np.isfinite(a)):
-            raise ConfigError("the trajectory has non-finite values (NaN or inf): a failed run cannot be drawn")
-        out.append(a.astype(np.float64))
-    if len({a.shape[0] for a in out}) > 1:
-        raise ConfigError(f"the panels must have one number of saved states, got {[a.shape[0] for a in out]}")
-    return out
 
 
 def principal_directions(traj: np.ndarray, k: int = 3) -> np.ndarray:
@@ -131,7 +78,7 @@ def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarra
         from matplotlib.patches import Circle
     except ImportError:  # pragma: no cover - matplotlib is the [plot] extra
         raise ConfigError("movies need matplotlib (pip install 'jaxattn[plot]')") from None
-    from tqdm import tqdm
+    from tqdm.auto import tqdm  # widgets in a notebook, text in a terminal
 
     K = len(trajs)
     W, H = panel
@@ -182,10 +129,9 @@ def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarra
     fig.subplots_adjust(left=0.02, right=0.98, bottom=0.02, top=0.86, wspace=0.05)
     for f in tqdm(indices, desc="movie", unit="frame", disable=not progress, file=sys.stderr, leave=False):
         for k, (sc, label, coords, three) in enumerate(artists):
-            if three:
-                sc._offsets3d = tuple(coords[f].T)  # matplotlib's documented way to move 3-D scatter points
-            else:
-                sc.set_offsets(coords[f])
+            sc.set_offsets(coords[f][:, :2])
+            if three:  # the heights of a 3-D scatter, from the offsets just set
+                sc.set_3d_properties(coords[f][:, 2], "z")
             lines = [f"{time_label} = {_fmt(float(ts[f]))}"]
             lines += [f"{name} = {_fmt(float(v[k, f]))}" for name, v in obs.items()]
             label.set_text("\n".join(lines))
@@ -194,7 +140,7 @@ def _render(trajs: list[np.ndarray], ts: np.ndarray, obs: Mapping[str, np.ndarra
 
 
 def _inputs(trajectory, ts, observables, titles, panel, fps, max_frames):
-    trajs = _trajectories(trajectory)
+    trajs = panels(trajectory)
     K, T = len(trajs), trajs[0].shape[0]
     ts = np.arange(T, dtype=np.float64) if ts is None else np.asarray(ts, np.float64).reshape(-1)
     if ts.shape != (T,):
@@ -249,7 +195,8 @@ def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titl
         progress: a progress bar on stderr while the frames render.
 
     Returns:
-        ``path``. One frame per saved state (up to ``max_frames``), each ``K × width`` by ``height`` pixels.
+        ``path``. One frame per saved state (up to ``max_frames``), each ``K × width`` by ``height`` pixels (in a
+        GIF, a frame identical to the one before is merged into it, shown as long as both).
 
     Examples:
         >>> import numpy as np, tempfile, os, jaxattn as ja
@@ -268,104 +215,8 @@ def movie(trajectory, path, *, ts=None, observables: Mapping | None = None, titl
         raise ConfigError(NO_ENCODER)
     trajs, ts, obs, titles, panel, idx = _inputs(trajectory, ts, observables, titles, panel, fps, max_frames)
     rendered = _render(trajs, ts, obs, titles, time_label, panel, dpi, color, progress, idx)
-    data = _gif(rendered, fps) if fmt == "gif" else _mp4(rendered, fps)
+    data = gif(rendered, fps) if fmt == "gif" else mp4(rendered, fps)
     return atomic_write_bytes(path, data)
 
 
-def _gif(rendered: Iterator[np.ndarray], fps: float) -> bytes:
-    from PIL import Image
-
-    frames = list(rendered)
-    # one palette for the whole movie: the 255 commonest colours of the first and last frames, exactly (the
-    # white background stays white, the tokens keep their colours, nothing flickers between frames); every
-    # pixel takes the nearest of them (Pillow's own mapping goes through a coarse colour cache). Index 255
-    # is transparent: a pixel that did not change since the previous frame is written as such, so each frame
-    # stores only what moved (several times smaller files)
-    packed = lambda f: (f[..., 0].astype(np.int64) << 16) | (f[..., 1].astype(np.int64) << 8) | f[..., 2]
-    colours, counts = np.unique(np.concatenate([packed(frames[0]), packed(frames[-1])]), return_counts=True)
-    top = colours[np.argsort(-counts, kind="stable")[:255]]
-    rgb = np.stack([top >> 16, (top >> 8) & 255, top & 255], axis=1)
-    flat_palette = np.concatenate([rgb, np.repeat(rgb[:1], 256 - len(rgb), axis=0)]).astype(np.uint8).tobytes()
-    quant, previous = [], None
-    for f in frames:
-        seen, inverse = np.unique(packed(f).reshape(-1), return_inverse=True)
-        seen_rgb = np.stack([seen >> 16, (seen >> 8) & 255, seen & 255], axis=1)
-        index = np.argmin(((seen_rgb[:, None, :] - rgb[None]) ** 2).sum(-1), axis=1)[inverse.reshape(-1)]
-        index = index.reshape(f.shape[:2]).astype(np.uint8)
-        shown = index.copy()
-        if previous is not None:
-            index[index == previous] = TRANSPARENT
-        previous = shown
-        im = Image.fromarray(index, mode="P")
-        im.putpalette(flat_palette)
-        quant.append(im)
-    buf = io.BytesIO()
-    quant[0].save(buf, format="GIF", save_all=True, append_images=quant[1:], duration=max(round(1000 / fps), 20),
-                  loop=0, optimize=False, disposal=1, transparency=TRANSPARENT)
-    return buf.getvalue()
-
-
-def _mp4(rendered: Iterator[np.ndarray], fps: float) -> bytes:
-    import imageio_ffmpeg
-
-    first = next(rendered)
-    H, W = first.shape[:2]
-    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-        # ffmpeg runs as a child process; Python warns about any fork under JAX's threads, but the child
-        # execs ffmpeg at once (subprocess), which is safe
-        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called", category=RuntimeWarning)
-        out = os.path.join(tmp, "movie.mp4")
-        writer = imageio_ffmpeg.write_frames(out, (W, H), fps=fps, codec="libx264", pix_fmt_in="rgb24",
-                                             pix_fmt_out="yuv420p", macro_block_size=2, ffmpeg_log_level="error")
-        writer.send(None)
-        writer.send(np.ascontiguousarray(first).tobytes())
-        for f in rendered:
-            writer.send(np.ascontiguousarray(f).tobytes())
-        writer.close()
-        return Path(out).read_bytes()
-
-
-# ---------------------------------------------------------------- trajectories on disk
-def save_trajectory(path, trajectory, ts, *, observables: Mapping | None = None, titles: Sequence[str] = (),
-                    time_label: str = "t", note: str = "") -> Path:
-    """A trajectory for :func:`movie` and ``jaxattn movie`` as a safetensors file: one ``trajectory.<k> [T, n, d]``
-    per panel, ``ts [T]``, ``observables.<name> [K, T]``; titles, the time label and a note in its metadata.
-    An existing file at ``path`` is replaced (the Python convention, as :func:`movie`); a path that does not end
-    in ``.safetensors`` is refused."""
-    path = path_arg("save_trajectory: path", path)
-    if path.suffix != ".safetensors":
-        raise ConfigError(f"a trajectory file is a .safetensors file, got {path.name!r}")
-    trajs = _trajectories(trajectory)
-    K, T = len(trajs), trajs[0].shape[0]
-    arrays = {f"trajectory.{k}": a for k, a in enumerate(trajs)} | {"ts": np.asarray(ts, np.float64).reshape(T)}
-    for name, v in (observables or {}).items():
-        arrays[f"observables.{name}"] = np.broadcast_to(np.asarray(v, np.float64), (K, T)).copy()
-    meta = {"format": "jaxattn-trajectory", "titles": json.dumps(list(titles)), "time_label": time_label,
-            "note": note}
-    return save_arrays(path, arrays, meta)
-
-
-def load_trajectory(path) -> dict:
-    """What :func:`save_trajectory` wrote: ``{trajectory (a list of [T, n, d]), ts, observables, titles, time_label,
-    note}``."""
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
-
-    path = Path(path)
-    try:
-        arrays = load_file(str(path))
-        with safe_open(str(path), framework="numpy") as f:
-            meta = f.metadata() or {}
-    except Exception as e:  # a truncated or foreign file: one line
-        raise ConfigError(f"{path} is not a readable trajectory file: {e}") from None
-    K = sum(k.startswith("trajectory.") for k in arrays)
-    if meta.get("format") != "jaxattn-trajectory" or not K or "ts" not in arrays:
-        raise ConfigError(f"{path} is not a jaxattn trajectory file")
-    return {"trajectory": [arrays[f"trajectory.{k}"] for k in range(K)], "ts": arrays["ts"],
-            "observables": {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith("observables.")},
-            "titles": json.loads(meta.get("titles", "[]")), "time_label": meta.get("time_label", "t"),
-            "note": meta.get("note", "")}
-
-
-__all__ = ["FORMATS", "NO_ENCODER", "encoder_available", "frames", "load_trajectory", "movie", "principal_directions",
-           "save_trajectory"]
+__all__ = ["PANEL", "frames", "movie", "principal_directions"]
