@@ -459,6 +459,11 @@ def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):
     assert not (tmp_path / "s").exists()
 
 
+#: D1 as a sweep's stamp named it then (the dataclass repr, every field): the text stores hold
+D1_AS_STAMPED = ("Dynamics(norm='l2', ffn=False, pre_ln=False, biases=False, attention='softmax', drop_ln2=False, "
+                 "rope='none', unit_output=False)")
+
+
 @pytest.mark.e2e
 def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     """A store as `sweep` wrote it before it ran on the chunk loop it shares with sweep_grid (written here with
@@ -475,7 +480,7 @@ def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     want = {"observables.diameter": np.asarray(ref.observables["diameter"]),
             "observables.cos_consensus": np.asarray(ref.observables["cos_consensus"]), "final": np.asarray(ref.final)}
     stamp = {"fingerprint": {}, "weights": weights_sha256(model), "num_init": num_init, "chunk": chunk, "n": n,
-             "steps": steps, "seed": seed, "init": "sphere", "dynamics": repr(ja.D1), "alpha": 1.0, "beta": 1.0,
+             "steps": steps, "seed": seed, "init": "sphere", "dynamics": D1_AS_STAMPED, "alpha": 1.0, "beta": 1.0,
              "dtype": "float64", "keep_final": True, "observe": "None", "S": None}
     store = SweepStore.open(tmp_path / chunked.STORE, {"fingerprint": config_hash(stamp), "chunk": chunk,
                                                        "points": [{"num_init": num_init, "params": {}}],
