@@ -2,19 +2,22 @@
 
 GPU machines are lent rarely and briefly (about 15 minutes, the machine's start included), so one call must answer the
 open questions within a window of 8 minutes (``WINDOW``), start-up and compilation included. Its stages, in order of
-value (``PLAN``), each with a budget derived from the two H200 runs of 2026-11-26 (docs/gpu.md has the derivation):
+value (``PLAN``), each with a budget derived from the three H200 runs of 2026-11-26 and 2026-11-28 (docs/gpu.md has
+the derivation):
 
 1. ``environment``: device, driver, jax/jaxlib/torch versions, datasheet peaks and measured matmul
    throughput at the three precisions;
 2. ``kernels`` and ``bench_kernel``: the fused Pallas kernel compiled for the GPU and checked against the plain path
-   (cases of ``tests/test_kernels.py``, float32 and float64, n and d up to the kernel's limits), then timed against it;
-3. ``bench_papers``: the papers' sphere and clustering models against their torch loops (eager and
-   ``torch.compile``) and the minimal JAX loop;
+   (the cases of ``tests/test_kernels.py`` no GPU has run yet and the papers' sphere shapes, float32 and float64; the
+   cases that compiled and agreed on the H200 of 2026-11-28 are not repeated), then timed against it: the papers'
+   sphere model at d = 2 and 3 first (where the kernel's one launch for every step should count most), then W1;
+3. ``bench_papers``: the papers' sphere model at d = 2 and 3 against its torch loop and the minimal JAX loop, with
+   jaxattn on the plain path and through the fused kernel (``jaxattn-fused``);
 4. ``bench_run``: W1, MiniLM- and GPT-2-small-shaped batches against torch eager, ``torch.compile`` (W1) and SDPA,
    each checked to agree before it is timed, with achieved FLOP/s and the fraction of the device's peak;
 5. ``bench_flows``: the C2 flow against torchdiffeq;
 6. ``precision``: float32 ``"highest"``, TF32 and bf16 products against float64 — max and median error
-   of the final states and of each default observable — for W1 and a MiniLM-shaped model;
+   of the final states and of each default observable — for W1, then a MiniLM-shaped model where time allows;
 7. ``suite``: the GPU-relevant tests on the GPU backend (``SUITE_GPU``: first the kernel lowered for CUDA with the
    image's jax, over tests/test_kernels.py's whole grid; tests that need a CPU skip with a reason).
 
@@ -82,7 +85,7 @@ class Stage:
     budget: float  # seconds on a GPU: the stage's share of the window (WINDOW)
     reduced_budget: float  # seconds in the reduced form
     title: str
-    #: its time on a GPU, estimated from the two H200 runs of 2026-11-26 (docs/gpu.md derives each figure)
+    #: its time on a GPU, estimated from the H200 runs of 2026-11-26 and 2026-11-28 (docs/gpu.md derives each figure)
     estimate: float = 0.0
 
 
@@ -278,23 +281,35 @@ def stage_environment(ctx: Ctx) -> dict:
     return res
 
 
+#: The papers' sphere shapes (benchmarks/papers.py ``CASES``: d = 2, n = 32 and d = 3, n = 64, B = 2048, one head,
+#: identity weights), where the kernel runs every step in one launch against the plain path's launches per step: the
+#: H200 run of 2026-11-28 timed the kernel at W1's shape only (0.40x the plain path), so these are what the next GPU
+#: run must measure first (the kernels stage checks them, bench_kernel and bench_papers time them).
+SPHERE = ("sphere2", "sphere3-n64")
+
+
 def kernel_cases(reduced: bool) -> list[tuple]:
     """``(dtype, mask, heads, shared, dynamics, n, d)``, in order of value (what the budget leaves out comes last).
-    Reduced: the first case of tests/test_kernels.py's ``CASES`` at the tests' size, float32 and float64. On a GPU:
-    its first two cases (full mask with 4 heads; causal with 2 heads, shared weights) at each size the H200 runs met
-    (n, d up to the kernel's limits), float32 and float64 (does it compile and agree at every size?), then each other
-    case (the other normalisations, attention kinds and masks) at the tests' size in float32: 21 cases, about 3 s
-    each on an H200 (docs/gpu.md). The interpret-mode tests cover every case in both precisions on any backend, and
-    the suite stage lowers the whole grid of tests/test_kernels.py with this interpreter's jax."""
+    Reduced: the first case of tests/test_kernels.py's ``CASES`` at the tests' size, float32 and float64. On a GPU,
+    what the H200 run of 2026-11-28 did not see (docs/gpu.md): the three cases of ``CASES`` its budget did not reach
+    (no normalisation; unnormalised attention with a local mask; the ellipsoid) at the tests' size in float32, then one
+    head of random weights at the papers' sphere shapes (:data:`SPHERE`) in float32 and float64, and last d = 128 at
+    four heads, which the kernel now refuses before compiling on a GPU with the H200's shared memory (each such case
+    spent roughly 16 s compiling there before the device refused it). Not repeated: what compiled and agreed there, the
+    first four cases at n = 5, d = 8 and the first two at n = 128, d = 16 in both precisions (9-37 s each to compile
+    at n = 128). The interpret-mode tests cover every case in both precisions on any backend, and the suite stage
+    lowers the whole grid of tests/test_kernels.py with this interpreter's jax."""
     sys.path.insert(0, str(ROOT))
-    from jaxattn.dynamics import MAX_DIM, MAX_TOKENS
+    from jaxattn.dynamics import MAX_DIM
     from tests.test_kernels import CASES
 
     if reduced:
         return [(dtype, *CASES[0], 5, 8) for dtype in ("float32", "float64")]
-    sizes = [(5, 8), (MAX_TOKENS, 16), (10, MAX_DIM), (MAX_TOKENS, MAX_DIM)]
-    every_size = [(dtype, *c, n, d) for c in CASES[:2] for (n, d) in sizes for dtype in ("float32", "float64")]
-    return every_size + [("float32", *c, 5, 8) for c in CASES[2:]]
+    papers = _bench_module("papers")
+    one_head = ("full", 1, False, CASES[0][3])  # D1, as the papers' sphere model
+    sphere = [(dtype, *one_head, papers.CASES[name][1], papers.CASES[name][0]) for dtype in ("float32", "float64")
+              for name in SPHERE]
+    return [("float32", *c, 5, 8) for c in CASES[4:]] + sphere + [("float32", *CASES[0], 10, MAX_DIM)]
 
 
 #: fused against plain: max abs difference allowed (final states; observables 5x that)
@@ -330,6 +345,7 @@ def stage_kernels(ctx: Ctx) -> dict:
             row["error"] = f"not run: the first {KERNEL_GIVE_UP} cases at n = {n}, d = {d} all failed"
             res["rows"].append(row)
             continue
+        t = time.perf_counter()  # reset just before the kernel's call below: a refusal is timed from there
         try:
             dt = jnp.dtype(dtype)
             model = ja.random_model(jax.random.key(0), d, heads, 3, shared=shared, mask=mask)
@@ -357,10 +373,14 @@ def stage_kernels(ctx: Ctx) -> dict:
                                                      and errs["diameter"] <= 5 * tol
                                                      and errs["cos_consensus"] <= 5 * tol))
         except Exception as e:
-            row["error"] = _err(e)
+            why = _refused(e)
+            if why is None:
+                row["error"] = _err(e)
+            else:  # not a failure of the kernel: 'auto' takes the plain path there
+                row.update(refused=why, refused_after_s=round(time.perf_counter() - t, 3))
         if "error" in row:
             fails[(n, d)] = fails.get((n, d), 0) + 1
-        else:
+        elif "refused" not in row:
             ran.add((n, d))
         res["rows"].append(row)
         ctx.record(res)
@@ -369,11 +389,20 @@ def stage_kernels(ctx: Ctx) -> dict:
     res["agree"] = sum(1 for r in rows if r.get("agree"))
     res["disagree"] = sum(1 for r in rows if r.get("agree") is False)
     res["errors"] = sum(1 for r in rows if "error" in r)
+    res["refused"] = sum(1 for r in rows if "refused" in r)
     return res
 
 
+def _refused(e: BaseException) -> str | None:
+    """Why jaxattn refused a forced kernel before compiling it (``KernelTooBig``: a shape over the device's shared
+    memory), or ``None`` for a failure (any other error, a compiler's included)."""
+    from jaxattn.dynamics import KernelTooBig
+
+    return str(e) if isinstance(e, KernelTooBig) else None
+
+
 def precision_models(reduced: bool) -> dict:
-    """``{label: (d, heads, depth, n)}``: W1 and a MiniLM-shaped random model."""
+    """``{label: (d, heads, depth, n)}``: W1, then a MiniLM-shaped random model (where the time left allows)."""
     if reduced:  # one model: the code path is the same for both
         return {"W1-shaped (tiny)": (8, 2, 3, 4)}
     return {"W1 (d=64, H=4, 24 layers, n=32)": (64, 4, 24, 32),
@@ -397,10 +426,14 @@ def stage_precision(ctx: Ctx) -> dict:
 
     B = 8 if ctx.reduced else 8192
     res: dict = {"B": B, "reference": "float64 (x64), plain path", "models": {}}
+    # a model is started only while the longest so far would still end in time: the H200 run of 2026-11-28 started
+    # MiniLM after W1 and was stopped at its budget
+    longest = 0.0
     for label, (d, heads, depth, n) in precision_models(ctx.reduced).items():
-        if ctx.left() < 0:
+        if ctx.left() < longest:
             res["models"][label] = {"error": "not run: the time budget was spent"}
             continue
+        t_model = time.monotonic()
         m: dict = {}
         res["models"][label] = m
         try:
@@ -426,6 +459,7 @@ def stage_precision(ctx: Ctx) -> dict:
                 ctx.record(res)
         except Exception as e:
             m["error"] = _err(e)
+        longest = max(longest, time.monotonic() - t_model)
         ctx.record(res)
     return res
 
@@ -495,10 +529,12 @@ def stage_bench_flows(ctx: Ctx) -> dict:
     return flows.bench(B=131_072, n=32, d=64, heads=4, t1=10.0, rtol=1e-6)
 
 
-#: ``(d, n)`` of benchmarks/kernel.py timed within the window, W1's own first: about 40 s on an H200 (two compilations
-#: and three calls of each path per shape, 0.4 s a call at W1's shape); its 15 shapes take about 85 s
-#: (``--budget bench_kernel=120`` and ``kernel.SHAPES``: ``python benchmarks/kernel.py``).
-KERNEL_BENCH_SHAPES = [(64, 32), (8, 10), (16, 32), (128, 10), (32, 64), (8, 64)]
+#: ``(d, n)`` of benchmarks/kernel.py's W1 family timed within the window, after the sphere shapes: W1's own (on the
+#: H200 of 2026-11-28 its row ended within the stage's first 37 s, start-up included: two compilations, three calls of
+#: each path, 0.41 s plain and 1.01 s fused a call; the next shape did not end in the 45 s), then d = 128, which the
+#: kernel refuses before compiling on an H200 (a row of the refusal, no compilation). The other shapes:
+#: ``python benchmarks/kernel.py``.
+KERNEL_BENCH_SHAPES = [(64, 32), (128, 10)]
 
 
 def stage_bench_kernel(ctx: Ctx) -> dict:
@@ -510,15 +546,21 @@ def stage_bench_kernel(ctx: Ctx) -> dict:
         res["rows"].append(row)
         ctx.record(res)
 
-    if ctx.reduced:
+    # the sphere model first (never timed on a GPU; the kernel was 0.40x the plain path at W1's shape), then W1
+    if ctx.reduced:  # interpret mode: the code paths at tiny sizes
+        sphere = kernel.bench_sphere(SPHERE[:1], B=4, steps=3, repeats=1, deadline=ctx.deadline, on_row=keep)
         out = kernel.bench(B=16, shapes=[(8, 4)], heads=2, layers=2, repeats=1, peak_flops=peak,
                            deadline=ctx.deadline, on_row=keep)
     else:
+        sphere = kernel.bench_sphere(SPHERE, repeats=5, deadline=ctx.deadline, on_row=keep)
         out = kernel.bench(B=131_072, shapes=KERNEL_BENCH_SHAPES, repeats=2, peak_flops=peak, deadline=ctx.deadline,
                            on_row=keep)
-    res.update(out)
-    timed = [r for r in out["rows"] if "speedup" in r]
-    res.update(shapes=len(out["rows"]), timed_shapes=len(timed), fused_faster_in=sum(r["speedup"] > 1 for r in timed))
+    rows = sphere["rows"] + out["rows"]
+    res.update({k: v for k, v in out.items() if k != "rows"}, rows=rows)
+    timed = [r for r in rows if "speedup" in r]
+    # a refused shape is not the kernel's to win: 'auto' takes the plain path there
+    res.update(shapes=sum("refused" not in r for r in rows), timed_shapes=len(timed),
+               fused_faster_in=sum(r["speedup"] > 1 for r in timed), refused=sum("refused" in r for r in rows))
     return res
 
 
@@ -548,17 +590,19 @@ def stage_bench_consensus(ctx: Ctx) -> dict:
                       compare_width=True)  # the first calls, kept
 
 
-#: benchmarks/papers.py within the window: the sphere model at d = 2 (n = 32) and d = 3 (n = 64), the targets of issue
-#: 48, and the clustering model at d = 16, in float32, against torch eager, torch.compile and the JAX floor (also in
-#: jaxattn's lane blocks), jaxattn observing every step and the last. About 20 s a case on an H200 (the second run:
-#: about 30 s a case with all ten implementations); every case in both dtypes: ``python benchmarks/papers.py``.
-PAPERS_CASES = [("sphere2", "float32"), ("sphere3-n64", "float32"), ("clusters16", "float32")]
-PAPERS_IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-blocks", "jaxattn", "jaxattn-last")
+#: benchmarks/papers.py within the window: the sphere model at d = 2 (n = 32) and d = 3 (n = 64), float32, issue 48's
+#: targets (>= 2x torch and within 1.5x of the 15-line floor; with the fused kernel, >= 10x torch), against torch eager
+#: and the JAX floor (whole batch and in jaxattn's lane blocks), jaxattn observing every step and the last, and through
+#: the fused kernel. Left out of the window: torch.compile (on all three H200 runs within 5% of torch eager here; with
+#: it the H200 of 2026-11-28 ran one case in the stage's 65 s) and the clustering model (never reached in a window);
+#: every case, implementation and dtype: ``python benchmarks/papers.py``.
+PAPERS_CASES = [(name, "float32") for name in SPHERE]
+PAPERS_IMPLS = ("torch", "jax-floor", "jax-floor-blocks", "jaxattn", "jaxattn-last", "jaxattn-fused")
 
 
 def stage_bench_papers(ctx: Ctx) -> dict:
-    """benchmarks/papers.py: the sphere and clustering models at their sizes (float32 and float64), torch on
-    the GPU where its build has CUDA; reduced: one tiny case."""
+    """benchmarks/papers.py: :data:`PAPERS_CASES` with :data:`PAPERS_IMPLS`, torch on the GPU where its build has
+    CUDA; reduced: one tiny case (``jaxattn-fused`` reported as not run there: off a GPU the kernel is interpreted)."""
     papers = _bench_module("papers")
     if not ctx.reduced:  # the float64 cases; the full form runs each stage in its own process
         import jax
@@ -713,22 +757,23 @@ WINDOW_RESERVE = 15.0
 #: A stage is not started with less of the window left than this.
 STAGE_MIN = 10.0
 #: The stages in the order of their value (issue 48); ``make gpu-check`` runs those of the window (``PLAN``). Each
-#: budget is its share of the window, from its time on the H200 runs of 2026-11-26 (``estimate``; docs/gpu.md derives
-#: each).
+#: budget is its share of the window, from its time on the H200 runs of 2026-11-26 and 2026-11-28 (``estimate``;
+#: docs/gpu.md derives each).
 STAGES: dict[str, Stage] = {
-    "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions", 20),
-    "kernels": Stage(stage_kernels, 70, REDUCED_BUDGET, "fused kernel against the plain path: compiles? agrees?", 70),
-    "bench_kernel": Stage(stage_bench_kernel, 45, REDUCED_BUDGET, "benchmarks/kernel.py: fused against plain, timed",
-                          40),
+    "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions", 22),
+    "kernels": Stage(stage_kernels, 55, REDUCED_BUDGET, "fused kernel against the plain path: compiles? agrees?", 45),
+    "bench_kernel": Stage(stage_bench_kernel, 60, REDUCED_BUDGET,
+                          "benchmarks/kernel.py: fused against plain, timed: the sphere model, then W1", 50),
     "bench_papers": Stage(stage_bench_papers, 65, REDUCED_BUDGET,
-                          "benchmarks/papers.py: the papers' models against torch, torch.compile and the JAX floor",
-                          62),
+                          "benchmarks/papers.py: the sphere model against torch and the JAX floor, plain and fused",
+                          45),
     "bench_run": Stage(stage_bench_run, 105, REDUCED_BUDGET,
-                       "benchmarks/run.py: W1, MiniLM- and GPT-2-small-shaped batches against torch", 100),
-    "bench_flows": Stage(stage_bench_flows, 50, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq", 43),
+                       "benchmarks/run.py: W1, MiniLM- and GPT-2-small-shaped batches against torch", 97),
+    "bench_flows": Stage(stage_bench_flows, 50, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq", 45),
     "precision": Stage(stage_precision, 40, REDUCED_BUDGET, "matmul precision against float64", 35),
     "suite": Stage(stage_suite, 65, REDUCED_BUDGET, "the GPU-relevant tests on this backend", 65),
-    # not in the window (--stages names them): each ran out of its budget on both H200 runs (estimate: that budget)
+    # not in the window (--stages names them): each ran out of its budget on the H200 runs of 2026-11-26 (estimate:
+    # that budget)
     "bench_consensus": Stage(stage_bench_consensus, 45, REDUCED_BUDGET, "benchmarks/consensus_passes.py", 45),
     "bench_gradients": Stage(stage_bench_gradients, 40, REDUCED_BUDGET,
                              "benchmarks/gradients.py: a gradient through 24 to 2,400 steps against the forward pass",
@@ -934,7 +979,7 @@ def plan_lines(names: list[str], budgets: Mapping[str, float], window: float, re
     """The stage plan, printed at the start: each stage's budget on a GPU and its time estimated from the H200 runs
     (docs/gpu.md), in the order they run; what adds up against the window."""
     head = (f"plan: {len(names)} stages in a {window:g} s window (budgets on a GPU, {WINDOW_RESERVE:g} s kept for "
-            "the start and the summary; estimate: from the H200 runs of 2026-11-26)")
+            "the start and the summary; estimate: from the H200 runs of 2026-11-26 and 2026-11-28)")
     lines = [head]
     for i, name in enumerate(names, 1):
         st = STAGES[name]
@@ -1048,20 +1093,27 @@ def main(argv=None) -> int:
 
 # ------------------------------------------------------------------------------------------------ summary
 def verdict(summary: dict) -> dict:
-    """Whether this run proves the fused kernel (correct everywhere and faster): what `Batch(path="auto")` waits for."""
+    """Whether this run proves the fused kernel (correct in every case it ran and faster): what `Batch(path="auto")`
+    waits for. A case or shape the kernel refused before compiling (over the device's shared memory) counts neither
+    way: 'auto' takes the plain path there. The cases are this run's; docs/gpu.md records the earlier runs'."""
     st = summary["stages"]
     k = st.get("kernels", {}).get("result", {})
     b = st.get("bench_kernel", {}).get("result", {})
+    refused = k.get("refused", 0) + b.get("refused", 0)
+    note = f" ({refused} refused before compiling: over this GPU's shared memory)" if refused else ""
+    timed = ", ".join(f"{r.get('model', 'W1 family')} d={r['d']} n={r['n']} {r['speedup']:g}x"
+                      for r in b.get("rows", []) if "speedup" in r)
     if summary["form"] != "full" or not summary["gpu_seen"]:
         text = "no GPU: nothing proven; keep kernels.PROVEN_ON empty"
     elif not k.get("cases") or k.get("disagree") or k.get("errors") or st["kernels"]["status"] != "ok":
         text = "the fused kernel is not proven correct on this GPU (see kernels); keep kernels.PROVEN_ON empty"
     elif not b.get("shapes") or b.get("fused_faster_in", 0) < b["shapes"]:
-        text = (f"the fused kernel agrees everywhere but is faster in {b.get('fused_faster_in', 0)} of "
-                f"{b.get('shapes', 0)} shapes ({b.get('timed_shapes', 0)} timed); keep kernels.PROVEN_ON empty "
-                "(or narrow where 'auto' uses it)")
+        text = (f"the fused kernel agrees in every case run{note} but is faster in {b.get('fused_faster_in', 0)} of "
+                f"{b.get('shapes', 0)} shapes ({b.get('timed_shapes', 0)} timed: {timed or 'none'}); keep "
+                "kernels.PROVEN_ON empty (or narrow where 'auto' uses it)")
     else:
-        text = "the fused kernel agrees everywhere and is faster in every shape: add 'gpu' to kernels.PROVEN_ON"
+        text = (f"the fused kernel agrees in every case run{note} and is faster in every shape ({timed}): add 'gpu' to "
+                "kernels.PROVEN_ON")
     return {"fused_kernel": text}
 
 
@@ -1107,7 +1159,8 @@ def markdown(summary: dict) -> str:
     estimate = {row["stage"]: row["estimate_s"] for row in summary.get("plan", [])}
     cut = summary.get("cut", {})
     lines += ["## Stages", "", f"In order of value, within a {summary.get('window_s', WINDOW):g} s window; estimate: "
-              "the stage's time on a GPU from the H200 runs of 2026-11-26 (docs/gpu.md).", "", *_md_table(
+              "the stage's time on a GPU from the H200 runs of 2026-11-26 and 2026-11-28 (docs/gpu.md).", "",
+              *_md_table(
                   ["stage", "status", "seconds", "budget", "estimate", "cut", "error"],
                   [[n, r["status"], r["seconds"], r["budget_s"], estimate.get(n, ""), cut.get(n, ""),
                     r["result"].get("error", "")[:160].replace("|", "/")] for n, r in st.items()])]
@@ -1119,13 +1172,17 @@ def markdown(summary: dict) -> str:
     if k.get("rows"):
         lines += ["## Fused kernel against the plain path", "",
                   f"{k.get('agree', 0)} of {k.get('cases', len(k['rows']))} cases agree, {k.get('disagree', 0)} "
-                  f"disagree, {k.get('errors', 0)} failed; backend `{k.get('backend')}`, interpret mode "
-                  f"{k.get('interpret')}, tolerances {json.dumps(k.get('tolerance'))} (observables 5×).", ""]
-        lines += _md_table(["dtype", "mask", "H", "dynamics", "n", "d", "max abs Δ final", "max abs Δ diameter",
-                            "agree / error"],
+                  f"disagree, {k.get('errors', 0)} failed, {k.get('refused', 0)} refused before compiling; backend "
+                  f"`{k.get('backend')}`, interpret mode {k.get('interpret')}, tolerances "
+                  f"{json.dumps(k.get('tolerance'))} (observables 5×); seconds: the kernel's first call, compilation "
+                  "included.", ""]
+        lines += _md_table(["dtype", "mask", "H", "dynamics", "n", "d", "seconds", "max abs Δ final",
+                            "max abs Δ diameter", "agree / error"],
                            [[r["dtype"], r["mask"], r["heads"], r["dynamics"], r["n"], r["d"],
+                             r.get("fused_first_s", r.get("refused_after_s", "")),
                              r.get("max_abs_diff", {}).get("final", ""), r.get("max_abs_diff", {}).get("diameter", ""),
-                             r.get("agree", r.get("error", "")[:120].replace("|", "/"))] for r in k["rows"]])
+                             r.get("agree", ("refused: " + r["refused"] if "refused" in r
+                                             else r.get("error", ""))[:120].replace("|", "/"))] for r in k["rows"]])
     p = res("precision")
     if p.get("models"):
         lines += ["## Matrix-product precision against float64", "",
@@ -1169,13 +1226,15 @@ def markdown(summary: dict) -> str:
     kb = res("bench_kernel")
     if kb.get("rows"):
         lines += ["## benchmarks/kernel.py", "",
-                  f"B = {kb.get('B')}, {kb.get('layers')} layers, H = {kb.get('heads')}; interpret mode "
-                  f"{kb.get('interpret')}; peak {kb.get('peak_tflops')} TFLOP/s ({kb.get('peak_source')}).", ""]
-        lines += _md_table(["d", "n", "plain ms", "fused ms", "speed-up", "fused TFLOP/s", "fused peak", "max abs Δ",
-                            "error"],
-                           [[r["d"], r["n"], r.get("plain_ms", ""), r.get("fused_ms", ""), r.get("speedup", ""),
+                  f"Default observables at every step; interpret mode {kb.get('interpret')}; peak "
+                  f"{kb.get('peak_tflops')} TFLOP/s ({kb.get('peak_source')}); steps: the sphere model's, or the W1 "
+                  "family's layers.", ""]
+        lines += _md_table(["model", "d", "n", "B", "steps", "plain ms", "fused ms", "speed-up", "fused TFLOP/s",
+                            "fused peak", "max abs Δ", "refused / error"],
+                           [[r.get("model", ""), r["d"], r["n"], r.get("B", kb.get("B", "")), r.get("steps", ""),
+                             r.get("plain_ms", ""), r.get("fused_ms", ""), r.get("speedup", ""),
                              r.get("fused_tflops", ""), r.get("fused_peak_fraction", ""), r.get("max_abs_diff", ""),
-                             r.get("error", "")[:100].replace("|", "/")] for r in kb["rows"]])
+                             r.get("refused", r.get("error", ""))[:100].replace("|", "/")] for r in kb["rows"]])
     c = res("bench_consensus")
     if c:
         lines += ["## benchmarks/consensus_passes.py", "", "```json", json.dumps(c, indent=1), "```", ""]
@@ -1198,10 +1257,18 @@ def markdown(summary: dict) -> str:
         impls = sorted({i for r in pp["rows"] for i in r["results"]})
         lines += ["## benchmarks/papers.py", "",
                   "seconds (best of the interleaved repeats); `form`: how jaxattn evaluates the layer", ""]
-        lines += _md_table(["case", "dtype", "form", *impls, "observables cost"],
-                        [[f"d={r['d']} n={r['n']} B={r['B']} steps={r['steps']}", r["dtype"], r["form"],
-                          *[r["results"].get(i, {}).get("seconds", r["results"].get(i, {}).get("error", "")[:60])
-                            for i in impls], r.get("observables_cost", "")] for r in pp["rows"]])
+        def cell(r: dict) -> object:  # seconds, or why not
+            if "seconds" in r:
+                return r["seconds"]
+            return "not run: " + r["not_run"].split(":")[0] if "not_run" in r else r.get("error", "")[:60]
+
+        lines += _md_table(["case", "dtype", "form", *impls, "observables cost", "jaxattn vs torch", "jaxattn / floor",
+                            "jaxattn-fused vs torch", "jaxattn-fused / floor"],
+                           [[f"d={r['d']} n={r['n']} B={r['B']} steps={r['steps']}", r["dtype"], r["form"],
+                             *[cell(r["results"].get(i, {})) for i in impls],
+                             r.get("observables_cost", ""), r.get("jaxattn_vs_torch", ""),
+                             r.get("jaxattn_over_floor", ""), r.get("jaxattn-fused_vs_torch", ""),
+                             r.get("jaxattn-fused_over_floor", "")] for r in pp["rows"]])
     s = res("suite")
     if s:
         lines += ["## Test suite", "", f"`{s.get('command')}`: {s.get('passed', '?')} passed, {s.get('failures', '?')} "

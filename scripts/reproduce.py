@@ -159,6 +159,14 @@ RUNS: tuple[Run, ...] = (
          "8", "--basin-n", "3", "--steps", "50", "--t1", "20", "--perturb-num", "2", "--search", "5",
          "--multi-head-models", "2", "--oja", "--basin-models", "2", "--basin-starts", "4", "--beta-sweep-models",
          "3", "--beta-sweep", "0.05,16", "--beta-sweep-n", "4")),
+    # the power-method paper's Supp. Lemmas 7 and 9 and §2.3's steered spectrum (seconds: small maps, one flow, the
+    # last layer's eigenvalues in float64)
+    Run("pm_lemmas", ("--models", "12", "--starts", "32", "--betas", "1,4,9", "--steps", "1500", "--lyap-num", "64",
+                      "--alphas", "0.2,0.4,1,1.5", "--gammas", "1,10,20,100,1000", "--eigen", "3", "--model",
+                      "minilm"),
+        ("--models", "2", "--starts", "8", "--betas", "4", "--steps", "300", "--lyap-num", "4", "--lyap-steps", "50",
+         "--t1", "5", "--alphas", "0.2,1.5", "--gammas", "10,1000", "--eigen", "2", "--model", "minilm"),
+        extra="pm_lemmas"),
     Run("qk_cloud", ("--num", "128", "--n", "20", "--t1", "30"), ("--num", "4", "--n", "5", "--t1", "1"),
         extra="qk_cloud"),
     Run("unnormalised", ("--num", "64", "--n", "20"), ("--num", "4", "--n", "4"), extra="unnormalised"),
@@ -216,6 +224,10 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
             from jaxattn.studies import pm_cases
 
             pm_cases.study(out, **opts)
+        elif run.extra == "pm_lemmas":
+            from jaxattn.studies import pm_lemmas
+
+            pm_lemmas.study(out, **opts)
         else:
             _architecture(out, **opts)
         if not (out / "config.json").exists():  # the device and versions, as the commands' runs record them
@@ -338,6 +350,11 @@ def scale(run: str, d: Path) -> str:
         return (f"{o.get('num')} Gaussian conditions × {o.get('n')} tokens; Case 3: d {o.get('d')}, depth "
                 f"{o.get('depth')} prolonged {o.get('prolong')}×; Theorem 1: d {o.get('theorem_d')}, {o.get('heads')} "
                 f"heads, {o.get('steps')} steps; float64")
+    if run == "pm_lemmas":
+        o = _options(d)
+        return (f"Lemma 9: {o.get('models')} single-head models (d 3, n 6), β ∈ {{{o.get('betas')}}}, "
+                f"{o.get('starts')} starts each; Lemmas 1/7: {o.get('lyap_num')} starts, α ∈ {{{o.get('alphas')}}} "
+                f"and the flow; §2.3: {o.get('model')}'s last layer, γ ∈ {{{o.get('gammas')}}}; float64")
     if run == "co_theorem51":
         return (f"{c.get('gpt2_like_n')} tokens × 4 conditions, d {c.get('gpt2_like_d')}, two causal heads, V = I, "
                 f"t ≤ {c.get('t1')}, float64")

@@ -417,6 +417,99 @@ def pm_theorem1(d: Path) -> Result:
                   checks, ["theorem1.csv", "theorem1_ends.csv"])
 
 
+# ------------------------------------------------------------------------------------------ power method: lemmas
+def pm_attn_rank(d: Path) -> Result:
+    from jaxattn.studies.pm_lemmas import SETTLED, expected_rank
+
+    rs = rows(d / "lemma9.csv")
+    checks, parts = [], []
+    # the lemma's classes; end states still moving are not equilibria, and a polygonal one is none of its classes
+    left = _hist(r["kind"] for r in rs if r["kind"] not in ("consensus", "bipartite", "clustering"))
+    rs = [r for r in rs if r["kind"] in ("consensus", "bipartite", "clustering")]
+    for source, label in (("end state", "end states of random starts"),
+                          ("equilibrium ±v_k", "consensus and bipartite equilibria at ±v_k")):
+        mine = [r for r in rs if r["source"] == source]
+        off = sum(int(r["rank"]) != expected_rank(r["kind"], int(r["clusters"])) for r in mine)
+        checks.append(none_of(f"{label} whose attention rank is not 1 (consensus), 2 (bipartite) or m (m clusters)",
+                              off, len(mine), "the paper: Lemma 9"))
+        kinds = _hist((r["kind"], int(r["clusters"]), int(r["rank"])) for r in mine)
+        parts.append(f"{label}: " + ", ".join(f"{k} ({m} cluster{'s' if m > 1 else ''}) rank {a}: {c}"
+                                              for (k, m, a), c in sorted(kinds.items())))
+    ends = [r for r in rs if r["source"] == "end state"]
+    checks.append(exists("end states at a bipartite consensus (the rank-2 case met by the dynamics)",
+                         sum(r["kind"] == "bipartite" for r in ends), len(ends), "the paper: Supp. D.3"))
+    if left:
+        parts.append("left out: " + ", ".join(f"{c} end states {k}" for k, c in sorted(left.items()))
+                     + f" (settled: a step residual of at most {fmt(SETTLED)}; the lemma is about equilibria)")
+    return Result("; ".join(parts), checks, ["lemma9.csv"])
+
+
+def pm_lyapunov(d: Path) -> Result:
+    rs = rows(d / "lyapunov.csv")
+    checks, parts = [], []
+    for system in dict.fromkeys(r["system"] for r in rs):
+        mine = [r for r in rs if r["system"] == system]
+        r0 = mine[0]
+        lam1, lamd = num(r0["lambda_1"]), num(r0["lambda_d"])
+        psd, bound = num(r0["alpha_psd"]), num(r0["alpha_bound"])
+        flow = [r for r in mine if r["run"] == "flow"]
+        small = [r for r in mine if r["run"] != "flow" and num(r["alpha"]) <= psd + 1e-12]
+        large = [r for r in mine if r["run"] != "flow" and num(r["alpha"]) > bound]
+        # the map's bound is jaxattn's reading (the paper's formula was lost): I + αV positive semi-definite
+        for label, group, tag in (("along the flow", flow, "the paper: Lemma 1"),
+                                  (f"along the map, α ≤ 1/|λd| = {fmt(psd)} (I + αV positive semi-definite)", small,
+                                   "the paper: Lemma 7, for a bounded α")):
+            if not group:
+                checks.append(undecided(f"{system}: no run {label} [{tag}]"))
+                continue
+            n = sum(int(r["conditions"]) for r in group)
+            if any(not truth(r["solver_ok"]) for r in group):
+                checks.append(Check(f"{system}: a solve {label} failed [{tag}]", False))
+                continue
+            # a rise above round-off: T("machine") times W's range, counted by the study (rise_tol)
+            checks.append(none_of(f"{system}: conditions where W rises by more than {fmt(T('machine'))} × (λ1 − λd) "
+                                  f"[machine] {label}", sum(int(r["rises"]) for r in group), n, tag))
+        if large:
+            hit = sum(int(r["rises"]) for r in large)
+            n = sum(int(r["conditions"]) for r in large)
+            checks.append(Check(f"{system}: beyond the step bound 2/(|λd| − λ1) = {fmt(bound)}, conditions where W "
+                                f"rises: {hit} of {n} [the paper: Lemma 7 bounds α, and past this bound (the principal "
+                                "consensus's stability limit) the map leaves v1]",
+                                hit > 0))
+        parts.append(f"{system} (λ1 {fmt(lam1)}, λd {fmt(lamd)}): " + "; ".join(
+            f"{r['run']}: largest rise {fmt(r['largest_rise'])} ({r['rises']}/{r['conditions']} conditions rise), W "
+            f"{fmt(r['W_start_mean'])} → {fmt(r['W_end_mean'])}" for r in mine))
+    return Result("; ".join(parts), checks, ["lyapunov.csv"])
+
+
+def pm_steered_spectrum(d: Path) -> Result:
+    rs = rows(d / "steered_spectrum.csv")
+    grid = sorted((r for r in rs if r["test"] == "random u"), key=lambda r: num(r["gamma"]))
+    exact = [r for r in rs if r["test"] == "eigenvector"]
+    lam1 = num(grid[0]["lambda1_before"])
+    need = T("order-of-magnitude") * lam1
+    at = next((r for r in grid if num(r["gap_after"]) >= need), None)  # the paper's gap, as PM4
+    if at is None:
+        checks = [undecided(f"the steered gap reaches {fmt(T('order-of-magnitude'))} |λ1| = {fmt(need)} on the γ grid:"
+                            f" largest {fmt(grid[-1]['gap_after'])} [order-of-magnitude]")]
+    else:
+        g = fmt(at["gamma"])
+        checks = [compare(f"|<v1', u>| at γ = {g}", num(at["align_u"]), ">=", T("perfect"), "perfect"),
+                  compare(f"|λ1' − β wᵀu| / β wᵀu at γ = {g}", num(at["rel_error"]), "<=", T("about"), "about")]
+    worst = max((num(r["spectrum_distance"]) for r in exact), default=math.nan)
+    checks.append(compare(f"u, w right and left eigenvectors of λ_j ({len({r['j'] for r in exact})} real eigenvalues × "
+                          f"{len({r['gamma'] for r in exact})} gains): largest distance of the steered spectrum to F's "
+                          "with λ_j + β, over the largest |λ|", worst, "<", T("closed-form"), "closed-form")
+                  if exact else undecided("no real eigenvalue to steer exactly [closed-form]"))
+    note = (f"Read at γ = {fmt(at['gamma'])}, the smallest gain of the grid whose steered gap {fmt(at['gap_after'])} "
+            f"is at least {fmt(T('order-of-magnitude'))} |λ1| = {fmt(need)} [order-of-magnitude]" if at else "")
+    return Result(f"unsteered |λ1| {fmt(lam1)}, random unit u = w: " + "; ".join(
+        f"γ = {fmt(r['gamma'])}: λ1' {fmt(r['lambda1_after_re'], 5)} vs β {fmt(r['beta'], 5)} (relative error "
+        f"{fmt(r['rel_error'])}), |<v1', u>| {fmt(r['align_u'], 6)}, gap {fmt(r['gap_after'])}" for r in grid)
+        + f"; eigenvectors of λ_j, j ∈ {{{', '.join(dict.fromkeys(r['j'] for r in exact))}}}: largest relative "
+        f"distance {fmt(worst)}", checks, ["steered_spectrum.csv"], note)
+
+
 # ------------------------------------------------------------------------------------------ consensus
 def _end(d: Path, setting: str) -> list[dict[str, str]]:
     return [r for r in rows(d / "synthetic_end.csv") if r["setting"] == setting]
@@ -1149,6 +1242,16 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("PM12", PM, "Theorem 1, Supp. D.4.1, §2.1.1", "Symmetric F, full attention, shared weights: the consensus at "
           "±v1 is locally asymptotically stable, every other consensus unstable; numerically the tokens converge to "
           "it from nearly any start, also with causal attention and a non-symmetric F", "pm_cases", pm_theorem1),
+    Claim("PM13", PM, "Supp. Lemma 9", "The attention matrix has rank 1 at a consensus, 2 at a bipartite consensus "
+          "and m at an m-clustering equilibrium", "pm_lemmas", pm_attn_rank),
+    Claim("PM14", PM, "Supp. Lemma 7; Lemma 1 of the multistability paper", "W(x) = ½(λ1 − R(x)), R(x) = xᵀVx/xᵀx "
+          "(V symmetric, λ1 simple and positive), never increases along the Oja flow ẋ = P_x V x, nor along its map "
+          "x ← N(x + αVx) for a bounded step α; for n agents under uniform attention the same with the mean token "
+          "(W̄ = ½(λ1 − x̄ᵀVx̄), jaxattn's reading of Lemma 7, whose formula the text lost)", "pm_lemmas",
+          pm_lyapunov),
+    Claim("PM15", PM, "§2.3", "With F' = F + β u wᵀ the principal eigenvalue is about β wᵀu and its eigenvector about "
+          "u once the gap is large; when u, w are right and left eigenvectors of an eigenvalue λ_j (wᵀu = 1) the rest "
+          "of the spectrum is unchanged and λ_j becomes λ_j + β", "pm_lemmas", pm_steered_spectrum),
     Claim("CO1", CO, "Theorem 4.1, §6.1.1", "Tokens in an open hemisphere reach consensus under time-varying "
           "weights; min_i <x_i, w> never decreases", "consensus", co_hemisphere, "synthetic.png"),
     Claim("CO2", CO, "Theorem 5.1, §6.1.2", "Causal attention, V = I, two heads: the first token never moves, the "

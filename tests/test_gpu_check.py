@@ -47,7 +47,7 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr  # and no .venv was made: the given interpreter ran it
     s = json.loads((tmp_path / "gc" / "summary.json").read_text())
     assert s["form"] == "reduced" and not s["gpu_seen"] and s["stages_in"] == "one process"
-    from scripts.gpu_check import PLAN, STAGES, WINDOW
+    from scripts.gpu_check import PLAN, STAGES, WINDOW, _bench_module
 
     lines = p.stdout.splitlines()
     assert lines[0].startswith(f"[gpu-check] plan: {len(PLAN)} stages in a {WINDOW:g} s window ")
@@ -73,12 +73,16 @@ def test_make_gpu_check_reduced_form_writes_every_figure(tmp_path):
     assert all("seconds" in row and row["max_abs_diff"] < 1e-3 for row in w["results"].values()), w
     assert {"jaxattn", "numpy"} <= set(w["results"]) and "peak_fraction" in w["results"]["jaxattn"]
     assert "jaxattn_warm_s" in r["bench_flows"]
-    (row,) = r["bench_kernel"]["rows"]
-    assert r["bench_kernel"]["interpret"] and row["max_abs_diff"] < 1e-4 and "speedup" in row
+    sphere, w1 = r["bench_kernel"]["rows"]  # the papers' sphere model first (interpreted here), then the W1 family
+    assert r["bench_kernel"]["interpret"] and (sphere["d"], sphere["n"]) == (2, 32) and sphere["model"].startswith(
+        "sphere")
+    assert all(row["max_abs_diff"] < 1e-4 and "speedup" in row for row in (sphere, w1))
     (papers,) = r["bench_papers"]["rows"]  # the sphere model at d = 2, every implementation agreeing, timed
     assert papers["d"] == 2 and papers["form"].startswith("scores: per-head projections (q, k read as reshapes)")
     assert {"jax-floor", "jax-floor-observed", "jaxattn", "jaxattn-last", "jaxattn-general"} <= set(papers["results"])
     assert papers["jaxattn_over_observed_floor"] > 0 and "floor_observables_cost" in papers
+    fused = papers["results"].pop("jaxattn-fused")  # timed on a GPU only: interpreted here, it says so
+    assert fused == {"not_run": _bench_module("papers").FUSED_OFF_GPU}
     assert all("seconds" in row for row in papers["results"].values()), papers
     assert r["suite"]["passed"] == 1 and r["suite"]["failures"] == 0 and r["suite"]["returncode"] == 0
     assert s["verdict"]["fused_kernel"].startswith("no GPU: nothing proven")
@@ -114,9 +118,19 @@ def test_the_plan_fits_the_window_in_the_order_of_value():
     assert sum(gc.STAGES[n].budget for n in gc.PLAN) + gc.WINDOW_RESERVE <= gc.WINDOW
     assert all(gc.STAGES[n].budget >= gc.STAGES[n].estimate for n in gc.PLAN)
     assert set(gc.STAGES) - set(gc.PLAN) == {"bench_consensus", "bench_gradients"}
-    cases = gc.kernel_cases(False)  # the kernels stage: every size and dtype in its first 8 cases, 21 in all
-    assert len(cases) == 21 and {(c[0], c[-2], c[-1]) for c in cases[:8]} == {
-        (dt, n, d) for dt in ("float32", "float64") for n, d in ((5, 8), (128, 16), (10, 128), (128, 128))}
+    # the kernels stage: first what no GPU has run (tests/test_kernels.py's last three cases), then one head at the
+    # papers' sphere shapes in both precisions, last the d = 128 refusal; nothing the H200 of 2026-11-28 compiled
+    from tests.test_kernels import CASES
+
+    cases = gc.kernel_cases(False)
+    assert [c[1:5] for c in cases[:3]] == CASES[4:] and {c[0] for c in cases[:3]} == {"float32"}
+    assert [(c[0], c[2], c[-2], c[-1]) for c in cases[3:7]] == [
+        (dt, 1, n, d) for dt in ("float32", "float64") for n, d in ((32, 2), (64, 3))]
+    assert cases[7][1:5] == CASES[0] and cases[7][-1] == 128 and len(cases) == 8
+    assert not any(c[-2] == 128 or (c[-2:] == (5, 8) and c[1:5] in CASES[:4]) for c in cases)
+    papers = gc._bench_module("papers")
+    assert [papers.CASES[name][:2] for name in gc.SPHERE] == [(2, 32), (3, 64)]
+    assert [name for name, _ in gc.PAPERS_CASES] == list(gc.SPHERE) and "jaxattn-fused" in gc.PAPERS_IMPLS
     assert gc.settle(["--out", "x", "--reduced"], {}).names == list(gc.PLAN)
 
 
@@ -374,6 +388,63 @@ def test_the_kernels_stage_leaves_a_size_whose_first_cases_all_fail(tmp_path, mo
         assert errs[gc.KERNEL_GIVE_UP:] == [f"not run: the first {gc.KERNEL_GIVE_UP} cases at n = {size[0]}, "
                                              f"d = {size[1]} all failed"] * (6 - gc.KERNEL_GIVE_UP)
     assert by_size[(10, 8)] == ["ran"] * 6
+
+
+def test_a_shape_refused_before_compiling_is_neither_a_failure_nor_a_win(tmp_path, monkeypatch):
+    """On the H200 of 2026-11-28 each case at d = 128 spent seconds compiling before the device refused the shared
+    memory it asked for; jaxattn now refuses such a shape before compiling (``KernelTooBig``) and 'auto' takes the
+    plain path there; any other ``ConfigError`` is a failure. The kernels stage and bench_kernel record a refusal
+    apart from failures, and the verdict counts it neither way: it reports every timed shape's speed-up."""
+    import types
+
+    import jaxattn as ja
+    from jaxattn.dynamics import KernelTooBig
+    from jaxattn.errors import ConfigError
+    from scripts import gpu_check as gc
+
+    real = ja.simulate
+
+    def fake(model, X0, steps, *, batch, **kw):
+        if batch.path == "fused" and X0.shape[-1] == 6:  # over the shared memory: refused before compiling
+            raise KernelTooBig("the fused kernel needs about 278,580 bytes of shared memory; this GPU has 232,448")
+        if batch.path == "fused" and X0.shape[-1] == 5:  # a failed compilation: jaxattn's line, from the compiler's
+            try:
+                raise RuntimeError("RESOURCE_EXHAUSTED: Shared memory size limit exceeded")
+            except RuntimeError as e:
+                raise ConfigError("Batch(path='fused'): the fused kernel failed on the gpu backend") from e
+        return real(model, X0[:2], 1, batch=ja.Batch(path="plain"), **kw)  # a stand-in, cheap: both paths agree
+
+    monkeypatch.setattr(ja, "simulate", fake)
+    monkeypatch.setattr(gc, "kernel_cases", lambda reduced: [("float32", "full", 1, False, ja.D1, 3, d)
+                                                             for d in (4, 6, 5)])
+    k = gc.stage_kernels(gc.Ctx(False, time.monotonic() + 600, tmp_path / "k.json", tmp_path))
+    ran, refused, failed = k["rows"]
+    assert ran["agree"] and refused["refused"].startswith("the fused kernel needs about") and "error" not in refused
+    assert failed["error"].startswith("RuntimeError: RESOURCE_EXHAUSTED") and "refused" not in failed
+    assert (k["agree"], k["errors"], k["refused"]) == (1, 1, 1)
+
+    sphere = {"model": "sphere (sphere2)", "d": 2, "n": 32, "speedup": 3.1}
+    w1 = {"model": "W1 family (H=4, 24 layers)", "d": 64, "n": 32, "speedup": 0.4}
+    big = {"model": "W1 family (H=4, 24 layers)", "d": 128, "n": 10, "refused": "over the shared memory"}
+    kernel = types.SimpleNamespace(bench_sphere=lambda *a, **kw: {"rows": [sphere]},
+                                   bench=lambda *a, **kw: {"B": 131_072, "rows": [w1, big]})
+    monkeypatch.setattr(gc, "_bench_module", lambda name: kernel)
+    monkeypatch.setattr(gc, "peak_flops", lambda precision: (66.9e12, "datasheet"))
+    b = gc.stage_bench_kernel(gc.Ctx(False, time.monotonic() + 60, tmp_path / "b.json", tmp_path))
+    assert (b["shapes"], b["timed_shapes"], b["fused_faster_in"], b["refused"]) == (2, 2, 1, 1)
+    assert b["rows"] == [sphere, w1, big]
+
+    kernels = {"cases": 3, "agree": 2, "disagree": 0, "errors": 0, "refused": 1}
+    summary = {"form": "full", "gpu_seen": True, "stages": {"kernels": {"status": "ok", "result": kernels},
+                                                           "bench_kernel": {"status": "ok", "result": b}}}
+    text = gc.verdict(summary)["fused_kernel"]
+    assert text.startswith("the fused kernel agrees in every case run (2 refused before compiling") and \
+        "faster in 1 of 2 shapes (2 timed: sphere (sphere2) d=2 n=32 3.1x, W1 family" in text and \
+        "keep kernels.PROVEN_ON empty" in text, text
+    b.update(shapes=1, timed_shapes=1, fused_faster_in=1, rows=[sphere, big])
+    assert gc.verdict(summary)["fused_kernel"].endswith("add 'gpu' to kernels.PROVEN_ON")
+    summary["stages"]["kernels"]["result"] = {**kernels, "errors": 1}
+    assert "not proven correct" in gc.verdict(summary)["fused_kernel"]
 
 
 def test_wheels_brought_along_are_installed_where_a_requirement_is_missing(tmp_path, monkeypatch):

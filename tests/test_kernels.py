@@ -27,8 +27,8 @@ CASES = [
 @pytest.fixture
 def interpreted(monkeypatch):
     """The kernel in Pallas interpret mode on any backend: these tests check its algorithm; whether it compiles and
-    wins on a GPU is ``make gpu-check``'s kernels stage (on the H200 of 2026-11-26 Pallas' Triton lowering refused
-    it, so a compiled run here would test the lowering, not the kernel)."""
+    wins on a GPU is ``make gpu-check``'s kernels stage (the H200 of 2026-11-28 compiled it and it agreed; the
+    shapes tested here include some its shared memory refuses, and interpret mode checks the algorithm at all)."""
     from jaxattn.dynamics import discrete
 
     monkeypatch.setattr(discrete, "fused_simulate", functools.partial(kernels.fused_simulate, interpret=True))
@@ -137,7 +137,8 @@ def _lowers(n, d, heads, dtype, *, mask="full", every=None, shared=False, dyn=ja
 def test_the_kernel_lowers_through_pallas_triton(mask, heads, shared, dyn, dtype, n, d):
     """The kernel as Pallas' Triton lowering sees it on a GPU, lowered here for CUDA without one (``jax.export``):
     every array a power of two, every product a 2-D dot. On the H200 of 2026-11-26 all 56 cases stopped in this
-    lowering (an array of shape (16, 5, 8); a batched dot at n = 128). Compiling the Triton module to GPU code,
+    lowering (an array of shape (16, 5, 8); a batched dot at n = 128); the rewritten kernel compiled on the H200 of
+    2026-11-28 wherever its shared memory sufficed. Compiling the Triton module to GPU code,
     and proving the kernel there, is ``make gpu-check``'s kernels stage (with jax 0.11 the lowering itself
     compiles to PTX: there, this test does that too)."""
     _lowers(n, d, heads, dtype, mask=mask, shared=shared, dyn=dyn)
@@ -266,6 +267,41 @@ def test_auto_runs_nothing_unproven(monkeypatch, backend):
     monkeypatch.setattr(kernels, "PROVEN_ON", (backend,))  # what a proving GPU run would switch on
     assert kernels.choose_path("auto", model, ja.D1, **args) == "fused"
     assert kernels.choose_path("auto", model, ja.Dynamics(biases=True), **args) == "plain"
+
+
+def test_the_shared_memory_estimate_gives_the_h200s_refusals():
+    """The four shared-memory refusals of the H200 run of 2026-11-28 (d = 128, H = 4), to the byte; the shapes that
+    compiled and ran there fit its 232,448 bytes."""
+    refused = {(10, 4): 278_580, (128, 4): 393_268, (10, 8): 540_724, (128, 8): 655_412}
+    for (n, itemsize), requested in refused.items():
+        assert kernels.shared_bytes(n, 128, 4, 32, itemsize) == requested
+    limit = kernels.SHARED_MEMORY["9.0"]
+    for n, d, heads, itemsize in [(5, 8, 4, 4), (5, 8, 4, 8), (128, 16, 4, 8), (32, 64, 4, 4)]:
+        assert kernels.shared_bytes(n, d, heads, max(d // heads, 1), itemsize) < limit
+
+
+def test_a_kernel_too_big_for_the_chip_is_refused_before_compiling(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(kernels.jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(kernels.jax, "devices", lambda *a: [SimpleNamespace(compute_capability="9.0")])
+    monkeypatch.setattr(kernels, "PROVEN_ON", ("gpu",))
+    args = dict(observe=None, trajectory=False, every=None, n=10)
+    fits = ja.random_model(jax.random.key(0), 64, 4, 1, dtype=jnp.float32)
+    big = ja.random_model(jax.random.key(0), 128, 4, 1, dtype=jnp.float32)
+    assert kernels.choose_path("auto", fits, ja.D1, **args) == "fused"
+    assert kernels.choose_path("auto", big, ja.D1, **args) == "plain"
+    with pytest.raises(kernels.KernelTooBig, match=r"278,580 bytes of shared memory .* this GPU has 232,448"):
+        kernels.choose_path("fused", big, ja.D1, **args)
+    with pytest.raises(ConfigError, match="d <= 128") as e:  # a kernel that does not apply is not "too big"
+        kernels.choose_path("fused", ja.random_model(jax.random.key(0), 256, 4, 1), ja.D1, **args)
+    assert not isinstance(e.value, kernels.KernelTooBig)
+    monkeypatch.setattr(kernels.jax, "devices", lambda *a: [SimpleNamespace(compute_capability="8.6")])
+    assert kernels.choose_path("auto", fits, ja.D1, **args) == "fused"  # 73,780 bytes of 101,376
+    assert kernels.choose_path("auto", fits.astype(jnp.float64), ja.D1, **args) == "plain"  # 139,316
+    assert kernels.choose_path("auto", fits, ja.D1, **args, dtype=jnp.float64) == "plain"  # the run's dtype decides
+    monkeypatch.setattr(kernels.jax, "devices", lambda *a: [SimpleNamespace(compute_capability="99.0")])
+    assert kernels.choose_path("auto", big, ja.D1, **args) == "fused"  # a device not listed: the compiler decides
 
 
 @pytest.mark.e2e

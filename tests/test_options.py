@@ -136,7 +136,10 @@ def test_the_same_save_and_batch_work_in_every_driver():
     assert sol.observables["along"].shape == (5, 101) and bool(sol.ok.all())
     out = ja.sweep(model, num_init=5, n=4, steps=6, dtype="float64", save=save, batch=batch, progress=False)
     ref = ja.simulate(model, ja.init_tokens(jax.random.key(0), 5, 4, 8, dtype=jnp.float64), 6, save=save, batch=batch)
-    np.testing.assert_array_equal(out["observables.along"], np.asarray(ref.observables["along"]))
+    # the same width gives the same bits within a driver; across two drivers (two compiled programs) only the CPU's
+    # code generation is identical: on an H200 the last step differed by 1-2 ulp (at most 1.1e-16, 4 of 35 values)
+    tol = 0.0 if jax.default_backend() == "cpu" else 4e-16
+    np.testing.assert_allclose(out["observables.along"], np.asarray(ref.observables["along"]), rtol=0, atol=tol)
 
 
 @pytest.mark.e2e

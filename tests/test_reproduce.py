@@ -944,10 +944,88 @@ def st12_no_bifurcation(d, ok):
     _beta_sweep(d, lambda b: 1 if (b < 1 or not ok) else int(b) + 1)
 
 
+def _lemma9(d, end_off: int = 0, eq_off: int = 0, bipartite: bool = True) -> None:
+    """lemma9.csv: 40 end states (consensus, bipartite or a 3-clustering) and 12 equilibria at ±v_k, ``end_off`` and
+    ``eq_off`` of them with a rank other than Lemma 9's; and 3 end states still moving, whose rank (below their
+    cluster count, as for tokens still merging) the lemma says nothing about."""
+    def row(source, kind, m, rank):
+        return {"model": 0, "beta": 4, "source": source, "kind": kind, "clusters": m, "rank": rank, "n": 6, "d": 3}
+    ends = [row("end state", *(("bipartite", 2, 2) if bipartite and i % 4 == 0 else
+                               ("clustering", 3, 3) if i % 4 == 1 else ("consensus", 1, 1))) for i in range(40)]
+    eqs = [row("equilibrium ±v_k", *(("consensus", 1, 1) if i < 3 else ("bipartite", 2, 2))) for i in range(12)]
+    for r in ends[:end_off] + eqs[:eq_off]:
+        r["rank"] += 1
+    moving = [row("end state", "not converged", 0, 2) for _ in range(3)]
+    _edit(d, "lemma9.csv", lambda t: ends + eqs + moving)
+
+
+def pm13(d, ok):
+    _lemma9(d, end_off=0 if ok else 1)
+
+
+def pm13_equilibria(d, ok):
+    _lemma9(d, eq_off=0 if ok else 1)
+
+
+def pm13_bipartite(d, ok):
+    _lemma9(d, bipartite=ok)
+
+
+def _lyapunov(d, flow: int = 0, small: int = 0, large: int = 8) -> None:
+    """lyapunov.csv: one token and ten, 8 conditions each, λ1 = 1, λd = −2.5 (α ≤ 0.4 semi-definite, bound 4/3);
+    ``flow``, ``small`` and ``large`` conditions whose W rises along the flow, at α = 0.2 and at α = 1.5."""
+    def row(system, run, alpha, rises):
+        return {"system": system, "tokens": 1, "run": run, "alpha": alpha, "conditions": 8, "rises": rises,
+                "rise_tol": 3.5e-9, "largest_rise": 0.3 if rises else -1e-12, "W_start_mean": 0.9, "W_end_mean": 0.0,
+                "R_end_mean": 1.0, "lambda_1": 1.0, "lambda_d": -2.5, "alpha_psd": 0.4, "alpha_bound": 4 / 3,
+                "solver_ok": True}
+    _edit(d, "lyapunov.csv", lambda t: [row(s, *x) for s in ("one token, W", "10 tokens, W̄ of the mean")
+                                        for x in (("map α = 0.2", 0.2, small), ("map α = 1.5", 1.5, large),
+                                                  ("flow", "nan", flow))])
+
+
+def pm14(d, ok):
+    _lyapunov(d, flow=0 if ok else 1)
+
+
+def pm14_map(d, ok):
+    _lyapunov(d, small=0 if ok else 2)
+
+
+def pm14_bound(d, ok):
+    _lyapunov(d, large=8 if ok else 0)
+
+
+def _steered(d, align: float = 0.999, error: float = 0.01, distance: float = 1e-14) -> None:
+    """steered_spectrum.csv: |λ1| = 1.5, the gap reaching 10 |λ1| at γ = 10; two exact eigenvector steerings."""
+    base = {"j": 0, "lambda_j": 1.5, "lambda1_after_im": 0, "lambda1_before": 1.5, "spectrum_distance": "nan"}
+    grid = [{**base, "test": "random u", "gamma": g, "beta": 1.5 * g, "lambda1_after_re": 1.5 * g * (1 + error),
+             "predicted": 1.5 * g, "rel_error": error if g >= 10 else 0.5, "align_u": align if g >= 10 else 0.5,
+             "gap_after": 1.5 * g * 1.01} for g in (1, 10, 1000)]
+    exact = [{**base, "test": "eigenvector", "j": j, "gamma": 10, "beta": 15, "lambda1_after_re": 16,
+              "predicted": 16, "rel_error": "nan", "align_u": "nan", "gap_after": "nan", "spectrum_distance": distance}
+             for j in (3, 7)]
+    _edit(d, "steered_spectrum.csv", lambda t: grid + exact)
+
+
+def pm15(d, ok):
+    _steered(d, align=0.999 if ok else 0.9)
+
+
+def pm15_eigenvalue(d, ok):
+    _steered(d, error=0.01 if ok else 0.3)
+
+
+def pm15_exact(d, ok):
+    _steered(d, distance=1e-14 if ok else 1e-3)
+
+
 #: every claim's flip cases: one edit, or a tuple with one per check that can decide its row
 FLIPS = {"PM1": (pm1, pm1_tilt), "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": (pm5, pm5_diameter),
          "PM6": (pm6, pm6_level), "PM7": pm7, "PM8": pm8, "PM9": pm9, "PM10": (pm10, pm10_mean),
          "PM11": (pm11, pm11_span, pm11_never), "PM12": (pm12, pm12_closed_form, pm12_ends),
+         "PM13": (pm13, pm13_equilibria, pm13_bipartite), "PM14": (pm14, pm14_map, pm14_bound),
+         "PM15": (pm15, pm15_eigenvalue, pm15_exact),
          "CO1": (co1, co1_monotone), "CO2": co2, "CO3": (co3, co3_off), "CO4": co4, "CO5": co5, "CO6": co6, "CO7": co7,
          "CO8": co8, "CO9": co9, "CO10": co9, "CO11": co11, "CO12": co12, "CO13": co9, "CO14": co9, "CO15": co9,
          "CL1": cl1, "CL2": cl2, "CL3": (cl3, cl3_distance), "CL4": cl4, "CL5": (cl5, cl5_slope),

@@ -203,3 +203,31 @@ def test_a_grid_of_unequal_points_and_flows(tmp_path):
     fl = ja.sweep_grid(flows, tmp_path / "f", progress=False).to_xarray()
     assert fl.diameter.dims == ("t1", "condition", "t") and fl.t.values.tolist() == [0.0, 0.5, 1.0, 2.0]
     assert np.isnan(fl.diameter.sel(t1=1.0, t=2.0)).all() and fl.result.dims == ("t1", "condition")
+
+
+@pytest.mark.e2e
+def test_an_array_added_to_a_flow_store_of_the_earlier_layout_is_in_time(tmp_path):
+    """A store whose manifest records no path (the earlier layout) labels a flow's array it creates on resuming by
+    the chunk's arrays (a flow's has the solver's ``result``): in ``t``, not in steps."""
+    import zarr
+
+    from jaxattn.io.store import SweepStore
+
+    cfg = {"num_init": 2, "chunk": 4, "init": {"n": 3}, "model": {"source": "random", "d": 4, "heads": 1},
+           "dynamics": {"kind": "continuous", "t1": 1.0, "saves": 3}}
+    root = tmp_path / "f"
+    ja.sweep_grid(cfg, root, progress=False)
+    manifest = json.loads((root / "manifest.json").read_text())
+    for p in manifest["points"]:
+        del p["kernel"]
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    del zarr.open_group(str(root / "data.zarr"), mode="a")["p0000/observables/diameter"]
+    store = SweepStore.open(root)
+    chunk = {"observables/diameter": np.zeros((2, 3), np.float32), "result": np.zeros(2, np.int32)}
+    store.write_chunk(0, 0, 0, chunk, rows=2, chunk=4)  # the diameter first: the chunk's result tells
+    dims = lambda: zarr.open_group(str(root / "data.zarr"))["p0000/observables/diameter"].metadata.dimension_names
+    assert dims() == ("condition", "t")
+    del zarr.open_group(str(root / "data.zarr"), mode="a")["p0000/observables/diameter"]
+    SweepStore.open(root).write_chunk(0, 0, 0, {"observables/diameter": chunk["observables/diameter"]}, rows=2,
+                                      chunk=4)  # a map's chunk: no result
+    assert dims() == ("condition", "step")

@@ -14,17 +14,19 @@ It is written for Pallas' Triton lowering, which it selects on a GPU: every arra
 size (the tokens, coordinates, head dimensions, heads, weight sets and steps are padded, see
 :func:`fused_simulate`) and every product is a 2-D ``dot`` of at least 16 rows and columns. The two
 H200 runs of ``make gpu-check`` stopped in that lowering (an array of shape ``(16, 5, 8)``, a batched
-dot); ``tests/test_kernels.py`` now lowers every case to Triton for CUDA on a CPU with ``jax.export``.
+dot); ``tests/test_kernels.py`` now lowers every case to Triton for CUDA on a CPU with ``jax.export``. The third
+(2026-11-28, jax 0.11.2) compiled it: every case at d <= 16 agreed with the plain path (float32 within 6e-7,
+float64 within 7e-16), d = 128 asked for more shared memory than the chip has (which :func:`shared_bytes` now
+foresees), and on W1's shape (d = 64, n = 32, 24 layers) it took 2.5 times the plain path's time.
 
 Selection (:func:`choose_path`, from ``Batch(path=...)``): ``'fused'`` forces the kernel where it applies — an
 attention-only dynamics without biases (``Dynamics`` with norm ``'l2'``, ``'ellipsoid'`` or ``'none'``), the default
-observables at every step or the last, no trajectory, ``n, d ≤ 128`` — (on a CPU it runs in Pallas
-interpret mode, which is how the test suite checks it), ``'plain'`` forbids it. ``'auto'`` picks it
-only where it applies *and* the backend is in :data:`PROVEN_ON`: the backends on which a run of
-``make gpu-check`` (``scripts/gpu_check.py``) has shown it to agree with the plain path and to be
-faster. None has yet (the kernel lowers to Triton since it was rewritten, and has not met a GPU since), so
-``'auto'`` is the plain path everywhere, and a forced ``'fused'`` that fails to compile is refused in one line
-naming the cause.
+observables at every step or the last, no trajectory, ``n, d ≤ 128``, and on a GPU a footprint that fits its shared
+memory — (on a CPU it runs in Pallas interpret mode, which is how the test suite checks it), ``'plain'`` forbids it.
+``'auto'`` picks it only where it applies *and* the backend is in :data:`PROVEN_ON`: the backends on which a run of
+``make gpu-check`` (``scripts/gpu_check.py``) has shown it to agree with the plain path and to be faster. None has
+yet (correct on an H200 but slower on the one shape timed), so ``'auto'`` is the plain path everywhere, and a forced
+``'fused'`` that fails to compile is refused in one line naming the cause.
 """
 
 from __future__ import annotations
@@ -63,19 +65,65 @@ def applies(model, dyn, observe, trajectory: bool, every) -> str | None:
     return None
 
 
-def choose_path(path: str, model, dyn, observe, trajectory: bool, every, n: int) -> str:
+#: Shared memory one block may opt into, in bytes, by CUDA compute capability (NVIDIA's tables; the H200's 232,448 is
+#: also what its refusals reported). A device not listed is left to the compiler.
+SHARED_MEMORY = {"7.0": 98_304, "7.5": 65_536, "8.0": 166_912, "8.6": 101_376, "8.7": 166_912, "8.9": 101_376,
+                 "9.0": 232_448, "10.0": 232_448, "12.0": 101_376}
+
+
+def shared_bytes(n: int, d: int, heads: int, head_dim: int, itemsize: int) -> int:
+    """The shared memory the Triton-compiled kernel asks for per program: one weight set of the four projections
+    for every head (``4 H d_h D`` elements) and 8 bytes per token coordinate, at the padded sizes, plus 52 bytes.
+    Fitted to the four refusals of an H200 (n = 10 and 128 at d = 128, H = 4, float32 and float64), which it gives to
+    the byte; the shapes that compiled there (d <= 64) come out far under its 232,448."""
+    N, D, DH, HP = _pow2(n, DOT_MIN), _pow2(d, DOT_MIN), _pow2(head_dim, DOT_MIN), _pow2(heads)
+    return 4 * HP * DH * D * itemsize + 8 * N * D + 52
+
+
+def _shared_memory_limit() -> int | None:
+    """What one block of the default GPU may use, ``None`` off a GPU (interpret mode has no limit) or where the device
+    is not in :data:`SHARED_MEMORY`."""
+    if jax.default_backend() != "gpu":
+        return None
+    return SHARED_MEMORY.get(str(getattr(jax.devices()[0], "compute_capability", "")))
+
+
+class KernelTooBig(ConfigError):
+    """A forced fused kernel refused before compiling: its footprint exceeds the GPU's shared memory."""
+
+
+def _too_big(model, n: int, dtype) -> str | None:
+    """Why the kernel cannot fit on this GPU's chip (``dtype``: the run's), before a compilation that would fail
+    after seconds."""
+    limit = _shared_memory_limit()
+    if limit is None:
+        return None
+    _, H, dh, d = model.layers.q.shape
+    dtype = jnp.dtype(model.layers.q.dtype if dtype is None else dtype)
+    need = shared_bytes(n, d, H, dh, dtype.itemsize)
+    if need <= limit:
+        return None
+    return (f"the fused kernel needs about {need:,} bytes of shared memory per condition at n = {n}, d = {d}, "
+            f"{H} heads in {dtype.name}; this GPU has {limit:,}")
+
+
+def choose_path(path: str, model, dyn, observe, trajectory: bool, every, n: int, dtype=None) -> str:
     """``'fused'`` or ``'plain'`` for a simulation whose ``Batch(path=...)`` is ``path`` and whose
-    ``Save(every=...)`` is ``every`` (see the module docstring)."""
+    ``Save(every=...)`` is ``every``, run in ``dtype`` (default: the weights') (see the module docstring)."""
     if path not in PATHS:
         raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {path!r}")
     if path == "plain":
         return "plain"
     why = applies(model, dyn, observe, trajectory, every) or (
         f"the fused kernel supports n <= {MAX_TOKENS} tokens" if n > MAX_TOKENS else None)
+    big = None if why else _too_big(model, n, dtype)
     if path == "fused":
+        if big:
+            raise KernelTooBig(big)
         if why:
             raise ConfigError(why)
         return "fused"
+    why = why or big
     return "fused" if why is None and jax.default_backend() in PROVEN_ON else "plain"
 
 

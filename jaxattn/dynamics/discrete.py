@@ -684,7 +684,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.when),
                           observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form)
     path = batch.path
-    choice = choose_path(path, model, dynamics, save.observe, save.trajectory, save.when, X0.shape[1])
+    choice = choose_path(path, model, dynamics, save.observe, save.trajectory, save.when, X0.shape[1], dtype)
     if batch.devices is not None and len(batch.devices) > 1:
         choice = "plain"  # the fused kernel runs on one device
     elif path == "auto" and traced((model, X0, alpha, beta, S)):
@@ -747,7 +747,7 @@ def lanes_of(model: Model, n: int, *, dynamics: Dynamics = D1, steps: int = 0, s
         (8, 32)
     """
     dtype = resolve_dtype(dtype)
-    if choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n) == "fused":
+    if choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n, dtype) == "fused":
         return None
     bare = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)  # as simulate sees it
     form = form_of(bare, dynamics, n, dtype, batch.form)

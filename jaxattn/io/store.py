@@ -32,7 +32,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -174,8 +174,9 @@ class SweepStore:
             self._group = zarr.open_group(str(self.root / "data.zarr"), mode="a")
         return self._group
 
-    def _array(self, point: int, name: str, like: np.ndarray, rows: int, chunk: int):
-        """The array ``p<point>/<name>`` of ``rows`` rows shaped like ``like[0]``, created on first use."""
+    def _array(self, point: int, name: str, like: np.ndarray, rows: int, chunk: int, names: Collection[str] = ()):
+        """The array ``p<point>/<name>`` of ``rows`` rows shaped like ``like[0]``, created on first use (``names``:
+        every array of the chunk being written, which tell a flow's from a map's where the manifest does not)."""
         from filelock import FileLock
 
         key = f"p{point:04d}/{name}"
@@ -189,7 +190,7 @@ class SweepStore:
                 return self.group[key]
             except KeyError:
                 fill = np.nan if np.issubdtype(like.dtype, np.floating) else 0
-                dims = labelled.stored_dims(name, like.ndim, _time_dim(self.manifest["points"][point]))
+                dims = labelled.stored_dims(name, like.ndim, _time_dim(self.manifest["points"][point], names))
                 arr = self.group.create_array(key, shape=(rows, *like.shape[1:]), chunks=(chunk, *like.shape[1:]),
                                               dtype=like.dtype, fill_value=fill, dimension_names=dims)
                 parent = self.group[key.rsplit("/", 1)[0]]
@@ -209,7 +210,7 @@ class SweepStore:
         with full_disk(self.root, RESUME):
             for name, a in arrays.items():
                 a = np.asarray(a)
-                arr = self._array(point, name, a, rows, chunk)
+                arr = self._array(point, name, a, rows, chunk, arrays.keys())
                 arr[start:start + a.shape[0]] = a
                 sums[name] = _digest(a)
             size = int(next(iter(arrays.values())).shape[0])
@@ -448,9 +449,9 @@ def chunk_ranges(num_init: int, chunk: int) -> Iterator[tuple[int, int, int]]:
         yield i, start, min(chunk, num_init - start)
 
 
-def _time_dim(entry: dict, arrays: Mapping | None = None) -> str:
+def _time_dim(entry: dict, arrays: Collection[str] | None = None) -> str:
     """``'t'`` for a flow's point (solved by diffrax), ``'step'`` for a map's: by the path its manifest entry records
-    or, in a store whose entries do not, by the solver's ``result`` among its ``arrays``."""
+    or, in a store whose entries do not, by the solver's ``result`` among its ``arrays`` (their names)."""
     kernel = entry.get("kernel")
     flow = kernel == "diffrax" if kernel is not None else arrays is not None and "result" in arrays
     return labelled.TIME if flow else labelled.STEP

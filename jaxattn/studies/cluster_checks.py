@@ -17,6 +17,8 @@ float64, Tsit5):
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -38,22 +40,31 @@ from jaxattn.studies import plots
 
 
 def solve_rescaled(model, X0, ts, *, beta=1.0, attention: str = "softmax", observe=None, trajectory: bool = False,
-                   rtol: float = 1e-8, atol: float = 1e-10):
+                   rtol: float = 1e-8, atol: float = 1e-10, max_steps: int = 20_000):
     """The study's solve: the rescaled flow ``z = e^{−tV} x`` (:data:`jaxattn.C3_RESCALED` with the
     given attention kernel) from ``X0: [B, n, d]`` to ``ts[-1]``, saved at ``ts``, float64, Tsit5.
 
     Every run of the study goes through here with the same static settings, so runs of the same
-    shapes (up to 64 conditions are one block on a CPU) share one compiled program.
+    shapes (up to 64 conditions are one block on a CPU) and step budget share one compiled program.
+    ``max_steps``: more for a long horizon (the rescaled flow stiffens as e^{−tV} grows: Fig. 7(a)'s flow takes
+    about 5,000 steps to t = 20 and 20,000 to t = 28).
     """
     ts = np.asarray(ts, np.float64)
     flow = Flow(space="flat", rescaled=True, attention=attention)
     return solve(model, X0, float(ts[-1]), flow=flow, beta=beta,
                  save=Save(ts=ts, observe=observe or _nothing, trajectory=trajectory), rtol=rtol, atol=atol,
-                 dtype=jnp.float64, max_steps=20_000)
+                 dtype=jnp.float64, max_steps=max_steps)
 
 
 #: Fig. 7(a)'s spectrum (the paper's V is "a random matrix" with it; here a random rotation of the diagonal).
 FIG7A_SPECTRUM = (1.96, 0.25, -0.22)
+
+
+def cluster_horizon(lam_min_positive: float, decades: float = 3.0) -> float:
+    """The time over which a clusters' gap growing at the rate of the smallest positive eigenvalue of ``V``
+    (``λ/ln 10`` decades per unit time) grows by ``decades``: the horizon a check of clear clusters needs (Fig. 7(a):
+    λ = 0.25, 27.6)."""
+    return decades * math.log(10.0) / lam_min_positive
 
 
 def _nothing(t, X, ctx) -> dict:
@@ -94,13 +105,15 @@ def mixed_signs(key, V: np.ndarray, num: int, n: int, t1: float, tol: float) -> 
     """``num`` initial conditions of ``n`` Gaussian tokens under the rescaled flow with value ``V`` (symmetric, some
     eigenvalues positive, some negative): per condition the clusters of the positive-eigenspace component, where
     its tokens sit (vertex, boundary or origin, inside), and the spread along the negative eigenspace at
-    ``t = 0, t1/2, t1`` with its growth rate over the second half."""
+    ``t = 0, t1/2, t1`` with its growth rate over the second half. ``t1`` is at least :func:`cluster_horizon` of
+    ``V``'s smallest positive eigenvalue: a shorter run could only find clusters still forming."""
 
     lam, U = np.linalg.eigh(V)
     pos, neg = U[:, lam > 0], U[:, lam < 0]
+    t1 = max(float(t1), cluster_horizon(float(lam[lam > 0].min())))
     ts = np.asarray([0.0, t1 / 2, t1])  # the gap at t1/2 and t1: its rate tells a plateau from clusters still forming
     X0 = init_tokens(key, num, n, V.shape[0], kind="gaussian", dtype=jnp.float64)
-    sol = solve_rescaled(paper_model(V), X0, ts, trajectory=True)
+    sol = solve_rescaled(paper_model(V), X0, ts, trajectory=True, max_steps=20_000 if t1 <= 20 else 200_000)
     Z = np.asarray(sol.trajectory, np.float64)  # [B, 3, n, d]
     ok = np.asarray(sol.ok) & np.all(np.isfinite(Z), axis=(1, 2, 3))
     rows = []

@@ -159,7 +159,7 @@ class Point:
         if not isinstance(self.run, MapRun):
             return "diffrax"
         return choose_path(self.batch.path, model, self.run.dynamics, self.save.observe, self.save.trajectory,
-                           self.save.when, self.n)
+                           self.save.when, self.n, self.dtype)
 
     def _batch(self, batch: Batch | None) -> Batch:
         """The sweep's lane width and devices under the point's precision and path."""

@@ -187,7 +187,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
         entry = {"params": {}, "num_init": num_init, "n": n, "d": d,
                  "times": saved_steps(steps, save.when).astype(np.float64).tolist(),
-                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n),
+                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n, dtype),
                  "lanes": width}  # outside the fingerprint: a run resumes at the width it recorded
         store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[entry]),
                                 overwrite=overwrite)
