@@ -372,7 +372,8 @@ def scale(run: str, d: Path) -> str:
     if run == "clusters":
         return (f"{c.get('n')} tokens (pictures), {c.get('num')} conditions per (n, d, β) row, "
                 f"n ∈ {{{_listed(c.get('table_n'))}}}, t ≤ {c.get('t1')}; {c.get('good_samples')} matrices per d; "
-                f"theorem checks {c.get('check_num')} conditions each; Fig. 7(b) n {c.get('high_dim_n')}, d "
+                f"theorem checks {c.get('check_num')} conditions each (Fig. 7(a) to at least the horizon its spectrum "
+                f"sets); Fig. 7(b) n {c.get('high_dim_n')}, d "
                 f"{c.get('high_dim_d')}; float64")
     if run == "stability":
         return (f"d {c.get('d')}, n ∈ {{{_listed(c.get('tokens'))}}}, {c.get('models')} models per n "

@@ -828,7 +828,8 @@ def cl_mixed(d: Path) -> Result:
                    by_construction(fraction(f"{name}: conditions whose spread along the negative eigendirection "
                                             "grows", grows, len(rs), ">=", T("almost-all"), "almost-all"), RESCALED)]
         med = lambda k, rs=rs: fmt(np.median([num(r[k]) for r in rs]))
-        parts.append(f"{name} ({len(rs)} conditions): positive component in {med('gap_clusters')} clusters (median; "
+        parts.append(f"{name} ({len(rs)} conditions, t = {fmt(t1)}): positive component in {med('gap_clusters')} "
+                     "clusters (median; "
                      f"gap {med('gap_decades')} decades); spread along the negative eigendirection "
                      f"{med('negative_spread_0')} → {med('negative_spread_end')}, growth rate {med('negative_rate')} "
                      "(median)")
