@@ -76,7 +76,7 @@ def shared_bytes(n: int, d: int, heads: int, head_dim: int, itemsize: int) -> in
     for every head (``4 H d_h D`` elements) and 8 bytes per token coordinate, at the padded sizes, plus 52 bytes.
     Fitted to the four refusals of an H200 (n = 10 and 128 at d = 128, H = 4, float32 and float64), which it gives to
     the byte; the shapes that compiled there (d <= 64) come out far under its 232,448."""
-    N, D, DH, HP = _pow2(n, DOT_MIN), _pow2(d, DOT_MIN), _pow2(head_dim, DOT_MIN), _pow2(heads)
+    N, D, DH, HP = _padded(n, d, head_dim, heads)
     return 4 * HP * DH * D * itemsize + 8 * N * D + 52
 
 
@@ -130,6 +130,12 @@ def choose_path(path: str, model, dyn, observe, trajectory: bool, every, n: int,
 def _pow2(x: int, least: int = 1) -> int:
     """The smallest power of two ``>= max(x, least)``."""
     return max(least, 1 << max(x - 1, 0).bit_length())
+
+
+def _padded(n: int, d: int, head_dim: int, heads: int) -> tuple[int, int, int, int]:
+    """The kernel's padded tokens, coordinates, head dimension and heads (:func:`fused_simulate`), which
+    :func:`shared_bytes` sizes too."""
+    return _pow2(n, DOT_MIN), _pow2(d, DOT_MIN), _pow2(head_dim, DOT_MIN), _pow2(heads)
 
 
 #: Smallest padded extent of the axes that enter a matrix product: Triton's ``tl.dot`` needs at least 16 rows and
@@ -272,7 +278,8 @@ def fused_simulate(model, X0, steps: int, *, dyn, alpha, beta, S=None, every=Non
     lay = model.layers
     dtype = X0.dtype
     G, H, dh, _ = lay.q.shape
-    N, D, DH, GP, HP = _pow2(n, DOT_MIN), _pow2(d, DOT_MIN), _pow2(dh, DOT_MIN), _pow2(G), _pow2(H)
+    N, D, DH, HP = _padded(n, d, dh, H)
+    GP = _pow2(G)
     Xp = jnp.concatenate([X0, jnp.broadcast_to(X0[:, :1], (B, N - n, d))], axis=1) if n < N else X0
     Xp = _pad(Xp, (B, N, D))
     sets = jnp.asarray([model.schedule[k % model.depth] for k in range(max(steps, 1))], jnp.int32)
