@@ -114,6 +114,14 @@ RUNS: tuple[Run, ...] = (
          "--synthetic-num", "1", "--t1", "40", "--gpt2-like-n", "200"),
         ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
          "--synthetic-num", "1", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
+    # the consensus paper's Theorem 3.1 (its potential, with two controls that break the hypothesis), Theorem 5.2 with
+    # time-varying Q, K and Theorem 5.3 (a rotating V): small float64 flows, most of the time compiling them
+    Run("co_theorems", ("--sizes", "8x3,16x8", "--betas", "1,2,4", "--models", "4", "--starts", "16", "--t1", "10",
+                        "--n", "10", "--d", "3", "--sets", "10", "--horizon", "40", "--omegas",
+                        "0,0.01,0.02,0.05,0.1,0.2"),
+        ("--sizes", "4x3", "--betas", "2", "--models", "1", "--starts", "4", "--t1", "2", "--saved", "21", "--n",
+         "4", "--d", "3", "--sets", "3", "--horizon", "4", "--omegas", "0,0.1"),
+        extra="co_theorems"),
     # 8 prompts: the default lane width of a 200-token GPT-2-sized prompt on a CPU, so no lane is padding; 100
     # passes (the consensus run's horizon): 860 s for the four GPT-2 runs on two cores
     Run("co_gpt2", ("--name", "gpt2", "--prompts", "8", "--tokens", "200", "--passes", "100", "--until", "1e-3",
@@ -139,17 +147,26 @@ RUNS: tuple[Run, ...] = (
                       "1e-3", "--block", "10"),
         ("--name", "gpt-neo-tiny", "--prompts", "2", "--tokens", "6", "--passes", "2", "--until", "0.5", "--block",
          "1"), extra="architecture"),
-    # Fig. 7(b) at n = 128, d = 64 here: the rescaled flow is as stiff at any d (V's spectrum lies in [-√2, √2]), so
-    # the paper's n = 256, d = 128 costs 8x as much per step and ran past 45 minutes on two cores (the command for
-    # larger runs below keeps the paper's size)
     Run("clusters",
         ("clusters", "--n", "40", "--n-1d", "40", "--t1", "15", "--num", "64", "--table-n", "10,20,40",
          "--table-d", "2,3", "--table-beta", "1", "--good-d", "1,2,4,8,16,32,64,128", "--good-samples", "60000",
-         "--ensembles", "ginibre", "--check-num", "64", "--rate-n", "10,20,40,80", "--high-dim-n", "128",
-         "--high-dim-d", "64"),
+         "--ensembles", "ginibre", "--check-num", "64", "--rate-n", "10,20,40,80"),
         ("clusters", "--n", "6", "--n-1d", "6", "--t1", "3", "--num", "8", "--table-n", "5", "--table-d", "2",
          "--table-beta", "1", "--good-d", "2,128", "--good-samples", "40", "--ensembles", "ginibre", "--check-num",
-         "2", "--rate-n", "5,8", "--high-dim-n", "8", "--high-dim-d", "4")),
+         "2", "--rate-n", "5,8")),
+    # Fig. 7(b) at the paper's n = 256, d = 128, coordinate by coordinate, to the horizon at which its coordinates of
+    # eigenvalue λ ≥ 0.86 have had the time to cluster by 3 decades (λ t ≥ 3 ln 10); the smaller eigenvalues need
+    # longer, up to t ≈ 3 ln 10 / λ_min+ (the row says how long), but the flow stiffens as e^{tV} sharpens the
+    # attention: one condition took 4,093 steps (2 minutes) to t = 8 and more than 25 minutes to t = 15
+    Run("clusters_high_dim", ("--n", "256", "--d", "128", "--num", "4", "--t1", "8"),
+        ("--n", "8", "--d", "4", "--num", "2", "--t1", "15", "--saves", "5"), extra="clusters_high_dim"),
+    # the clusters paper in discrete time (Remarks 1, 4: the Euler iteration at Δt = 1, 0.5, 0.1) and its good
+    # triples in R³ (Figs. 13–14: 8 random triples × 32 conditions, n = 40 as the paper's figures); a minute or two
+    Run("cl_theorems", ("--dts", "1,0.5,0.1", "--horizon", "30", "--num", "64", "--table-n", "10,20,40", "--table-d",
+                        "2,3", "--good-num", "64", "--triples", "8", "--triple-num", "32", "--triple-n", "40",
+                        "--triple-horizons", "2"),
+        ("--dts", "1,0.5", "--horizon", "20", "--num", "4", "--table-n", "5", "--table-d", "2", "--good-num", "4",
+         "--triples", "2", "--triple-num", "2", "--triple-n", "6", "--triple-horizons", "2"), extra="cl_theorems"),
     Run("stability",
         ("stability", "--d", "3", "--tokens", "3,4,5,6,8,12,16", "--models", "40", "--exhaustive-max", "10",
          "--alpha", "0.5", "--beta", "4", "--search", "100", "--perturb-num", "32", "--basin-num", "500",
@@ -228,6 +245,18 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
             from jaxattn.studies import pm_lemmas
 
             pm_lemmas.study(out, **opts)
+        elif run.extra == "co_theorems":
+            from jaxattn.studies import co_theorems
+
+            co_theorems.study(out, **opts)
+        elif run.extra == "cl_theorems":
+            from jaxattn.studies import cl_theorems
+
+            cl_theorems.study(out, **opts)
+        elif run.extra == "clusters_high_dim":
+            from jaxattn.studies import clusters
+
+            clusters.fig7b(out, **opts)
         else:
             _architecture(out, **opts)
         if not (out / "config.json").exists():  # the device and versions, as the commands' runs record them
@@ -350,14 +379,31 @@ def scale(run: str, d: Path) -> str:
         return (f"{o.get('num')} Gaussian conditions × {o.get('n')} tokens; Case 3: d {o.get('d')}, depth "
                 f"{o.get('depth')} prolonged {o.get('prolong')}×; Theorem 1: d {o.get('theorem_d')}, {o.get('heads')} "
                 f"heads, {o.get('steps')} steps; float64")
+    if run == "clusters_high_dim":
+        o = _options(d)
+        return (f"Fig. 7(b): {o.get('num')} conditions of {o.get('n')} Gaussian tokens, d {o.get('d')}, random Q, K "
+                f"and symmetric V, t ≤ {o.get('t1')}; float64")
     if run == "pm_lemmas":
         o = _options(d)
         return (f"Lemma 9: {o.get('models')} single-head models (d 3, n 6), β ∈ {{{o.get('betas')}}}, "
                 f"{o.get('starts')} starts each; Lemmas 1/7: {o.get('lyap_num')} starts, α ∈ {{{o.get('alphas')}}} "
                 f"and the flow; §2.3: {o.get('model')}'s last layer, γ ∈ {{{o.get('gammas')}}}; float64")
+    if run == "cl_theorems":
+        o = _options(d)
+        return (f"discrete time: Δt ∈ {{{o.get('dts')}}} to k Δt = {o.get('horizon')}, V = I: {o.get('num')} Gaussian "
+                f"conditions per (n, d), n ∈ {{{o.get('table_n')}}}, d ∈ {{{o.get('table_d')}}}; good triple (d 2): "
+                f"{o.get('good_num')} conditions of {o.get('triple_n')} tokens per Δt; R³: {o.get('triples')} good "
+                f"triples × {o.get('triple_num')} conditions of {o.get('triple_n')} tokens, the flow to "
+                f"{o.get('triple_horizons')}× the horizon of clear clusters; float64")
     if run == "co_theorem51":
         return (f"{c.get('gpt2_like_n')} tokens × 4 conditions, d {c.get('gpt2_like_d')}, two causal heads, V = I, "
                 f"t ≤ {c.get('t1')}, float64")
+    if run == "co_theorems":
+        o = _options(d)
+        return (f"Theorem 3.1: {o.get('models')} models × {o.get('starts')} starts per n×d ∈ {{{o.get('sizes')}}}, "
+                f"β ∈ {{{o.get('betas')}}}, softmax and unnormalised, t ≤ {o.get('t1')}; Theorems 5.2–5.3: "
+                f"{o.get('models')} models × {o.get('starts')} starts of {o.get('n')} tokens, d {o.get('d')}, "
+                f"t ≤ {o.get('horizon')}, ω ∈ {{{o.get('omegas')}}}; float64")
     if run == "consensus" or run.startswith(("co_gpt2", "co_gptneo")):
         passes = max((int(r["passes"]) for r in rows(d / "summary.csv")), default=0)
         text = (f"{whole.get('model')}; {c.get('prompts')} prompts × {c.get('tokens')} tokens, up to {c.get('passes')} "
@@ -373,8 +419,7 @@ def scale(run: str, d: Path) -> str:
         return (f"{c.get('n')} tokens (pictures), {c.get('num')} conditions per (n, d, β) row, "
                 f"n ∈ {{{_listed(c.get('table_n'))}}}, t ≤ {c.get('t1')}; {c.get('good_samples')} matrices per d; "
                 f"theorem checks {c.get('check_num')} conditions each (Fig. 7(a) to at least the horizon its spectrum "
-                f"sets); Fig. 7(b) n {c.get('high_dim_n')}, d "
-                f"{c.get('high_dim_d')}; float64")
+                "sets); float64")
     if run == "stability":
         return (f"d {c.get('d')}, n ∈ {{{_listed(c.get('tokens'))}}}, {c.get('models')} models per n "
                 f"(exhaustive up to n = {c.get('exhaustive_max')}); {c.get('perturb_num')} perturbations per size; "

@@ -323,9 +323,7 @@ def test_the_theorem_checks_figures_are_drawn_from_their_rows(tmp_path):
     (text); no rows, no figure."""
     from jaxattn.studies.clusters import check_figures
 
-    high = [{"t": t, "n": 8, "d": 4, "positive_dims": 2, "negative_dims": 2, "solver_ok": True,
-             "positive_spread": 1.0 / (1 + t), "negative_spread": np.exp(t), "gap_clusters": 2, "gap_decades": 3.0}
-            for t in (0.0, 0.5, 1.0)]
+    high = _high_dim_rows([(0.5, 1.0, 4.0), (0.1, 1.0, 1.0)])
     rate = [{"n": n, "condition": i, "points": 10, "slope": 1.0 + 0.01 * i, "r2": 0.99, "r2_single_exponential": 0.9,
              "t_start": 1.0, "t_end": 3.0} for n in (5, 8) for i in range(4)]
     assert check_figures(tmp_path / "a", {"high_dim": high, "rate": rate}) == ["high_dim.png", "rate.png"]
@@ -334,3 +332,47 @@ def test_the_theorem_checks_figures_are_drawn_from_their_rows(tmp_path):
     for png in ("a/high_dim.png", "a/rate.png", "b/high_dim.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert check_figures(tmp_path / "c", {}) == []
+
+
+def _high_dim_rows(coords, conditions: int = 2, ts=(0.0, 10.0, 20.0), clusters: int = 2, joint: int = 2,
+                   failed: int = -1) -> list[dict]:
+    """Fig. 7(b)'s rows: ``coords`` = (eigenvalue, variance at 0, gap in decades at the end) per coordinate; the gap
+    grows linearly from 0, the variance falls by 1e6 where the gap is 3 decades or more; on the span of the judged
+    coordinates ``joint`` clusters, 4 decades apart at the end; condition ``failed``'s solve failed."""
+    rows = []
+    for c in range(conditions):
+        for t in ts:
+            for j, (lam, var, gap) in enumerate(coords):
+                f = t / ts[-1]
+                rows.append({"condition": c, "t": t, "n": 8, "d": 4, "positive_dims": len(coords), "negative_dims": 2,
+                             "solver_ok": c != failed, "coordinate": j, "lambda": lam,
+                             "horizon": 3 * np.log(10) / lam, "mean": 0.5,
+                             "variance": var * (1e-6 if gap >= 3 and t else 1.0) ** f, "gap_clusters": clusters,
+                             "gap_decades": gap * f, "joint_clusters": joint, "joint_gap": 4.0 * f,
+                             "negative_spread": np.exp(t / 10)})
+    return rows
+
+
+def test_fig7b_is_judged_on_the_coordinates_whose_eigenvalue_has_had_the_time():
+    """At t = 20 a coordinate of eigenvalue λ has had the time to cluster by 3 decades when λ t ≥ 3 ln 10
+    (λ ≥ 0.345): the one at λ = 0.5 is judged (both conditions, its gap and the rate a quarter earlier), the one at
+    λ = 0.1 (which needs t = 69) is not; rows read back as text give the same."""
+    from jaxattn.studies.cluster_checks import high_dim_summary
+
+    rows = _high_dim_rows([(0.5, 1.0, 4.0), (0.1, 1.0, 1.0)])
+    for rs in (rows, [{k: str(v) for k, v in r.items()} for r in rows]):
+        h = high_dim_summary(rs)
+        assert (h["t"], h["dt"], h["conditions"], h["positive_dims"]) == (20.0, 10.0, 2, 2)
+        assert h["lambda_needed"] == pytest.approx(3 * np.log(10) / 20)
+        assert (h["judged"], h["pairs"], h["clear"], h["more_than_three"], h["failed"]) == (1, 2, 2, 0, 0)
+        assert (h["joint_conditions"], h["joint_clear"], h["joint_more_than_three"]) == (2, 2, 0)
+        assert h["ends"] == [4.0, 4.0] and h["mids"] == [2.0, 2.0] and h["lambda_min_judged"] == 0.5
+        assert h["variance_ratio"] == pytest.approx(1e-6)
+        assert h["negative_growth"] == pytest.approx(np.exp(2.0))
+        assert h["longest_horizon"] == pytest.approx(3 * np.log(10) / 0.1)
+    many = high_dim_summary(_high_dim_rows([(0.5, 1.0, 4.0)], clusters=5, joint=4))
+    assert (many["clear"], many["more_than_three"], many["joint_more_than_three"]) == (2, 2, 2)
+    one = high_dim_summary(_high_dim_rows([(0.5, 1.0, 4.0)], failed=1))  # a failed solve: counted, left out
+    assert (one["conditions"], one["failed"], one["pairs"]) == (2, 1, 1)
+    early = high_dim_summary(_high_dim_rows([(0.5, 1.0, 4.0)], ts=(0.0, 2.0)))  # λ t = 1 < 3 ln 10: none judged
+    assert (early["judged"], early["pairs"]) == (0, 0)

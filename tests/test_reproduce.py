@@ -614,6 +614,76 @@ def co12(d, ok):
                                              first_token_mean=1e-5 if ok else 0.5))
 
 
+def _potential(d, theorem: int = 0, unnormalised: int = 0, control: int = 5) -> None:
+    """potential.csv: 64 conditions per (setting, kernel) at one size and β; ``theorem`` and ``unnormalised``
+    conditions whose E falls in the theorem's setting (softmax, unnormalised kernel), ``control`` in each control."""
+    def row(setting, kernel, falls):
+        return {"setting": setting, "attention": kernel, "n": 8, "d": 3, "beta": 2, "conditions": 64,
+                "decreases": falls, "fall_tol": 1e-9, "largest_fall": 0.01 if falls else -1e-9, "rise_mean": 1.5,
+                "rise_min": 0.3, "t1": 10, "saved": 201, "solver_ok": True}
+    table = [row("theorem", "softmax", theorem), row("theorem", "unnormalised", unnormalised)]
+    table += [row(s, k, control) for s in ("control: QᵀK not symmetric", "control: unit sphere")
+              for k in ("softmax", "unnormalised")]
+    _edit(d, "potential.csv", lambda t: table)
+
+
+def co16(d, ok):
+    _potential(d, theorem=0 if ok else 1)
+
+
+def co16_control(d, ok):  # the controls' E never falls either: the monotonicity check is not seen able to fail
+    _potential(d, control=5 if ok else 0)
+
+
+def _theorem52(d, away: int = 0, final: float = 1e-12) -> None:
+    """theorem52.csv and its series: 32 conditions per kind of weights, ``away`` of them ending at −v1; the mean of
+    max_i (1 − <x_i, v1>) falling tenfold per saved time from 0.8 until ``final``, every condition's end."""
+    _edit(d, "theorem52.csv", lambda t: [
+        {"weights": k, "model": 0, "condition": b, "n": 10, "d": 3, "gap": 0.75, "off_end": final,
+         "pole": "-v1" if b < away else "+v1", "start_min": 0.1, "solver_ok": True, "t1": 40}
+        for k in ("piecewise", "smooth") for b in range(32)])
+    _edit(d, "theorem52_series.csv", lambda t: [
+        {"weights": k, "t": 4 * i, "off_mean": max(0.8 * 0.1 ** i, final), "off_max": max(0.9 * 0.1 ** i, final)}
+        for k in ("piecewise", "smooth") for i in range(11)])
+
+
+def co17(d, ok):
+    _theorem52(d, away=0 if ok else 1)
+
+
+def co17_plateau(d, ok):  # stalled at 1e-2: a plateau, not the consensus
+    _theorem52(d, final=1e-12 if ok else 1e-2)
+
+
+def _theorem53(d, end: float = 1e-14, radii=(1e-14, 1e-4, 4e-4, 2e-3), lost: int = 0) -> None:
+    """theorem53.csv and its series: 16 conditions per ω ∈ {0, 0.02, 0.05, 0.1} with the mean late radius
+    ``radii[k]``, ``lost`` of them following −v1(t) at the largest ω; at ω = 0 the radius falling tenfold per saved
+    time from 0.5 until ``end``, every condition's end."""
+    omegas = (0.0, 0.02, 0.05, 0.1)
+    _edit(d, "theorem53.csv", lambda t: [
+        {"omega": w, "model": 0, "condition": b, "n": 10, "d": 3, "gap": 0.75, "radius": r,
+         "radius_max": r, "radius_end": end if w == 0 else r, "first_lag": r, "first_lag_predicted": r,
+         "first_start": 0.1, "first_behind": True, "basin_edge": 0.13 if w else 0.0,
+         "pole": "-v1" if (w == omegas[-1] and b < lost) else "+v1", "solver_ok": True, "t1": 40}
+        for w, r in zip(omegas, radii, strict=True) for b in range(16)])
+    _edit(d, "theorem53_series.csv", lambda t: [
+        {"omega": w, "t": 4 * i, "radius_mean": max(0.5 * 0.1 ** i, end) if w == 0 else r,
+         "radius_max": max(0.5 * 0.1 ** i, end) if w == 0 else r}
+        for w, r in zip(omegas, radii, strict=True) for i in range(11)])
+
+
+def co18(d, ok):  # V constant: the radius stalls at 1e-2 instead of reaching consensus
+    _theorem53(d, end=1e-14 if ok else 1e-2)
+
+
+def co18_grows(d, ok):  # the radius shrinking as v1(t) moves faster
+    _theorem53(d, radii=(1e-14, 1e-4, 4e-4, 2e-3) if ok else (3e-3, 2e-3, 4e-4, 1e-4))
+
+
+def co18_basin(d, ok):
+    _theorem53(d, lost=0 if ok else 2)
+
+
 def cl1(d, ok):
     _edit(d, "counts.csv", lambda t: [{**t[0], "beta": "1", "all_at_vertices": 100 if ok else 10,
                                        "conditions_ok": 100}])
@@ -683,11 +753,25 @@ def cl10(d, ok):
     _edit(d, "mixed.csv", lambda t: _mixed_rows(inside=0 if ok else 2))
 
 
-def cl11(d, ok):
-    def fn(t):
-        t[-1].update(gap_clusters=str(2 if ok else 7), gap_decades="5.0",
-                     negative_spread=str(10 * float(t[0]["negative_spread"])))
-    _edit(d, "high_dim.csv", fn)
+def _high_dim(clusters: int = 2, mid: float = 2.5, end: float = 5.0, joint: int = 2) -> list[dict]:
+    """high_dim.csv: 48 conditions, t = 0, 10, 20; the coordinate at λ = 0.5 has had the time (λ t ≥ 3 ln 10), its
+    gap ``mid`` at t = 10 and ``end`` at t = 20 in ``clusters`` clusters, and the tokens projected on its span in
+    ``joint``; the one at λ = 0.1 has not."""
+    gaps = {0.0: 0.0, 10.0: mid, 20.0: end}
+    return [{"condition": c, "t": t, "n": 16, "d": 4, "positive_dims": 2, "negative_dims": 2, "solver_ok": True,
+             "coordinate": j, "lambda": lam, "horizon": 3 * math.log(10) / lam, "mean": 0.5,
+             "variance": 10.0 ** -(2 * g), "gap_clusters": clusters, "gap_decades": g, "joint_clusters": joint,
+             "joint_gap": gaps[t], "negative_spread": math.exp(t / 10)}
+            for c in range(48) for t in (0.0, 10.0, 20.0) for j, lam in enumerate((0.5, 0.1))
+            for g in [gaps[t] if j == 0 else 0.5]]
+
+
+def cl11(d, ok):  # more than three clear clusters along a coordinate
+    _edit(d, "high_dim.csv", lambda t: _high_dim(clusters=2 if ok else 7))
+
+
+def cl11_joint(d, ok):  # two per coordinate, but more than three on their span: (±1, ±1)
+    _edit(d, "high_dim.csv", lambda t: _high_dim(joint=2 if ok else 4))
 
 
 def cl12(d, ok):
@@ -855,8 +939,7 @@ def cl7_settled(d, ok):  # draws still moving at t1: undecided ("run longer"), n
 
 
 def cl11_gap(d, ok):  # the gap stalls below the level: a plateau
-    cl11(d, True)
-    _edit(d, "high_dim.csv", lambda t: _set(t, lambda r: not ok, gap_decades=1.0))
+    _edit(d, "high_dim.csv", lambda t: _high_dim(mid=5.0 if ok else 1.0, end=5.0 if ok else 1.0))
 
 
 def cl14(d, ok):
@@ -868,6 +951,60 @@ def cl14(d, ok):
 def cl15(d, ok):
     _edit(d, "counts.csv", lambda t: _set(t, lambda r: True, conditions_ok=50, at_most_half_n_vertices=40 if ok
                                           else 0))
+
+
+def _discrete(d, at_vertices=True, moving=0, hyperplanes=2, good_moving=0) -> None:
+    """discrete.csv: V = I at Δt = 1, 0.5, 0.1 (50 conditions each, every token at a vertex or not, ``moving`` of them
+    still moving farther than the tolerance) and the good triple (50 conditions per Δt on ``hyperplanes``
+    hyperplanes, ``good_moving`` still moving)."""
+    def row(setting, dt, i, still, **kw):
+        return {"setting": setting, "dt": dt, "steps": round(30 / dt), "n": 20, "d": 3, "condition": i,
+                "finite": True, "tol": 1e-3, "remaining": 0.1 if still else 1e-9, "at_vertices": 20, "at_origin": 0,
+                "vertices": 5, "all_at_vertices": True, "hull_excursion": 0.0, "hyperplanes": -1,
+                "gap_hyperplanes": -1, **kw}
+    _edit(d, "discrete.csv", lambda t: [
+        row("V = I", dt, i, i < moving, all_at_vertices=at_vertices) for dt in (1, 0.5, 0.1) for i in range(50)] + [
+        row("good triple", dt, i, i < good_moving, d=2, at_vertices=-1, vertices=-1, all_at_vertices=False,
+            hull_excursion="nan", hyperplanes=hyperplanes, gap_hyperplanes=hyperplanes)
+        for dt in (1, 0.5, 0.1) for i in range(50)])
+
+
+def cl16(d, ok):  # settled, but the tokens away from the polytope's vertices
+    _discrete(d, at_vertices=ok)
+
+
+def cl16_settled(d, ok):  # most conditions still moving at the horizon: undecided ("run longer")
+    _discrete(d, moving=0 if ok else 45)
+
+
+def cl16_hyperplanes(d, ok):
+    _discrete(d, hyperplanes=2 if ok else 4)
+
+
+def cl16_triple_settled(d, ok):
+    _discrete(d, good_moving=0 if ok else 45)
+
+
+def _triples_3d(d, hyperplanes=lambda i: 2, gap=5.0, mid=2.0) -> None:
+    """good_triples_3d.csv: 8 triples × 32 conditions (λ1 = 1, t1 = 13.8), condition ``i`` on ``hyperplanes(i)``
+    hyperplanes, its gap ``gap`` decades at t1 and ``mid`` at t1/2."""
+    _edit(d, "good_triples_3d.csv", lambda t: [
+        {"triple": k, "condition": i, "n": 40, "d": 3, "lambda_1": 1.0, "lambda_2": 0.3, "lambda_3": -0.5, "qk": 1.0,
+         "t1": 13.8, "solver_ok": True, "hyperplanes": hyperplanes(32 * k + i),
+         "gap_hyperplanes": hyperplanes(32 * k + i), "gap_decades": gap, "gap_decades_mid": mid}
+        for k in range(8) for i in range(32)])
+
+
+def cl17(d, ok):
+    _triples_3d(d, hyperplanes=lambda i: 4 if (i == 0 and not ok) else 2)
+
+
+def cl17_two(d, ok):  # at most three, but mostly three
+    _triples_3d(d, hyperplanes=lambda i: 2 if (ok or i < 50) else 3)
+
+
+def cl17_plateau(d, ok):  # the gap short of clear clusters at t1 and no longer growing
+    _triples_3d(d, gap=5.0 if ok else 1.0, mid=2.0 if ok else 0.99)
 
 
 def cl12_outside(d, ok):
@@ -942,6 +1079,12 @@ def st12(d, ok):  # near the Oja limit more than the principal consensus is stab
 
 def st12_no_bifurcation(d, ok):
     _beta_sweep(d, lambda b: 1 if (b < 1 or not ok) else int(b) + 1)
+
+
+def st13(d, ok):  # a stable bipartite equilibrium at a negative eigenvalue, with w < 0
+    _edit(d, "counts.csv", lambda t: _set(t, lambda r: True, lambda_1=1.0, alpha_bound="inf", bipartite_negative=3,
+                                          stable_bipartite_negative=0 if ok else 1, bipartite_negative_w_nonneg=2,
+                                          stable_bipartite_negative_w_nonneg=0))
 
 
 def _lemma9(d, end_off: int = 0, eq_off: int = 0, bipartite: bool = True) -> None:
@@ -1028,13 +1171,19 @@ FLIPS = {"PM1": (pm1, pm1_tilt), "PM2": pm2, "PM3": pm3, "PM4": pm4, "PM5": (pm5
          "PM15": (pm15, pm15_eigenvalue, pm15_exact),
          "CO1": (co1, co1_monotone), "CO2": co2, "CO3": (co3, co3_off), "CO4": co4, "CO5": co5, "CO6": co6, "CO7": co7,
          "CO8": co8, "CO9": co9, "CO10": co9, "CO11": co11, "CO12": co12, "CO13": co9, "CO14": co9, "CO15": co9,
+         "CO16": (co16, co16_control), "CO17": (co17, co17_plateau),
+         "CO18": (co18, co18_grows, co18_basin),
          "CL1": cl1, "CL2": cl2, "CL3": (cl3, cl3_distance), "CL4": cl4, "CL5": (cl5, cl5_slope),
          "CL6": (cl6, cl6_plateau), "CL7": (cl7, cl7_settled), "CL8": cl8, "CL9": cl9, "CL10": cl10,
-         "CL11": (cl11, cl11_gap), "CL12": (cl12, cl12_outside), "CL13": (cl13, cl13_fit, cl13_line), "CL14": cl14,
-         "CL15": cl15, "ST1": st1, "ST2": st2, "ST3": st3, "ST4": st4, "ST5": (st5, st5_aligned),
+         "CL11": (cl11, cl11_gap, cl11_joint), "CL12": (cl12, cl12_outside), "CL13": (cl13, cl13_fit, cl13_line),
+         "CL14": cl14,
+         "CL15": cl15, "CL16": (cl16, cl16_settled, cl16_hyperplanes, cl16_triple_settled),
+         "CL17": (cl17, cl17_two, cl17_plateau),
+         "ST1": st1, "ST2": st2, "ST3": st3, "ST4": st4, "ST5": (st5, st5_aligned),
          "ST6": (st6, st6_principal), "ST7": (st7, st7_clustering), "ST8": (st8, st8_consensus, st8_unsettled),
          "ST9": st9, "ST10": (st10, st10_closed_form), "ST11": (st11, st11_unsettled),
-         "ST12": (st12, st12_no_bifurcation)}
+         "ST12": (st12, st12_no_bifurcation),
+         "ST13": st13}
 
 
 def test_always_in_pm4_is_judged_on_the_worst_tokens_too(tmp_path_factory, tmp_path):

@@ -334,3 +334,27 @@ def test_stability_cli_bad_input(tmp_path, capsys, args, match):
     err = capsys.readouterr().err
     assert rc == 2 and err.startswith("jaxattn: error:") and match in err and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.e2e  # 16 linearisations compiled: about 12 s
+def test_a_bipartite_consensus_at_a_negative_eigenvalue_is_stable_only_where_tokens_weigh_the_other_group_more():
+    """Remark 10 of the power-method paper's supplement: at a negative eigenvalue λ, 1 + αλc > 1 needs the group's
+    net weight c < 0. Where w = β vᵀQᵀKv ≥ 0 the larger group has c > 0, so no such equilibrium is stable (map and
+    flow); with w < 0 some are (model 7 below), and the Jacobian says so, not only the closed form."""
+    from jaxattn.studies import stability as study
+
+    cfg = study.StabilityConfig(d=3, tokens=[4], models=8, alpha=0.5, beta=4.0)
+    pats, _ = study._patterns(4, cfg, jax.random.key(0))
+    totals = np.zeros(4, int)
+    for i in range(8):
+        m = study.random_symmetric_single_head(jax.random.fold_in(jax.random.key(0), i), 3)
+        for time in ("discrete", "continuous"):
+            row, cand, lin, an = study.count_stable(m, 4, time, cfg, pats)
+            negative = (cand.eigvals.real[cand.k] < 0) & ~cand.is_consensus
+            w = np.array([a.w for a in an])
+            assert row["stable_bipartite_negative"] == int((lin.stable & negative).sum())
+            assert row["stable_bipartite_negative_w_nonneg"] == int((lin.stable & negative & (w >= 0)).sum())
+            totals += [row["bipartite_negative"], row["stable_bipartite_negative"],
+                       row["bipartite_negative_w_nonneg"], row["stable_bipartite_negative_w_nonneg"]]
+    assert totals[2] > 0 and totals[3] == 0, totals  # w >= 0: counted, never stable
+    assert totals[1] > 0, totals  # w < 0: stable ones exist

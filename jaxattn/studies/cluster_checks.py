@@ -136,33 +136,90 @@ def mixed_signs(key, V: np.ndarray, num: int, n: int, t1: float, tol: float) -> 
     return rows
 
 
-def high_dimensional(key, n: int = 256, d: int = 128, t1: float = 5.0, saves: int = 11) -> list[dict]:
-    """Fig. 7(b): one condition of ``n`` Gaussian tokens, random Gaussian ``Q``, ``K`` (entries ``N(0, 1/d)``) and a
-    symmetric ``V = (G + Gᵀ)/2``; at every saved time the spread of the tokens along the positive and the negative
-    eigenspaces of ``V`` and the clusters of the positive component."""
+def high_dimensional(key, n: int = 256, d: int = 128, t1: float = 5.0, saves: int = 11, num: int = 1,
+                     max_steps: int = 20_000) -> list[dict]:
+    """Fig. 7(b): ``num`` conditions of ``n`` Gaussian tokens, random Gaussian ``Q``, ``K`` (entries ``N(0, 1/d)``)
+    and a symmetric ``V = (G + Gᵀ)/2``, read coordinate by coordinate as the figure does: one row per condition,
+    saved time and coordinate ``j`` along a positive eigenvector ``φ_j`` of ``V`` (largest eigenvalue first) with
+    the mean and variance over the tokens of ``<φ_j, z_i>``, the tolerance-free clusters of those values, the
+    horizon :func:`cluster_horizon` their eigenvalue sets, and the spread along the negative eigenspace. The
+    conjecture is about the whole positive component, not one coordinate at a time (points at (±1, ±1) are two
+    values per coordinate and four jointly), so each row also carries the clusters of the tokens projected on the
+    span of the coordinates that have had the time by ``t1`` (``λ_j t1 ≥ 3 ln 10``): ``joint_clusters``,
+    ``joint_gap`` (-1 and NaN when no coordinate has)."""
 
     kq, kk, kv, kx = jax.random.split(key, 4)
     g = lambda k: np.asarray(jax.random.normal(k, (d, d), jnp.float64)) / np.sqrt(d)
     G = g(kv)
     V = (G + G.T) / 2
     lam, U = np.linalg.eigh(V)
+    order = np.argsort(-lam)
+    lam, U = lam[order], U[:, order]
     pos, neg = U[:, lam > 0], U[:, lam < 0]
+    timely = int(np.sum(lam >= cluster_horizon(1.0) / t1))  # the leading coordinates that have had the time
     ts = np.linspace(0.0, t1, saves)
-    X0 = init_tokens(kx, 1, n, d, kind="gaussian", dtype=jnp.float64)
-    sol = solve_rescaled(paper_model(V, g(kq), g(kk)), X0, ts, trajectory=True)
-    Z = np.asarray(sol.trajectory[0], np.float64)
+    X0 = init_tokens(kx, num, n, d, kind="gaussian", dtype=jnp.float64)
+    sol = solve_rescaled(paper_model(V, g(kq), g(kk)), X0, ts, trajectory=True, max_steps=max_steps)
+    Z = np.asarray(sol.trajectory, np.float64)  # [num, saves, n, d]
+    solved = np.asarray(sol.ok)
     rows = []
-    for i, t in enumerate(ts):
-        if not np.all(np.isfinite(Z[i])):
-            break
-        zp = Z[i] @ pos
-        gc = gap_clusters(jnp.asarray(zp))
-        rows.append({"t": float(t), "n": n, "d": d, "positive_dims": pos.shape[1], "negative_dims": neg.shape[1],
-                     "lambda_min_positive": float(lam[lam > 0].min()),
-                     "solver_ok": bool(np.asarray(sol.ok)[0]), "positive_spread": float(_spread(zp[None])[0]),
-                     "negative_spread": float(_spread((Z[i] @ neg)[None])[0]), "gap_clusters": int(gc.count),
-                     "gap_decades": float(gc.gap)})
+    for b in range(num):
+        for i, t in enumerate(ts):
+            if not np.all(np.isfinite(Z[b, i])):
+                break
+            zp = Z[b, i] @ pos  # [n, k+]
+            spread = float(_spread((Z[b, i] @ neg)[None])[0])
+            joint = gap_clusters(jnp.asarray(zp[:, :timely])) if timely else None
+            for j in range(pos.shape[1]):
+                gc = gap_clusters(jnp.asarray(zp[:, j:j + 1]))
+                rows.append({"condition": b, "t": float(t), "n": n, "d": d, "positive_dims": pos.shape[1],
+                             "negative_dims": neg.shape[1], "solver_ok": bool(solved[b]), "coordinate": j,
+                             "lambda": float(lam[j]), "horizon": cluster_horizon(float(lam[j])),
+                             "mean": float(zp[:, j].mean()), "variance": float(zp[:, j].var()),
+                             "gap_clusters": int(gc.count), "gap_decades": float(gc.gap),
+                             "joint_clusters": int(joint.count) if joint else -1,
+                             "joint_gap": float(joint.gap) if joint else math.nan, "negative_spread": spread})
     return rows
+
+
+def high_dim_summary(rows) -> dict:
+    """Fig. 7(b)'s rows (:func:`high_dimensional`, or read back from ``high_dim.csv``) at their last time ``t``: the
+    coordinates whose eigenvalue has had the time to cluster by 3 decades (``λ t ≥ 3 ln 10``), their (condition,
+    coordinate) pairs' gaps at ``t`` and a quarter of the run earlier (``mid``, the rate), how many form clear clusters
+    and how many of those more than three, the same per condition for the tokens projected on those coordinates'
+    span (``joint``), their variance over the tokens at ``t`` over that at the start, the growth of the spread along
+    the negative eigenspace, and the conditions whose solve failed (left out of the rest)."""
+    rs = [{k: (str(v) in ("True", "true", "1") if k == "solver_ok" else float(v)) for k, v in r.items()} for r in rows]
+    ts = sorted({r["t"] for r in rs})
+    t, t0 = ts[-1], ts[0]
+    mid = ts[max(0, len(ts) - 1 - max(1, (len(ts) - 1) // 4))]
+    at = lambda s: {(r["condition"], r["coordinate"]): r for r in rs if r["t"] == s and r["solver_ok"]}
+    end, start, before = at(t), at(t0), at(mid)
+    need = cluster_horizon(1.0) / t if t > 0 else math.inf  # the smallest eigenvalue whose horizon is within t
+    judged = sorted(k for k, r in end.items() if r["lambda"] >= need)
+    clear = sum(end[k]["gap_decades"] >= 3.0 for k in judged)
+    many = sum(end[k]["gap_clusters"] > 3 and end[k]["gap_decades"] >= 3.0 for k in judged)
+    ratio = [end[k]["variance"] / start[k]["variance"] for k in judged if k in start and start[k]["variance"] > 0]
+    conds = sorted({k[0] for k in end})
+    first = {c: end[(c, 0.0)] for c in conds if (c, 0.0) in end}  # one row per condition: its joint values
+    joint = [c for c in conds if first[c].get("joint_clusters", -1) >= 0 and math.isfinite(first[c]["joint_gap"])]
+    neg = [first[c]["negative_spread"] / start[(c, 0.0)]["negative_spread"] for c in conds if (c, 0.0) in start]
+    r0 = rs[0]
+    return {"t": t, "dt": t - mid, "n": int(r0["n"]), "d": int(r0["d"]), "positive_dims": int(r0["positive_dims"]),
+            "conditions": len({r["condition"] for r in rs}), "failed": len({r["condition"] for r in rs
+                                                                           if not r["solver_ok"]}),
+            "lambda_needed": need, "judged": len({k[1] for k in judged}), "pairs": len(judged), "clear": clear,
+            "more_than_three": many, "ends": [end[k]["gap_decades"] for k in judged],
+            "mids": [before[k]["gap_decades"] if k in before else math.nan for k in judged],
+            "lambda_min_judged": min((end[k]["lambda"] for k in judged), default=math.nan),
+            "joint_conditions": len(joint),
+            "joint_clear": sum(first[c]["joint_gap"] >= 3.0 for c in joint),
+            "joint_more_than_three": sum(first[c]["joint_clusters"] > 3 and first[c]["joint_gap"] >= 3.0
+                                         for c in joint),
+            "joint_gaps": [first[c]["joint_gap"] for c in joint],
+            "variance_ratio": float(np.median(ratio)) if ratio else math.nan,
+            "negative_growth": float(np.median(neg)) if neg else math.nan,
+            "longest_horizon": max((r["horizon"] for r in end.values()), default=math.nan)}
 
 
 def collapse(key, num: int, n: int, d: int, t1: float) -> list[dict]:
@@ -313,5 +370,6 @@ def run_checks(key, cfg, good_V: np.ndarray, say, out_dir=None) -> dict[str, lis
     out["rate"] = doubly_exponential(jax.random.fold_in(key, 10), cfg.rate_n, num)
     if cfg.high_dim_n:
         say(f"checks: Fig. 7(b), n = {cfg.high_dim_n}, d = {cfg.high_dim_d}")
-        out["high_dim"] = high_dimensional(jax.random.fold_in(key, 11), cfg.high_dim_n, cfg.high_dim_d)
+        out["high_dim"] = high_dimensional(jax.random.fold_in(key, 11), cfg.high_dim_n, cfg.high_dim_d,
+                                           cfg.high_dim_t1, num=cfg.high_dim_num, max_steps=200_000)
     return out

@@ -48,7 +48,7 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.cluster_checks import run_checks, solve_rescaled
+from jaxattn.studies.cluster_checks import high_dim_summary, run_checks, solve_rescaled
 from jaxattn.studies.skeleton import check_options, csv_text, own_run_in_float64, refuse_inert, write_report
 
 
@@ -87,6 +87,11 @@ class ClustersConfig:
     high_dim_n: int = option(0, "tokens of Fig. 7(b)'s run (the paper: 256; random Q, K and symmetric V); 0: none",
                              check=non_negative)
     high_dim_d: int = option(128, "dimension of Fig. 7(b)'s run (the paper: 128)", check=_hull)
+    high_dim_num: int = option(4, "initial conditions of Fig. 7(b)'s run", check=positive)
+    high_dim_t1: float = option(8.0, "horizon of Fig. 7(b)'s run: a coordinate of eigenvalue λ has had the time to "
+                                "cluster by 3 decades once λ t ≥ 3 ln 10 (λ ≥ 0.86 at t = 8; at n = 256, d = 128 "
+                                "the flow stiffens: about 4,000 steps to t = 8, over 25 CPU minutes a condition to "
+                                "t = 15)", check=positive)
 
     def check(self) -> ClustersConfig:
         """Every option checked against its declaration, then the options that change nothing (:meth:`inert`),
@@ -99,9 +104,10 @@ class ClustersConfig:
         """The options that change nothing with the others, each with the reason (refused when set): the rate
         check and Fig. 7(b) run among the theorem checks, only with ``check_num > 0``."""
         if not self.check_num:
-            return dict.fromkeys(("rate_n", "high_dim_n", "high_dim_d"), "check_num = 0 (the theorem checks, "
-                                 "Fig. 7(b) among them, are not run)")
-        return {} if self.high_dim_n else {"high_dim_d": "high_dim_n = 0 (Fig. 7(b) is not run)"}
+            return dict.fromkeys(("rate_n", "high_dim_n", "high_dim_d", "high_dim_num", "high_dim_t1"),
+                                 "check_num = 0 (the theorem checks, Fig. 7(b) among them, are not run)")
+        return {} if self.high_dim_n else dict.fromkeys(("high_dim_d", "high_dim_num", "high_dim_t1"),
+                                                         "high_dim_n = 0 (Fig. 7(b) is not run)")
 
 
 def _rotated(key, M: np.ndarray) -> np.ndarray:
@@ -336,10 +342,13 @@ def _checks_section(tables: dict) -> list[str]:
               + ", ".join(f"n = {n}: {np.nanmedian([r['slope'] for r in tables['rate'] if r['n'] == n]):.3f}"
                           for n in dict.fromkeys(r["n"] for r in tables["rate"]))]
     if tables.get("high_dim"):
-        a, b = tables["high_dim"][0], tables["high_dim"][-1]
-        L += ["", f"* Fig. 7(b) (`high_dim.csv`): spread along the positive eigenspace {a['positive_spread']:.3g} → "
-              f"{b['positive_spread']:.3g}, along the negative one {a['negative_spread']:.3g} → "
-              f"{b['negative_spread']:.3g} by t = {b['t']:g}; {b['gap_clusters']} clusters of the positive component"]
+        h = high_dim_summary(tables["high_dim"])
+        L += ["", f"* Fig. 7(b) (`high_dim.csv`, {h['conditions']} conditions, n = {h['n']}, d = {h['d']}, "
+              f"t = {h['t']:g}): {h['judged']} of the {h['positive_dims']} coordinates along positive eigenvalues "
+              f"have had the time to cluster by 3 decades (λ ≥ {h['lambda_needed']:.3g}); of those (condition, "
+              f"coordinate) pairs {h['clear']} of {h['pairs']} form at most three clear clusters, and their variance "
+              f"over the tokens is {h['variance_ratio']:.3g} of its start (median); the spread along the negative "
+              f"eigenspace grew {h['negative_growth']:.3g}× (median)"]
     return L
 
 
@@ -453,30 +462,56 @@ def _figures(out: Path, cfg: ClustersConfig, pics: dict, tables: dict) -> list[s
     return names
 
 
+def fig7b(out: Path, n: int = 256, d: int = 128, num: int = 4, t1: float = 8.0, saves: int = 11,
+          max_steps: int = 200_000, seed: int = 0) -> None:
+    """Fig. 7(b) alone, at the paper's size by default (the reproductions' ``clusters_high_dim`` run): the
+    coordinate-by-coordinate rows of :func:`~jaxattn.studies.cluster_checks.high_dimensional` from the same key as
+    ``jaxattn clusters --high-dim-n``, into ``out/high_dim.csv``, with ``high_dim.png``."""
+    from jaxattn.studies.cluster_checks import high_dimensional
+
+    with jax.enable_x64(True):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 7000), 11)  # as run_checks draws it
+        rows = high_dimensional(key, n, d, t1, saves, num,
+                                max_steps=max_steps)
+    out = Path(out)
+    atomic_write_text(out / "high_dim.csv", csv_text(rows))
+    check_figures(out, {"high_dim": rows})
+
+
 def check_figures(out: Path, tables: dict) -> list[str]:
     """The theorem checks' figures, from their rows (as the study makes them, or as read back from their CSV files):
-    ``high_dim.png`` (Fig. 7(b): the spread of the tokens' components along the positive and the negative
-    eigenspace, and the clusters of the positive one) and ``rate.png`` (Fig. 11: the slope of log(−log dist(P(t),
+    ``high_dim.png`` (Fig. 7(b): the mean ± sd over the tokens of three coordinates along positive eigenvalues in
+    the first condition, and every coordinate's clusters' gap at the end against its eigenvalue, with the line
+    ``λ t = 3 ln 10`` beyond which it has had the time) and ``rate.png`` (Fig. 11: the slope of log(−log dist(P(t),
     Boolean)) per condition, for each n). Returns the names written."""
     plt = plots.pyplot()
     if plt is None:
         return []
     names = []
-    rs = [{k: float(v) for k, v in r.items() if k in ("t", "positive_spread", "negative_spread", "gap_clusters")}
-          | {k: r[k] for k in ("n", "d", "positive_dims", "negative_dims")} for r in tables.get("high_dim") or []]
+    rs = [{k: float(r[k]) for k in ("condition", "t", "coordinate", "lambda", "mean", "variance", "gap_decades")}
+          for r in tables.get("high_dim") or []]
     if rs:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        t = [r["t"] for r in rs]
-        axes[0].semilogy(t, [r["positive_spread"] for r in rs], "o-", ms=3,
-                         label=f"positive eigenspace ({rs[0]['positive_dims']} dims)")
-        axes[0].semilogy(t, [r["negative_spread"] for r in rs], "s-", ms=3,
-                         label=f"negative eigenspace ({rs[0]['negative_dims']} dims)")
-        axes[0].set(xlabel="t", ylabel="spread of the tokens' component")
+        first = [r for r in rs if r["condition"] == 0]
+        coords = sorted({r["coordinate"] for r in first})
+        for c, j in zip(("C0", "C1", "C2"), (coords[0], coords[len(coords) // 4], coords[len(coords) // 2]),
+                        strict=False):
+            rj = [r for r in first if r["coordinate"] == j]
+            t, mu = np.array([r["t"] for r in rj]), np.array([r["mean"] for r in rj])
+            sd = np.sqrt([r["variance"] for r in rj])
+            axes[0].plot(t, mu, color=c, label=f"φ_{int(j) + 1}, λ = {rj[0]['lambda']:.2f}")
+            axes[0].fill_between(t, mu - sd, mu + sd, color=c, alpha=0.2)
+        axes[0].set(xlabel="t", ylabel="<φ_j, z_i>: mean ± sd over the tokens (condition 0)")
         axes[0].legend(fontsize=7)
-        axes[1].plot(t, [r["gap_clusters"] for r in rs], "o-", ms=3)
-        axes[1].set(xlabel="t", ylabel="tolerance-free clusters of the positive component")
-        axes[1].yaxis.get_major_locator().set_params(integer=True)
-        fig.suptitle(f"Fig. 7(b): n = {rs[0]['n']}, d = {rs[0]['d']}, random Q, K, symmetric V", fontsize=10)
+        t1 = max(r["t"] for r in rs)
+        end = [r for r in rs if r["t"] == t1]
+        axes[1].semilogx([r["lambda"] for r in end], [r["gap_decades"] for r in end], ".", ms=4)
+        axes[1].axhline(3.0, color="C3", lw=1, label="3 decades")
+        axes[1].axvline(3 * math.log(10) / t1, color="0.5", ls="--", lw=1, label="λ t = 3 ln 10")
+        axes[1].set(xlabel="eigenvalue λ_j of the coordinate", ylabel=f"gap of its clusters at t = {t1:g} (decades)")
+        axes[1].legend(fontsize=7)
+        fig.suptitle(f"Fig. 7(b): n = {tables['high_dim'][0]['n']}, d = {tables['high_dim'][0]['d']}, random Q, K, "
+                     "symmetric V; coordinates along positive eigenvalues", fontsize=10)
         fig.tight_layout()
         plots.save(fig, out / "high_dim.png", 110)
         names.append("high_dim.png")

@@ -215,6 +215,9 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
     astable = np.array([a.stable for a in an], bool)
     lam = np.sort(cand.eigvals.real)
     negative = cand.eigvals.real[cand.k[keep]] < 0  # candidates at an eigenvector of a negative eigenvalue
+    # w = β·scale·vᵀQᵀKv >= 0: a token weighs its own group at least as much as the antipodal one, so c_+ > 0 for
+    # the larger group and 1 + αλc_+ < 1 at λ < 0 (the reading under which Remark 10's argument goes through)
+    w_nonneg = np.array([a.w >= 0 for a in an], bool) if one_head else np.zeros(int(keep.sum()), bool)
     row = {"time": time, "n": n, "lambda_1": float(lam[-1]), "lambda_d": float(lam[0]),
            "alpha_bound": float(2 / (abs(lam[0]) - lam[-1])) if abs(lam[0]) > lam[-1] else float("inf"),
            "candidates": int(keep.sum()), "not_fixed": int((~keep).sum()), "stable": int(stable.sum()),
@@ -226,9 +229,12 @@ def count_stable(model: Model, n: int, time: str, cfg: StabilityConfig, patterns
            "analytic_stable": int(astable.sum()) if one_head else -1,
            "agree": int((astable == stable).sum()) if one_head else -1,
            "marginal": int((lin.status == "marginal").sum()),
-           # Remark 10 (multistability): a bipartite equilibrium at a negative eigenvalue is never stable
+           # Remark 10 (power-method paper, Supp.): a bipartite equilibrium at a negative eigenvalue is never stable;
+           # the same counted where w >= 0 (one head; -1 where there is no closed form)
            "bipartite_negative": int((~cons & negative).sum()),
-           "stable_bipartite_negative": int((stable & ~cons & negative).sum())}
+           "stable_bipartite_negative": int((stable & ~cons & negative).sum()),
+           "bipartite_negative_w_nonneg": int((~cons & negative & w_nonneg).sum()) if one_head else -1,
+           "stable_bipartite_negative_w_nonneg": int((stable & ~cons & negative & w_nonneg).sum()) if one_head else -1}
     return row, dataclasses.replace(cand, X=cand.X[keep], k=cand.k[keep], signs=cand.signs[keep]), lin, an
 
 
