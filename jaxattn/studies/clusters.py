@@ -48,7 +48,7 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.paper import paper_model
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
-from jaxattn.studies.cluster_checks import high_dim_summary, run_checks, solve_rescaled
+from jaxattn.studies.cluster_checks import high_dim_summary, high_dimensional, run_checks, solve_rescaled
 from jaxattn.studies.skeleton import check_options, csv_text, own_run_in_float64, refuse_inert, write_report
 
 
@@ -467,8 +467,6 @@ def fig7b(out: Path, n: int = 256, d: int = 128, num: int = 4, t1: float = 8.0, 
     """Fig. 7(b) alone, at the paper's size by default (the reproductions' ``clusters_high_dim`` run): the
     coordinate-by-coordinate rows of :func:`~jaxattn.studies.cluster_checks.high_dimensional` from the same key as
     ``jaxattn clusters --high-dim-n``, into ``out/high_dim.csv``, with ``high_dim.png``."""
-    from jaxattn.studies.cluster_checks import high_dimensional
-
     with jax.enable_x64(True):
         key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), 7000), 11)  # as run_checks draws it
         rows = high_dimensional(key, n, d, t1, saves, num,
