@@ -34,6 +34,7 @@ import numpy as np
 
 from jaxattn.dynamics.options import PRECISIONS, Batch
 from jaxattn.errors import ConfigError, real
+from jaxattn.model import concrete
 from jaxattn.model.sampling import float_dtype
 
 #: Conditions per vmapped block by backend (see the module docstring).
@@ -281,12 +282,8 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
                                 "X0 has tokens that are exactly zero: they cannot be normalised onto the sphere")
         return eqx.error_if(X0, ~jnp.any(X0 != 0), "X0 is all zeros: every model stays there")
     X0 = jnp.asarray(X0)
-    if all(dev.platform == "cpu" for dev in X0.devices()):  # in host memory: NumPy reads it in place, and no
-        a = np.asarray(X0)  # program is compiled (and kept for the life of the process) for each new shape
-        finite, zero_token, nonzero = np.isfinite(a).all(), (a == 0).all(axis=-1).any(), (a != 0).any()
-    else:  # reduced where X0 lives (its device): three flags come back, not a copy of the batch
-        with jax.ensure_compile_time_eval():  # a concrete X0 reduced now, also while a caller's jit traces
-            finite, zero_token, nonzero = jax.device_get(_state_flags(X0))
+    # read once per array (the same initial states run again, e.g. over a range of beta, are not read again)
+    finite, zero_token, nonzero = concrete.fact("state flags", [X0], lambda: _read_state_flags(X0))
     if not finite:
         raise ConfigError("X0 has non-finite values (NaN or inf)")
     if normalised and zero_token:
@@ -294,6 +291,14 @@ def check_states(X0, d: int, *, normalised: bool) -> jax.Array:
     if not normalised and not nonzero:
         raise ConfigError("X0 is all zeros: every model stays there")
     return X0
+
+
+def _read_state_flags(X0: jax.Array) -> tuple[bool, bool, bool]:
+    if all(dev.platform == "cpu" for dev in X0.devices()):  # in host memory: NumPy reads it in place, and no
+        a = np.asarray(X0)  # program is compiled (and kept for the life of the process) for each new shape
+        return bool(np.isfinite(a).all()), bool((a == 0).all(axis=-1).any()), bool((a != 0).any())
+    with jax.ensure_compile_time_eval():  # reduced where X0 lives (its device): three flags come back, not a copy
+        return tuple(bool(f) for f in jax.device_get(_state_flags(X0)))  # type: ignore[return-value]
 
 
 @jax.jit
@@ -330,6 +335,17 @@ def check_scalar(name: str, v, *, positive: bool = False):
         bad = ~jnp.isfinite(v) | (v <= 0) if positive else ~jnp.isfinite(v)
         return eqx.error_if(v, bad, f"{name} must be {want}")
     return real(name, v, positive=positive)
+
+
+def scalar_of(v: Any, dtype) -> Any:
+    """``v`` as a scalar jit argument of ``dtype``: a NumPy scalar when concrete (it travels with the call, where
+    ``jnp.asarray`` would first transfer it to the device on its own: a round trip per scalar on a GPU), the tracer
+    cast otherwise. A value beyond ``dtype``'s range becomes inf, as a cast on the device makes it (the run then
+    reports its non-finite conditions)."""
+    if isinstance(v, jax.core.Tracer):
+        return jnp.asarray(v, dtype)
+    with np.errstate(over="ignore"):
+        return np.asarray(v, dtype)
 
 
 def cast_floats(tree: Any, dtype) -> Any:

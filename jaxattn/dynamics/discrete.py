@@ -56,6 +56,7 @@ from jaxattn.dynamics._runner import (
     lanes_for,
     resolve_dtype,
     run,
+    scalar_of,
     traced,
     wider_dtype,
     working_bytes,
@@ -710,8 +711,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
             # chosen automatically: fall back to the plain path, which computes the same map
             warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
                           "using the plain path (Batch(path='plain') silences this)", RuntimeWarning, stacklevel=2)
-    params = (model, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), S, cast_floats(save.aux, dtype),
-              jnp.int32(0))
+    params = (model, scalar_of(alpha, dtype), scalar_of(beta, dtype), S, cast_floats(save.aux, dtype), np.int32(0))
     cost, one_head = _condition_bytes(model, X0.shape[1], dtype, form, steps, save)
     obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost,
                            one_head_bytes=one_head)

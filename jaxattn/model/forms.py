@@ -37,6 +37,8 @@ attention kind, the masks, the memory budget) before anything is traced; :func:`
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -44,6 +46,7 @@ import numpy as np
 
 from jaxattn.config import static
 from jaxattn.errors import ConfigError, integer, is_integer
+from jaxattn.model import concrete
 
 #: The members whose projection may be the identity.
 MEMBERS = ("q", "k", "v", "o")
@@ -124,13 +127,19 @@ def _stacked(name: str, a) -> np.ndarray | None:
 
 
 def _is_identity(name: str, a, heads: int) -> bool:
-    """Whether member ``name`` (array ``a``) is concrete and its stacked matrix is the identity in every set."""
+    """Whether member ``name`` (array ``a``) is concrete and its stacked matrix is the identity in every set (read
+    once per array: :mod:`jaxattn.model.concrete`)."""
     if isinstance(a, jax.core.Tracer) or a.shape[1] != heads:  # traced, or grouped-query k/v
         return False
-    if not jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating):
+    if not jnp.issubdtype(a.dtype if hasattr(a, "dtype") else np.asarray(a).dtype, jnp.floating):
         return False
-    m = _stacked(name, a)
-    return m is not None and bool(np.array_equal(m, np.broadcast_to(np.eye(m.shape[-1], dtype=m.dtype), m.shape)))
+
+    def read() -> bool:
+        m = _stacked(name, a)
+        return m is not None and bool(np.array_equal(m, np.broadcast_to(np.eye(m.shape[-1], dtype=m.dtype),
+                                                                        m.shape)))
+
+    return concrete.fact(("identity", name), [a], read)
 
 
 def identity_members(layers) -> tuple[str, ...]:
@@ -161,7 +170,7 @@ def unmasked(layers) -> bool:
     flags = (layers.causal, layers.window)
     if any(isinstance(f, jax.core.Tracer) for f in flags):
         return False
-    return all(not np.any(np.asarray(f) != 0) for f in flags)
+    return concrete.fact("unmasked", flags, lambda: all(not np.any(np.asarray(f) != 0) for f in flags))
 
 
 def _costs(n: int, d: int, H: int, Hkv: int, dh: int, ids: tuple[str, ...]) -> dict:
@@ -210,20 +219,26 @@ def choose(model, n: int, *, attention: str = "softmax", biases: bool = False, r
         True
     """
     lay = model.layers
-    H, dh, d = lay.q.shape[1], lay.q.shape[2], lay.q.shape[3]
-    Hkv = lay.k.shape[1]
-    ids = verified_identity(model)
-    cost = _costs(n, d, H, Hkv, dh, ids)
     has = lambda *names: biases and any(getattr(lay, b) is not None for b in names)
+    return _choose(n, lay.q.shape[1], lay.k.shape[1], lay.q.shape[2], lay.q.shape[3], verified_identity(model),
+                   attention=attention, score_bias=has("bq", "bk"), value_bias=has("bv"), rope=rope,
+                   dtype=jnp.dtype(dtype), budget=budget, masked=not unmasked(lay))
+
+
+@functools.lru_cache(maxsize=256)
+def _choose(n: int, H: int, Hkv: int, dh: int, d: int, ids: tuple[str, ...], *, attention: str, score_bias: bool,
+            value_bias: bool, rope: bool, dtype, budget: int | None, masked: bool) -> Form:
+    # the choice from the static facts alone, made once per set of them (a Form is immutable, so it is shared)
+    cost = _costs(n, d, H, Hkv, dh, ids)
     scores = "heads"
-    if attention != "uniform" and not rope and not has("bq", "bk"):
+    if attention != "uniform" and not rope and not score_bias:
         scores = "bilinear" if cost["scores", "bilinear"] < cost["scores", "heads"] else "heads"
-    values = "bilinear" if not has("bv") and cost["values", "bilinear"] < cost["values", "heads"] else "heads"
+    values = "bilinear" if not value_bias and cost["values", "bilinear"] < cost["values", "heads"] else "heads"
     ids = tuple(m for m in ids if not ((m in "qk" and scores == "bilinear") or (m in "vo" and values == "bilinear")))
     chunk = None
     if budget is not None and attention_bytes(n, H, dtype) > budget:
         chunk = key_chunk_for(n, H, dtype)
-    return Form(scores=scores, values=values, identity=ids, key_chunk=chunk, masked=not unmasked(lay))
+    return Form(scores=scores, values=values, identity=ids, key_chunk=chunk, masked=masked)
 
 
 def check_form(form, model) -> Form:

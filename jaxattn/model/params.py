@@ -31,7 +31,7 @@ import numpy as np
 from flax import struct
 
 from jaxattn.errors import ConfigError, is_integer, real
-from jaxattn.model import display
+from jaxattn.model import concrete, display
 from jaxattn.model.forms import identity_members
 from jaxattn.model.rope import Rope
 
@@ -258,11 +258,16 @@ def _non_finite(named: dict) -> list[str]:
             flags[name] = np.all(np.isfinite(a))
         else:
             on_device[name] = a
-    if on_device:
-        with jax.ensure_compile_time_eval():  # concrete weights reduced now, also while a caller's jit traces
-            flags.update(_all_finite(on_device))
+    if on_device:  # once per set of weight arrays (a model run again is not read again: jaxattn.model.concrete)
+        flags.update(concrete.fact(("finite", tuple(on_device)), list(on_device.values()),
+                                   lambda: _device_flags(on_device)))
     flags = jax.device_get(flags)  # one transfer of every flag, not one per weight
     return [name for name in named if name in flags and not flags[name]]
+
+
+def _device_flags(named: dict) -> dict:
+    with jax.ensure_compile_time_eval():  # concrete weights reduced now, also while a caller's jit traces
+        return jax.device_get(_all_finite(named))  # one transfer of every flag, not one per weight
 
 
 @jax.jit
