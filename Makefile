@@ -78,7 +78,7 @@ bench: $(STAMP)
 	$(PY) benchmarks/flows.py
 
 # one command, at most 8 minutes on an H100 or H200 (its stages in order of value, each within its budget, the
-# plan printed first): the environment, the fused kernel, the benchmarks, precision, the GPU-relevant tests
+# plan printed first): the environment, the benchmarks, precision, the GPU-relevant tests
 gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
 		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)

@@ -23,10 +23,7 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
 * ``jaxattn-general``: ``jaxattn`` with the general form forced (``Batch(form=ja.model.forms.GENERAL)``: four
   projections per head, no structure used): what the structure-aware forms gain;
 * ``jaxattn-lanes64``: ``jaxattn`` in blocks of 64 conditions (``Batch(size=64)``, the CPU's width for every model
-  before one-head maps got wider blocks): what the wider blocks gain;
-* ``jaxattn-fused``: ``jaxattn`` through the fused Pallas kernel (``Batch(path="fused")``: every step of a condition
-  in one launch, the default observables on chip), on a GPU only: elsewhere the kernel runs in Pallas interpret mode,
-  a correctness tool, so the row says it was not run and why (:data:`FUSED_OFF_GPU`).
+  before one-head maps got wider blocks): what the wider blocks gain.
 
 Timings are interleaved (one repeat of every implementation, then the next round) and the best of
 ``repeats`` kept: on a shared CPU the speed drifts over minutes, and a drift must not favour whichever
@@ -67,10 +64,7 @@ import numpy as np
 AGREE = {"float32": 1e-4, "float64": 1e-12}
 CHECK_STEPS = 10
 IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jax-floor-blocks", "jax-floor-observed", "jaxattn",
-         "jaxattn-last", "jaxattn-general", "jaxattn-lanes64", "jaxattn-fused")
-#: why ``jaxattn-fused`` is not run off a GPU (its row's ``not_run``)
-FUSED_OFF_GPU = ("the fused kernel is timed on a GPU only: on this backend it runs in Pallas interpret mode, a "
-                 "correctness tool, not a timing")
+         "jaxattn-last", "jaxattn-general", "jaxattn-lanes64")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
     "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
@@ -199,16 +193,14 @@ def lanes_of(model, n: int, dtype, B: int) -> int:
     return simulate_lanes(model, n, dtype=dtype, conditions=B)
 
 
-def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None,
-                 fused: bool = False):
+def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None):
     import jax.numpy as jnp
 
     import jaxattn as ja
 
     Xj = jnp.asarray(X0)
     save = ja.Save(every="last") if last else ja.Save()
-    batch = (ja.Batch(path="fused") if fused else ja.Batch(form=ja.model.forms.GENERAL, size=size) if general
-             else ja.Batch(size=size))
+    batch = ja.Batch(form=ja.model.forms.GENERAL, size=size) if general else ja.Batch(size=size)
     return lambda k=steps: np.asarray(ja.simulate(model, Xj, k, alpha=ALPHA, beta=beta, save=save,
                                                   batch=batch).final)
 
@@ -253,17 +245,12 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
         "jaxattn-general": lambda: make_jaxattn(model, X0, steps, beta, last=False, general=True),
         "jaxattn-lanes64": lambda: make_jaxattn(model, X0, steps, beta, last=False, size=64),
-        "jaxattn-fused": lambda: make_jaxattn(model, X0, steps, beta, last=False, fused=True),
     }
     form = form_of(model, ja.D1, n, dtype)
     res: dict = {"d": d, "n": n, "B": B, "steps": steps, "beta": beta, "alpha": ALPHA, "value": value, "dtype": dtype,
                  "form": ja.model.forms.describe(form), "results": {}}
     ref, ready = None, {}
     for impl in impls:
-        if impl == "jaxattn-fused" and jax.default_backend() != "gpu":
-            res["results"][impl] = {"not_run": FUSED_OFF_GPU}
-            print(f"  {name} {dtype} {impl:16s} not run: {FUSED_OFF_GPU}", flush=True)
-            continue
         try:
             fn = makers[impl]()
             check = fn(CHECK_STEPS)
@@ -292,14 +279,12 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         print(f"  {name} {dtype} {impl:16s} {row['seconds']:.3f} s", flush=True)
     ok = {k: v["seconds"] for k, v in res["results"].items() if "seconds" in v}
     floor = min((ok[k] for k in ("jax-floor", "jax-floor-bcast", "jax-floor-blocks") if k in ok), default=None)
-    for impl in ("jaxattn", "jaxattn-last", "jaxattn-general", "jaxattn-lanes64", "jaxattn-fused"):
+    for impl in ("jaxattn", "jaxattn-last", "jaxattn-general", "jaxattn-lanes64"):
         if impl in ok:
             res[f"{impl}_vs_torch"] = round(ok["torch"] / ok[impl], 2) if "torch" in ok else None
             compiled = ok.get("torch.compile")
             res[f"{impl}_vs_torch_compile"] = round(compiled / ok[impl], 2) if compiled else None
             res[f"{impl}_over_floor"] = round(ok[impl] / floor, 2) if floor else None
-    if "jaxattn" in ok and "jaxattn-fused" in ok:  # the kernel against the plain path, both observing every step
-        res["fused_speedup"] = round(ok["jaxattn"] / ok["jaxattn-fused"], 2)
     if "jaxattn" in ok and "jaxattn-last" in ok:
         res["observables_cost"] = round(ok["jaxattn"] / ok["jaxattn-last"] - 1.0, 3)
     if "jaxattn" in ok and "jax-floor-observed" in ok:  # jaxattn's own overhead where both observe every step

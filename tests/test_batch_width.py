@@ -231,9 +231,15 @@ def test_a_grid_on_several_devices_takes_each_devices_share():
     assert points[1].lanes(model, -(-16 // 8)) == 2
 
 
-def test_a_fixed_size_is_refused_on_the_fused_path_and_recorded_as_none(tmp_path):
-    """The fused kernel runs its own tiles: no width to record (None), and a size is refused as before."""
+def test_the_removed_fused_path_is_refused_with_its_reason(tmp_path):
+    """Batch(path='fused') named a Pallas kernel, removed after an H200 measured it slower than the plain path at
+    every shape: refused in one line that says so (no driver can be given such a Batch), and a sweep configuration
+    naming it is refused before a store is written; 'auto' and 'plain' are the same path."""
+    with pytest.raises(ConfigError, match=r"^Batch\(path='fused'\): the fused Pallas kernel was removed .*'plain'"):
+        ja.Batch(path="fused")
+    with pytest.raises(ConfigError, match=r"^path: must be one of auto, plain, got 'fused'$"):
+        ja.sweep_grid({"num_init": 4, "path": "fused", "init": {"n": 3}, "model": {"d": 4, "heads": 1, "depth": 1}},
+                      tmp_path / "g", progress=False)
+    assert not (tmp_path / "g").exists()
     model = _two_heads()
-    assert lanes_of(model, 4, batch=ja.Batch(path="fused"), conditions=8) is None
-    with pytest.raises(ConfigError, match="takes no size"):
-        ja.sweep(model, num_init=4, n=4, steps=2, batch=ja.Batch(size=4, path="fused"), progress=False)
+    assert lanes_of(model, 4, batch=ja.Batch(path="plain"), conditions=8) == lanes_of(model, 4, conditions=8) == 8

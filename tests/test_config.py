@@ -187,7 +187,7 @@ def test_every_key_of_a_point_reaches_the_field_of_its_name():
                 assert got == p[flat] != find(ref, key) if not where else got == p[flat], (flat, kind, got)
                 checked += 1
     assert checked >= 40
-    # observables: the default pair is the drivers' default (None: the fused kernel computes it on chip), any other
+    # observables: the default pair is the drivers' default (None), any other
     # list the named observables
     for kind in ("discrete", "continuous"):
         assert point_of(base[kind]).save.observe is None
@@ -277,8 +277,9 @@ def test_simulate_config_file_values_are_checked_by_their_declaration(tmp_path, 
 @pytest.mark.parametrize("raw,match", [
     ({"model": {"mask": "local:0"}},
      r"^model.mask: local mask needs a positive window, e.g. 'local:4', got 'local:0'$"),
-    ({"kernel": "plain", "path": "fused"}, "kernel is the old name of path: give one of them"),
-    ({"kernel": "bogus"}, r"^kernel: must be one of auto, fused, plain, got 'bogus'$"),
+    ({"kernel": "plain", "path": "auto"}, "kernel is the old name of path: give one of them"),
+    ({"kernel": "bogus"}, r"^kernel: must be one of auto, plain, got 'bogus'$"),
+    ({"path": "fused"}, r"^path: must be one of auto, plain, got 'fused'$"),
     ({"seed": [0, 0]}, "seed: the axis repeats 0, which would run one point twice"),
     ({"dynamics": {"beta": [1.0, 1]}}, r"dynamics.beta: the axis repeats 1"),
     ({"dynamics": {"attention": "uniform", "rope": "on"}}, "dynamics.rope does nothing with dynamics.attention"),

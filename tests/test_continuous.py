@@ -395,7 +395,6 @@ def test_save_every_and_last():
     (dict(max_steps=0), "max_steps"),
     (dict(weights_fn=lambda t: 3.0), "Layers"),
     (dict(save=ja.Save(every=2)), r"Save\(every=...\) gives steps of a map"),
-    (dict(batch=ja.Batch(path="fused")), "solve has no fused path"),
 ])
 def test_bad_input_is_refused(kwargs, match):
     model = ja.random_model(jax.random.key(0), 4, 2, 1)

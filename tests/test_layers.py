@@ -239,8 +239,8 @@ def test_the_private_check_sees_what_it_checks():
                    "jaxattn/studies/x.py:13 imports jaxattn.analysis.steering._unit"], got
     inside = "from jaxattn.io.checkpoints._common import stack\nfrom jaxattn.io._atomic import replace_bytes\n"
     assert _private_imports(ROOT / "io" / "checkpoints" / "x.py", inside) == []
-    assert _private_imports(REPO / "scripts" / "x.py", "from jaxattn.dynamics._kernels import MAX_DIM\n") \
-        == ["scripts/x.py:1 imports jaxattn.dynamics._kernels"]
+    assert _private_imports(REPO / "scripts" / "x.py", "from jaxattn.dynamics._runner import run\n") \
+        == ["scripts/x.py:1 imports jaxattn.dynamics._runner"]
 
 
 #: The public modules whose functions are on the typed surface, with every callable of ``jaxattn.__all__``.

@@ -43,7 +43,7 @@ def _along_w(t, X, ctx):  # an observable with aux: the mean coordinate along ct
     (dict(devices=[]), r"Batch\(devices=...\) must be a non-empty sequence"),
     (dict(devices=[0, 1]), r"Batch\(devices=...\) must be a non-empty sequence"),
     (dict(precision="fp8"), r"Batch\(precision=...\) must be one of highest, tf32, bf16"),
-    (dict(path="kernel"), r"Batch\(path=...\) must be one of auto, fused, plain"),
+    (dict(path="kernel"), r"Batch\(path=...\) must be one of auto, plain"),
 ])
 def test_options_validate_with_one_line_naming_the_field(kwargs, match):
     cls = ja.Save if set(kwargs) <= {"every", "ts", "trajectory", "observe", "aux"} else ja.Batch
@@ -289,7 +289,6 @@ def test_a_removed_keyword_says_where_it_went(call, match):
     (lambda m, X: ja.repeated_passes(m, X, 1, save=ja.Save(ts=[0.0])), r"repeated_passes runs a map"),
     (lambda m, X: ja.solve(m, X, 1.0, save=ja.Save(every=2)), r"Save\(every=...\) gives steps of a map; solve"),
     (lambda m, X: ja.solve(m, X, 1.0, batch=8), r"batch must be a jaxattn.Batch, got 8"),
-    (lambda m, X: ja.repeated_passes(m, X, 1, batch=ja.Batch(path="fused")), r"repeated_passes has no fused path"),
     (lambda m, X: ja.sweep(m, num_init=2, n=4, steps=1, save=ja.Save(trajectory=True)), r"not trajectories"),
     (lambda m, X: ja.sweep_grid({"matmul_precision": "bf16"}, "unused", batch=ja.Batch(precision="tf32")),
      r"matmul_precision is given twice: 'bf16' by the configuration and 'tf32' by batch="),

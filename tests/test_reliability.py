@@ -351,21 +351,6 @@ def test_condition_of_the_seeded_models_index_has_its_own_key_and_no_other_chang
                                                                   np.float32)))
 
 
-def test_fused_path_with_a_size_is_refused(tmp_path):
-    """The fused kernel runs its own tiles: Batch(path='fused', size=k) silently ignored k."""
-    model = ja.random_model(jax.random.key(0), 4, 1, 1)
-    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
-    with pytest.raises(ConfigError, match=r"Batch\(path='fused'\) runs the kernel's own tiles .* takes no size"):
-        ja.simulate(model, X0, 2, batch=ja.Batch(size=8, path="fused"))
-    with pytest.raises(ConfigError, match="takes no size"):
-        ja.sweep(model, num_init=4, n=3, steps=2, batch=ja.Batch(size=8, path="fused"), out_dir=tmp_path / "s",
-                 progress=False)
-    with pytest.raises(ConfigError, match="takes no size"):
-        ja.sweep_grid({"num_init": 4, "path": "fused", "init": {"n": 3}, "model": {"d": 4, "heads": 1, "depth": 1}},
-                      tmp_path / "g", batch=ja.Batch(size=8), progress=False)
-    assert not (tmp_path / "s").exists() and not (tmp_path / "g").exists()
-
-
 def test_solve_refuses_tolerances_beside_a_stepsize_controller():
     """rtol/atol were silently ignored when a stepsize_controller was given."""
     import diffrax

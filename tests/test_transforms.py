@@ -384,18 +384,3 @@ def test_overflowing_dynamics_are_flagged():
         res = ja.simulate(model, _tokens(), 2, alpha=1e308, batch=ja.Batch(size=2))
     assert not bool(res.ok.all())
     assert bool(ja.simulate(model, _tokens(), 2, batch=ja.Batch(size=2)).ok.all())
-
-
-@pytest.mark.e2e
-def test_the_fused_path_says_it_has_no_derivative():
-    """jax.grad through Batch(path='fused') said the kernel "failed on the cpu backend", though its forward pass
-    works (here in Pallas interpret mode, on any backend): the fused path has no derivative, and says so; under jit
-    it runs (it had failed there too, on the host-side non-finite check of traced results)."""
-    model, X0 = _model(heads=1, depth=1), _tokens()
-    fused = lambda b: ja.simulate(model, X0, 2, beta=b, batch=ja.Batch(path="fused")).observables["diameter"].sum()
-    plain = lambda b: ja.simulate(model, X0, 2, beta=b, batch=ja.Batch(path="plain")).observables["diameter"].sum()
-    np.testing.assert_allclose(fused(1.5), plain(1.5), **TIGHT)
-    np.testing.assert_allclose(jax.jit(fused)(1.5), plain(1.5), **TIGHT)
-    for derivative in (jax.grad(fused), lambda b: jax.jvp(fused, (b,), (1.0,))):
-        with pytest.raises(ja.ConfigError, match=r"^Batch\(path='fused'\) has no derivative .*Batch\(path='plain'\)"):
-            derivative(1.5)

@@ -1,13 +1,9 @@
 """Dynamics: token spaces (geometry), prompts as initial conditions, discrete maps, the faithful forward
 pass of real architectures, vector fields, the diffrax solver, repeated passes, the batched runner shared
-by maps and flows, and the fused Pallas kernel."""
+by maps and flows."""
 
-# The face of the private runner and kernel modules: what the layers above (analysis, sweeps, studies), the
+# The face of the private runner module: what the layers above (analysis, sweeps, studies), the
 # package face and the scripts use of them (``import jaxattn.dynamics._runner`` is for this folder only).
-from jaxattn.dynamics._kernels import MAX_DIM as MAX_DIM  # the fused kernel's limits on d and n
-from jaxattn.dynamics._kernels import MAX_TOKENS as MAX_TOKENS
-from jaxattn.dynamics._kernels import KernelTooBig as KernelTooBig  # a forced kernel over the GPU's shared memory
-from jaxattn.dynamics._kernels import choose_path as choose_path
 from jaxattn.dynamics._runner import DTYPES as DTYPES
 from jaxattn.dynamics._runner import SIMULATION_DTYPES as SIMULATION_DTYPES
 from jaxattn.dynamics._runner import Context as Context

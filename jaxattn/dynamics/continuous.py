@@ -351,8 +351,7 @@ def solve(model: Model, X0: Float[ArrayLike, "*B n d"], t1, *, flow: Flow = C2, 
             ``[H, n, n]`` at ``(t, X)``; default :func:`jaxattn.analysis.metrics.consensus_observables`) and
             its ``aux``, and the trajectory. ``Save(every=...)`` (steps of a map) is refused.
         batch: how the batch runs (:class:`jaxattn.Batch`, as in :func:`jaxattn.simulate`): conditions per
-            compiled block, devices, matrix-product precision (``Batch(path='fused')`` is refused: the fused
-            kernel runs maps).
+            compiled block, devices, matrix-product precision.
         dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default that of ``X0``). A
             rescaled flow (:data:`C3_RESCALED`) runs in float64 only, any other dtype is refused at once: in float32
             its adaptive step shrinks until ``max_steps`` (minutes, then every condition failed), because ``e^{tF}``

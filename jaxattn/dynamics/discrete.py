@@ -29,7 +29,6 @@ A parallel model (GPT-NeoX, Phi) with the FFN: ``x' = x + α Attn(Norm1 x) + FFN
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -43,12 +42,10 @@ from jaxtyping import Array, ArrayLike, Float, Int
 
 from jaxattn.config import flag, static
 from jaxattn.dynamics import labelled
-from jaxattn.dynamics._kernels import choose_path, fused_simulate
 from jaxattn.dynamics._runner import (
     Context,
     block_budget,
     cast_floats,
-    check_precision,
     check_scalar,
     check_states,
     check_weights,
@@ -637,8 +634,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
         batch: how the batch runs (:class:`jaxattn.Batch`): conditions per compiled block (default: the
             backend's width, capped for a small batch at less than twice ``B``: :func:`lanes_of`; for a fixed
             ``size`` a condition's numbers are the same bits however the batch is split, for other widths the
-            same to round-off), devices, matrix-product precision, and the path (``'auto'``, the fused
-            Pallas kernel ``'fused'`` or ``'plain'``).
+            same to round-off), devices and matrix-product precision.
         dtype: computation dtype, a name (``'float32'``), a NumPy or a JAX dtype (default: that of X0;
             float32 unless float64 is asked for).
 
@@ -669,7 +665,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
         raise ConfigError(f"dynamics must be a jaxattn.Dynamics (D1, D3, D4, D5, FAITHFUL, NO_FFN or "
                           f"Dynamics(...)), got {dynamics!r}")
     save = check_save(save, "simulate", kind="map")
-    batch = check_batch(batch, "simulate", fused=True)
+    batch = check_batch(batch, "simulate")
     X0 = check_states(X0, model.d_model, normalised=dynamics.norm in ("l2", "ellipsoid"))
     alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
     steps = check_steps(steps)
@@ -684,33 +680,6 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     saved_steps(steps, save.when)  # listed steps within the run, or one line
     program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.when),
                           observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form)
-    path = batch.path
-    choice = choose_path(path, model, dynamics, save.observe, save.trajectory, save.when, X0.shape[1], dtype)
-    if batch.devices is not None and len(batch.devices) > 1:
-        choice = "plain"  # the fused kernel runs on one device
-    elif path == "auto" and traced((model, X0, alpha, beta, S)):
-        choice = "plain"  # under a transformation (grad, vmap): the plain path, which autodiff goes through
-    if choice == "fused":
-        try:
-            with jax.default_matmul_precision(check_precision(batch.precision)):
-                obs, final = _no_derivative(functools.partial(fused_simulate, steps=steps, dyn=dynamics,
-                                                              every=save.every), model, X0.astype(dtype), alpha,
-                                            beta, S)
-            fused = Simulation(obs, final, None)
-            if not traced(final):
-                _warn_non_finite(fused)
-            return fused
-        except ConfigError:
-            raise
-        except Exception as e:
-            if path == "fused":  # forced: one line naming the backend and the cause (Pallas' own is pages long)
-                cause = (str(e).strip().splitlines() or [""])[0][:300]
-                raise ConfigError(f"Batch(path='fused'): the fused kernel failed on the {jax.default_backend()} "
-                                  f"backend ({type(e).__name__}: {cause}); Batch(path='plain') or 'auto' runs the "
-                                  "same map") from e
-            # chosen automatically: fall back to the plain path, which computes the same map
-            warnings.warn(f"the fused kernel failed on this backend ({type(e).__name__}: {str(e)[:200]}); "
-                          "using the plain path (Batch(path='plain') silences this)", RuntimeWarning, stacklevel=2)
     params = (model, scalar_of(alpha, dtype), scalar_of(beta, dtype), S, cast_floats(save.aux, dtype), np.int32(0))
     cost, one_head = _condition_bytes(model, X0.shape[1], dtype, form, steps, save)
     obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost,
@@ -731,13 +700,12 @@ def _condition_bytes(model: Model, n: int, dtype, form: Form, steps: int, save: 
 
 
 def lanes_of(model: Model, n: int, *, dynamics: Dynamics = D1, steps: int = 0, save: Save = Save(),
-             batch: Batch = Batch(), dtype="float32", conditions: int | None = None) -> int | None:
+             batch: Batch = Batch(), dtype="float32", conditions: int | None = None) -> int:
     """The lane width in which :func:`simulate` computes ``conditions`` conditions per device of ``n`` tokens:
     ``batch.size`` when given; else the default for this model (:func:`jaxattn.dynamics.default_lanes`: the
     backend's width for such conditions, capped at the smallest power of two ``>= conditions``; 1 where the
     attention runs over key chunks). ``conditions=None``: the uncapped width, every default before it followed
-    the batch (what a sweep store written then resumes at). ``None`` on the fused path (the kernel's own tiles).
-    The sweeps record this width and resume at it.
+    the batch (what a sweep store written then resumes at). The sweeps record this width and resume at it.
 
     Examples:
         >>> import jax, jaxattn as ja
@@ -747,32 +715,12 @@ def lanes_of(model: Model, n: int, *, dynamics: Dynamics = D1, steps: int = 0, s
         (8, 32)
     """
     dtype = resolve_dtype(dtype)
-    if choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n, dtype) == "fused":
-        return None
     bare = model.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)  # as simulate sees it
     form = form_of(bare, dynamics, n, dtype, batch.form)
     if form.key_chunk is not None and batch.size is None:  # as simulate: one condition fills the device
         return 1
     cost, one_head = _condition_bytes(bare, n, dtype, form, steps, save)
     return lanes_for(batch.size, cost, one_head, conditions)
-
-
-def _no_derivative(kernel: Callable, model: Model, X0, alpha, beta, S):
-    """``kernel(model, X0, alpha=alpha, beta=beta, S=S)`` under a derivative rule that refuses in one line: the fused
-    Pallas kernel defines none, and differentiating through it failed deep inside JAX, reported as the kernel
-    failing on the backend. Its forward pass (also under ``jit`` and ``vmap``) is unchanged."""
-
-    @jax.custom_jvp
-    def call(model, X0, alpha, beta, S):
-        return kernel(model, X0, alpha=alpha, beta=beta, S=S)
-
-    @call.defjvp
-    def refuse(primals, tangents):
-        raise ConfigError("Batch(path='fused') has no derivative (reverse- or forward-mode): the fused kernel "
-                          "defines none; its forward pass runs, and Batch(path='plain') or 'auto' (which takes the "
-                          "plain path under jax.grad) differentiates the same map")
-
-    return call(model, X0, alpha, beta, S)
 
 
 def one_head_bytes(model: Model, n: int, dtype, key_chunk: int | None = None) -> int | None:

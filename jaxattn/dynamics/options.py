@@ -5,8 +5,7 @@
 :class:`Batch` (:func:`jaxattn.simulate_one`, one condition, takes only a ``Save``; :func:`jaxattn.sweep_grid`
 only a ``Batch``, its configuration file saying what is saved); an option means the same thing in each
 of them. A field that does not apply to a driver (times ``ts`` for a map, steps
-``every`` for a flow, the fused path for a flow) is refused by that driver with one line rather than
-ignored.
+``every`` for a flow) is refused by that driver with one line rather than ignored.
 
 ``Save`` is an Equinox module: its arrays (``ts``, ``aux``) are pytree leaves, so a ``Save`` can be passed
 through ``jax.jit`` or built from traced times, while ``every``, ``trajectory`` and ``observe`` are static.
@@ -34,10 +33,14 @@ from jaxattn.model.forms import Form
 #: (:func:`jaxattn.model.precision.rounded`); "tf32" is XLA's setting only, which a CPU ignores.
 PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 
-#: How a map's batch is computed: ``'auto'`` (the fused Pallas kernel where it applies on a backend where it
-#: has been proven, else the plain path), ``'fused'`` (force the kernel) or ``'plain'`` (XLA's separate
-#: operations). See :mod:`jaxattn.dynamics._kernels`.
-PATHS = ("auto", "fused", "plain")
+#: How a map's batch is computed: XLA's operations over blocks of conditions, under both names. ``'fused'``, a
+#: Pallas kernel running every step of a condition in one program, was removed: on an H200 it agreed with this path
+#: but ran at 0.43-0.69 times its speed at every shape timed (docs/gpu.md). The option stays so that code and sweep
+#: configurations that name a path still run.
+PATHS = ("auto", "plain")
+#: Why ``Batch(path='fused')`` is refused (one line).
+FUSED_REMOVED = ("Batch(path='fused'): the fused Pallas kernel was removed (on an H200 it ran at 0.43-0.69x the plain "
+                 "path at every shape timed, docs/gpu.md); 'auto' and 'plain' run the plain path")
 
 
 class Save(eqx.Module):
@@ -151,10 +154,8 @@ class Batch(eqx.Module):
             take XLA's bfloat16 setting: TF32 on an H200, full float32 on a CPU); ``'tf32'``: XLA's TensorFloat-32
             setting, which changes only NVIDIA GPUs from Ampere on (10-bit mantissa, about 1e-3 off after 24
             layers) and TPUs (several bfloat16 passes), and changes nothing on a CPU.
-        path: maps only: ``'auto'`` (the fused Pallas kernel of :mod:`jaxattn.dynamics._kernels` where it
-            applies, on a backend where it has been proven: none yet, so the plain path), ``'fused'`` (force
-            it; interpret mode on a CPU; it runs its own tiles, so ``size`` is refused with it) or ``'plain'``.
-            Flows and repeated passes refuse ``'fused'``.
+        path: ``'auto'`` or ``'plain'``, the same path (:data:`PATHS`: kept so that code and configurations that
+            name one still run; ``'fused'``, a removed kernel, is refused with the reason).
         form: how each layer's attention is arranged on the plain path: ``'auto'`` (the cheapest exact form,
             :func:`jaxattn.model.forms.choose`) or a :class:`jaxattn.model.forms.Form` to force one (tests, benchmarks;
             ``ja.model.forms.Form()`` is the general per-head form). Every form gives the same numbers up to round-off.
@@ -187,6 +188,8 @@ class Batch(eqx.Module):
                                   f"(e.g. jax.local_devices()), got {self.devices!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"Batch(precision=...) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.path == "fused":
+            raise ConfigError(FUSED_REMOVED)
         if self.path not in PATHS:
             raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {self.path!r}")
         if not (isinstance(self.form, Form) or (isinstance(self.form, str) and self.form == "auto")):
@@ -210,15 +213,10 @@ def check_save(save, driver: str, *, kind: str) -> Save:
     return save
 
 
-def check_batch(batch, driver: str, *, fused: bool = False) -> Batch:
-    """``batch`` as a :class:`Batch` that ``driver`` can run (``fused``: it has the fused path)."""
+def check_batch(batch, driver: str) -> Batch:
+    """``batch`` as a :class:`Batch`, refused with one line otherwise (``driver`` names the caller)."""
     if not isinstance(batch, Batch):
         raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
-    if batch.path == "fused" and not fused:
-        raise ConfigError(f"Batch(path='fused') is the fused kernel of simulate's maps; {driver} has no fused path")
-    if batch.path == "fused" and batch.size is not None:  # the kernel has its own tiles: a size would be ignored
-        raise ConfigError(f"Batch(path='fused') runs the kernel's own tiles of conditions and takes no size, got "
-                          f"Batch(size={batch.size}, path='fused'): leave size out, or use path='plain' with a size")
     return batch
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
-from jaxattn.dynamics import choose_path, continuous, discrete
+from jaxattn.dynamics import continuous, discrete
 from jaxattn.dynamics.continuous import solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
@@ -32,7 +32,7 @@ from jaxattn.model.sampling import seeded_model
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
 from jaxattn.sweeps._schema import dynamics_of, fields_of
 
-#: The observables the drivers save by default (the fused kernel computes these on chip): named in a
+#: The observables the drivers save by default: named in a
 #: configuration, they are the drivers' default rather than a list of names.
 DEFAULT_OBSERVABLES = ("diameter", "cos_consensus")
 
@@ -155,11 +155,9 @@ class Point:
         return self.run.times(depth, self.save)
 
     def kernel(self, model: Model) -> str:
-        """The path the point's chunks take: 'fused' (Pallas kernel), 'plain' or 'diffrax' (flows)."""
-        if not isinstance(self.run, MapRun):
-            return "diffrax"
-        return choose_path(self.batch.path, model, self.run.dynamics, self.save.observe, self.save.trajectory,
-                           self.save.when, self.n, self.dtype)
+        """The path the point's chunks take: 'plain' (maps) or 'diffrax' (flows), recorded in the store's manifest
+        (a removed fused kernel was the other path of maps)."""
+        return "plain" if isinstance(self.run, MapRun) else "diffrax"
 
     def _batch(self, batch: Batch | None) -> Batch:
         """The sweep's lane width and devices under the point's precision and path."""
@@ -168,7 +166,7 @@ class Point:
 
     def lanes(self, model: Model, conditions: int | None, batch: Batch | None = None) -> int | None:
         """The lane width :meth:`evolve` runs ``conditions`` conditions per device in (``None``: the uncapped
-        default of stores written before the width followed the batch; ``None`` back on the fused path). A sweep
+        default of stores written before the width followed the batch). A sweep
         records it and resumes at it."""
         return self.run.lanes(model, self.n, self.save, self._batch(batch), self.dtype, conditions)
 

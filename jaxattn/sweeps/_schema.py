@@ -57,8 +57,9 @@ class RunOptions:
     dtype: str = option("float32", "simulation precision", choices=SIMULATION_DTYPES)
     matmul_precision: str = option("highest", "matrix products of float32 runs: full float32, or TF32/bf16 (faster "
                                    "on GPUs, about 1e-3 off after 24 layers; docs/gpu.md)", choices=PRECISIONS)
-    path: str = option("auto", "discrete: the fused Pallas kernel or the plain path (auto: the plain path until the "
-                       "kernel is proven on a GPU, docs/gpu.md); formerly 'kernel'", choices=PATHS)
+    path: str = option("auto", "discrete: auto and plain are the same path (kept so that configurations naming it "
+                       "still run; a fused kernel, slower on a GPU, was removed: docs/gpu.md); formerly 'kernel'",
+                       choices=PATHS)
     keep_final: bool = option(False, "also store the final states [N, n, d]", axis=False)
     observables: list[str] = option(["diameter", "cos_consensus"], "observables saved at every saved time",
                                     choices=tuple(OBSERVABLES), axis=False)

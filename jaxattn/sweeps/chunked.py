@@ -31,7 +31,6 @@ from jaxtyping import ArrayLike, Float
 from jaxattn.config import record_repr
 from jaxattn.dynamics import (
     check_scalar,
-    choose_path,
     default_lanes,
     lanes_for,
     memory_limit,
@@ -124,7 +123,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         True
     """
     save = check_save(save, "sweep", kind="map")  # before anything is written
-    batch = check_batch(batch, "sweep", fused=True)
+    batch = check_batch(batch, "sweep")
     if save.trajectory:
         raise ConfigError("sweep keeps observables and final states, not trajectories: Save(trajectory=True) is "
                           "for simulate")
@@ -187,7 +186,7 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
         entry = {"params": {}, "num_init": num_init, "n": n, "d": d,
                  "times": saved_steps(steps, save.when).astype(np.float64).tolist(),
-                 "kernel": choose_path(batch.path, model, dynamics, save.observe, save.trajectory, save.when, n, dtype),
+                 "kernel": "plain",  # the path of its chunks (a removed fused kernel was the other)
                  "lanes": width}  # outside the fingerprint: a run resumes at the width it recorded
         store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[entry]),
                                 overwrite=overwrite)

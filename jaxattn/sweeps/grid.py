@@ -95,8 +95,8 @@ def _widths(points: list[Point], models: dict, entries: list[dict], chunk: int, 
 
 
 def _refuse_same_path(points: list[Point], info: list[dict]) -> None:
-    """A ``path`` axis whose values take the same path at a point (``['plain', 'auto']`` where 'auto' means the
-    plain path: every backend until the kernel is proven) would compute that point twice: refused."""
+    """A ``path`` axis whose values take the same path at a point (``['plain', 'auto']``: both the plain path) would
+    compute that point twice: refused."""
     seen: dict = {}
     for p, i in zip(points, info, strict=True):
         if "path" not in p.params:
@@ -169,14 +169,12 @@ def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = N
         >>> shutil.rmtree(tmp)
     """
     if batch is not None:
-        check_batch(batch, "sweep_grid", fused=True)
+        check_batch(batch, "sweep_grid")
     out = path_arg("sweep_grid: out", out)
     config = _merged(config, save, batch)  # what the objects say, as the configuration's keys
     batch = None if batch is None else Batch(size=batch.size, devices=batch.devices)
     cfg = validate_config(config)
     points = [point_of(p) for p in expand(cfg)]
-    if batch is not None and batch.size is not None and any(p.batch.path == "fused" for p in points):
-        check_batch(dataclasses.replace(batch, path="fused"), "sweep_grid", fused=True)  # refused: the kernel's tiles
     if any(p.dtype == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
             return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
