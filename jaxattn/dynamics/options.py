@@ -35,11 +35,11 @@ PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 
 #: How a map's batch is computed: XLA's operations over blocks of conditions, under both names. ``'fused'``, a
 #: Pallas kernel running every step of a condition in one program, was removed: on an H200 it agreed with this path
-#: but ran at 0.43-0.69 times its speed at every shape timed (docs/gpu.md). The option stays so that code and sweep
+#: but ran at 0.40-0.69 times its speed at every shape timed (docs/gpu.md). The option stays so that code and sweep
 #: configurations that name a path still run.
 PATHS = ("auto", "plain")
 #: Why ``Batch(path='fused')`` is refused (one line).
-FUSED_REMOVED = ("Batch(path='fused'): the fused Pallas kernel was removed (on an H200 it ran at 0.43-0.69x the plain "
+FUSED_REMOVED = ("Batch(path='fused'): the fused Pallas kernel was removed (on an H200 it ran at 0.40-0.69x the plain "
                  "path at every shape timed, docs/gpu.md); 'auto' and 'plain' run the plain path")
 
 

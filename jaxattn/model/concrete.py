@@ -5,8 +5,11 @@ the cheapest form, the masks. On a GPU each such check is a transfer from the de
 one of them before it starts: on an H200 the checks of one :func:`jaxattn.simulate` call cost about 5 ms, against
 about 10 ms for 300 steps of the papers' sphere model over 2048 conditions. A JAX array is immutable, so what is true
 of it stays true while it lives: the facts are kept here, keyed by the array object (held weakly, dropped when the
-array is), and a model or a batch of initial states passed again is not read again. NumPy arrays (mutable) and
-traced values (no value) are never kept.
+array is), and a model or a batch of initial states passed again is not read again. Never kept: NumPy arrays
+(mutable), traced values (no value), deleted buffers, and arrays in host memory (a CPU backend's): those may share
+their memory with a NumPy array that changes in place (``jax.device_put`` on a CPU aliases an aligned buffer), and
+reading them costs no transfer. An accelerator's array shared with another library through DLPack must not be
+changed in place while jaxattn may still see it (as for any JAX array).
 """
 
 from __future__ import annotations
@@ -22,27 +25,32 @@ T = TypeVar("T")
 
 #: ``(kind, ids of the arrays) -> (weak references to the arrays, the fact)``
 _FACTS: dict[tuple, tuple[tuple[weakref.ref, ...], Any]] = {}
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()  # re-entrant: an array may die, and its entry be dropped, while the lock is held
+
+
+def _in_host_memory(a: jax.Array) -> bool:
+    # JAX may share such an array with the NumPy array it was made from (jax.device_put on a CPU aliases an aligned
+    # buffer), which can change in place; reading it there costs no transfer anyway
+    return all(dev.platform == "cpu" for dev in a.devices())
 
 
 def _keepable(a: Any) -> bool:
-    return isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) and not a.is_deleted()
+    return (isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) and not a.is_deleted()
+            and not _in_host_memory(a))
 
 
 def fact(kind: Any, arrays: Sequence[Any], compute: Callable[[], T]) -> T:
     """``compute()``, a fact about ``arrays`` named by ``kind`` (hashable: a name and whatever else it depends on),
     computed once while the same array objects live. Computed every time when any of them is not a concrete JAX
-    array (a NumPy array can change in place; a traced one has no value).
+    array off the host (see the module docstring).
 
     Examples:
         >>> import jax.numpy as jnp
         >>> from jaxattn.model.concrete import fact
-        >>> a, calls = jnp.ones(3), []
-        >>> def finite():
-        ...     calls.append(1)
-        ...     return bool(jnp.isfinite(a).all())
-        >>> fact("finite", [a], finite), fact("finite", [a], finite), len(calls)
-        (True, True, 1)
+        >>> a = jnp.ones(3)
+        >>> finite = lambda: bool(jnp.isfinite(a).all())
+        >>> fact("finite", [a], finite), fact("finite", [a], finite)   # read once on a GPU, twice on a CPU
+        (True, True)
     """
     arrays = tuple(arrays)
     if not arrays or not all(_keepable(a) for a in arrays):

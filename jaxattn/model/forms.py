@@ -220,14 +220,18 @@ def choose(model, n: int, *, attention: str = "softmax", biases: bool = False, r
     """
     lay = model.layers
     has = lambda *names: biases and any(getattr(lay, b) is not None for b in names)
-    return _choose(n, lay.q.shape[1], lay.k.shape[1], lay.q.shape[2], lay.q.shape[3], verified_identity(model),
-                   attention=attention, score_bias=has("bq", "bk"), value_bias=has("bv"), rope=rope,
-                   dtype=jnp.dtype(dtype), budget=budget, masked=not unmasked(lay))
+    H = lay.q.shape[1]
+    chunk = None
+    if budget is not None and attention_bytes(n, H, dtype) > budget:
+        chunk = key_chunk_for(n, H, dtype)
+    return _choose(n, H, lay.k.shape[1], lay.q.shape[2], lay.q.shape[3], verified_identity(model),
+                   attention=attention, score_bias=has("bq", "bk"), value_bias=has("bv"), rope=rope, chunk=chunk,
+                   masked=not unmasked(lay))
 
 
 @functools.lru_cache(maxsize=256)
 def _choose(n: int, H: int, Hkv: int, dh: int, d: int, ids: tuple[str, ...], *, attention: str, score_bias: bool,
-            value_bias: bool, rope: bool, dtype, budget: int | None, masked: bool) -> Form:
+            value_bias: bool, rope: bool, chunk: int | None, masked: bool) -> Form:
     # the choice from the static facts alone, made once per set of them (a Form is immutable, so it is shared)
     cost = _costs(n, d, H, Hkv, dh, ids)
     scores = "heads"
@@ -235,9 +239,6 @@ def _choose(n: int, H: int, Hkv: int, dh: int, d: int, ids: tuple[str, ...], *, 
         scores = "bilinear" if cost["scores", "bilinear"] < cost["scores", "heads"] else "heads"
     values = "bilinear" if not value_bias and cost["values", "bilinear"] < cost["values", "heads"] else "heads"
     ids = tuple(m for m in ids if not ((m in "qk" and scores == "bilinear") or (m in "vo" and values == "bilinear")))
-    chunk = None
-    if budget is not None and attention_bytes(n, H, dtype) > budget:
-        chunk = key_chunk_for(n, H, dtype)
     return Form(scores=scores, values=values, identity=ids, key_chunk=chunk, masked=masked)
 
 

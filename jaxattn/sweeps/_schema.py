@@ -15,7 +15,7 @@ from jaxattn.dynamics.continuous import SOLVERS, adaptive
 from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
 from jaxattn.dynamics.fields import RESCALED_NEEDS_FLOAT64
 from jaxattn.dynamics.geometry import NEEDS_S, SPACES
-from jaxattn.dynamics.options import PATHS, PRECISIONS
+from jaxattn.dynamics.options import FUSED_REMOVED, PATHS, PRECISIONS
 from jaxattn.errors import ConfigError, is_every
 from jaxattn.model.attention import ATTENTIONS
 from jaxattn.model.params import parse_mask
@@ -177,6 +177,8 @@ def validate_config(raw: Mapping) -> dict:
         raise ConfigError(f"{both[0][0]} is the old name of {both[0][1]}: give one of them")
     for name, value in raw.items():
         key = RENAMED.get(name.replace("-", "_"), name.replace("-", "_"))
+        if key == "path" and (value == "fused" or (isinstance(value, list) and "fused" in value)):
+            raise ConfigError(f"{name.replace('-', '_')}: got 'fused': {FUSED_REMOVED.split(': ', 1)[1]}")
         if key in SCHEMA and key != "" and isinstance(value, Mapping):
             for sub, v in value.items():
                 _fill(out, key, sub.replace("-", "_"), v)
