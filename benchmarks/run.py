@@ -12,6 +12,10 @@ inter-token diameter after every layer:
 * ``torch``: a hand-written batched PyTorch loop (fused QKV projection, batched matmuls);
 * ``torch.compile``: the same layer function under ``torch.compile`` (inductor);
 * ``torch-sdpa``: the loop with ``torch.nn.functional.scaled_dot_product_attention``;
+* ``jaxattn-tf32`` and ``torch.compile-tf32``: ``jaxattn`` with ``Batch(precision="tf32")`` and ``torch.compile``
+  with TF32 products (``torch.set_float32_matmul_precision("high")`` around its calls): the faster products of an
+  NVIDIA GPU from Ampere on, compared with each other; on a CPU both compute full float32. Not in the default
+  selection (``make gpu-check`` runs them on W1); checked against ``jaxattn`` at :data:`AGREE_TF32`;
 * ``hf``: Hugging Face's own attention modules (``BertSelfAttention`` + output projection; the FFN
   and LayerNorm removed, biases zeroed) called layer by layer;
 * ``numpy``: a NumPy loop over conditions (how research scripts are usually written; timed on a
@@ -48,8 +52,12 @@ import numpy as np
 
 #: max abs difference of the diameters allowed against jaxattn before an implementation is timed
 AGREE = 1e-3
+#: the same for the TF32 rows (10-bit mantissa: W1's diameters moved by up to 8.3e-4 on the H200, 2026-11-28)
+AGREE_TF32 = 1e-2
 #: the implementations, in the order they run (jaxattn first: it is the reference)
 IMPLS = ("jaxattn", "jaxattn-cores", "torch", "torch.compile", "torch-sdpa", "hf", "numpy")
+#: the TF32 pair (``make gpu-check``'s W1 runs them after ``jaxattn``, the reference)
+TF32 = ("jaxattn-tf32", "torch.compile-tf32")
 WORKLOADS = {
     # name: (model, n, B, numpy slice)
     "W1": ("random:64:4:24", 32, 1024, 16),
@@ -90,16 +98,16 @@ def _diameter_obs(t, X, ctx):
     return diameter(X)
 
 
-def make_jaxattn(model, X0, devices=None):
+def make_jaxattn(model, X0, devices=None, precision="highest"):
     """``simulate`` on the default device, or with the batch split over ``devices`` (``None`` where fewer than two:
-    that row is left out)."""
+    that row is left out); ``precision`` of its float32 products (``Batch(precision=...)``)."""
     import jax
 
     import jaxattn as ja
 
     if devices is not None and len(devices) < 2:
         return None
-    batch = ja.Batch() if devices is None else ja.Batch(devices=devices)
+    batch = ja.Batch(precision=precision) if devices is None else ja.Batch(devices=devices, precision=precision)
     X0 = jax.device_put(X0)  # on the device once: the clock measures the dynamics, not the transfer
 
     def run():
@@ -136,7 +144,11 @@ def _chunks(B: int, chunk: int | None):
     return [(s, min(s + chunk, B)) for s in range(0, B, chunk)]
 
 
-def make_torch(ws, X0, mode, device="cpu", chunk=None):
+def make_torch(ws, X0, mode, device="cpu", chunk=None, tf32=False):
+    """``mode``: 'eager', 'compile' or 'sdpa'; ``tf32``: float32 products in TF32 during its calls (and the
+    compilation), as ``torch.set_float32_matmul_precision("high")`` gives them on an NVIDIA GPU from Ampere on."""
+    import contextlib
+
     import torch
 
     torch.set_grad_enabled(False)
@@ -150,7 +162,23 @@ def make_torch(ws, X0, mode, device="cpu", chunk=None):
     if mode == "compile":
         layer = torch.compile(_torch_layer, dynamic=False)
 
+    @contextlib.contextmanager
+    def products():
+        if not tf32:
+            yield
+            return
+        before = torch.get_float32_matmul_precision()
+        torch.set_float32_matmul_precision("high")
+        try:
+            yield
+        finally:
+            torch.set_float32_matmul_precision(before)
+
     def run():
+        with products():
+            return _run()
+
+    def _run():
         parts = []
         for a, b in _chunks(X0t.shape[0], chunk):
             X, out = X0t[a:b].to(device), []
@@ -259,9 +287,9 @@ def environment() -> dict:
 
 
 def _check(label, out, ref):
-    err = float(np.abs(out - ref).max())
-    if not err < AGREE:  # NaN fails too
-        raise AssertionError(f"{label} disagrees with jaxattn by {err:.3g} (allowed {AGREE:g})")
+    err, allowed = float(np.abs(out - ref).max()), AGREE_TF32 if label in TF32 else AGREE
+    if not err < allowed:  # NaN fails too
+        raise AssertionError(f"{label} disagrees with jaxattn by {err:.3g} (allowed {allowed:g})")
     return err
 
 
@@ -294,6 +322,8 @@ def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, n
         "torch": lambda: make_torch(ws, X0, "eager", device, torch_chunk),
         "torch.compile": lambda: make_torch(ws, X0, "compile", device, torch_chunk),
         "torch-sdpa": lambda: make_torch(ws, X0, "sdpa", device, torch_chunk),
+        "jaxattn-tf32": lambda: make_jaxattn(model, X0, precision="tf32"),
+        "torch.compile-tf32": lambda: make_torch(ws, X0, "compile", device, torch_chunk, tf32=True),
         "hf": lambda: make_hf(model, ws, X0, device, torch_chunk),
     }
 
@@ -350,6 +380,9 @@ def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, n
     for r in rows.values():
         if base and "seconds" in r:
             r["jaxattn_speedup"] = round(r["seconds"] / base, 2)
+    tf32 = [rows.get(label, {}).get("seconds") for label in TF32]
+    if all(tf32):  # the TF32 rows against each other: jaxattn's TF32 speed-up over torch.compile's
+        rows[TF32[1]]["jaxattn_tf32_speedup"] = round(tf32[1] / tf32[0], 2)
     return {"model": spec, "n": n, "B": B, "d": d, "heads": model.n_heads, "layers": L, "torch_device": device,
             "torch_chunk": torch_chunk, "results": rows}
 

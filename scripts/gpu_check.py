@@ -361,7 +361,8 @@ def stage_bench_run(ctx: Ctx) -> dict:
     if ctx.reduced:
         # torch.compile and Hugging Face's modules take tens of seconds to start on a CPU: the full form has the first
         workloads = {"W1-shaped (d=16, H=2, 3 layers, n=4, B=16)": (("random:16:2:3", 4, 16, 2),
-                                                                    ("jaxattn", "torch", "torch-sdpa", "numpy"))}
+                                                                    ("jaxattn", "torch", "torch-sdpa", "jaxattn-tf32",
+                                                                     "numpy"))}
         chunk = None
     else:
         # Within the window (docs/gpu.md): W1 against torch eager, torch.compile and SDPA (the first two H200 runs
@@ -374,7 +375,10 @@ def stage_bench_run(ctx: Ctx) -> dict:
                      "MiniLM-shaped (d=384, H=12, 6 layers, n=10), B=131,072": (("random:384:12:6", 10, 131_072, 8),
                                                                                  vs),
                      "GPT-2-small-shaped (d=768, H=12, 12 layers, n=64), B=8,192": (("random:768:12:12", 64, 8192, 2),
-                                                                                     vs)}
+                                                                                     vs),
+                     # last: TF32 against torch.compile with TF32 (the accelerator issue's last W1 target), jaxattn
+                     # at full float32 first as the reference (compiled already: the W1 row's program)
+                     "W1 at TF32, B=131,072": (("random:64:4:24", 32, 131_072, 16), ("jaxattn", *run.TF32))}
         chunk = 131_072  # torch's activations for a very large batch at once would not fit beside JAX's
     if not _has("torch"):
         workloads = {k: (sizes, ("jaxattn", "numpy")) for k, (sizes, _) in workloads.items()}
@@ -603,11 +607,11 @@ STAGES: dict[str, Stage] = {
     "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions", 22),
     "bench_papers": Stage(stage_bench_papers, 70, REDUCED_BUDGET,
                           "benchmarks/papers.py: the sphere model against torch and the JAX floor", 40),
-    "bench_run": Stage(stage_bench_run, 105, REDUCED_BUDGET,
-                       "benchmarks/run.py: W1, MiniLM- and GPT-2-small-shaped batches against torch", 97),
+    "bench_run": Stage(stage_bench_run, 130, REDUCED_BUDGET,
+                       "benchmarks/run.py: W1, MiniLM- and GPT-2-small-shaped batches against torch; W1 at TF32", 122),
     "bench_flows": Stage(stage_bench_flows, 50, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq", 45),
     "precision": Stage(stage_precision, 70, REDUCED_BUDGET, "matmul precision against float64: W1, then MiniLM", 50),
-    "suite": Stage(stage_suite, 145, REDUCED_BUDGET, "the GPU-relevant tests on this backend", 145),
+    "suite": Stage(stage_suite, 120, REDUCED_BUDGET, "the GPU-relevant tests on this backend", 120),
     # not in the window (--stages names them): each ran out of its budget on the H200 runs of 2026-11-26 (estimate:
     # that budget)
     "bench_consensus": Stage(stage_bench_consensus, 45, REDUCED_BUDGET, "benchmarks/consensus_passes.py", 45),
