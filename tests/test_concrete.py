@@ -95,11 +95,11 @@ def test_arrays_in_host_memory_are_read_every_time():
 
 
 @pytest.mark.parametrize("accelerator", [False, True])
-def test_bad_weights_and_states_are_refused_whatever_ran_before(accelerator, monkeypatch):
+def test_bad_weights_and_states_are_refused_whatever_ran_before(accelerator, request):
     """A model and states that passed stay passed; NaN put in a new array (models are immutable: ``replace``) is
     refused, however often the good ones ran before, with the facts kept (as on an accelerator) or not."""
     if accelerator:
-        monkeypatch.setattr(concrete, "_in_host_memory", lambda a: False)
+        request.getfixturevalue("off_host")
     model = ja.random_model(jax.random.key(0), 4, heads=1, depth=1)
     X0 = ja.init_tokens(jax.random.key(1), 3, 5, 4)
     ja.simulate(model, X0, 2)

@@ -180,7 +180,7 @@ def test_a_study_on_a_full_disk_leaves_its_directory_as_it_found_it(tmp_path, mo
 SIM = ["simulate", "--num-init", "1500", "--chunk", "500", "--no-progress"]
 
 
-def _simulate_fills_the_disk_then_resumes(out: Path, reference: Path, capsys, make_room) -> None:
+def assert_fills_the_disk_then_resumes(out: Path, reference: Path, capsys, make_room) -> None:
     assert main([*SIM, "--out", str(out)]) == 2
     line = _one_error_line(capsys.readouterr().err)
     assert line == (f"jaxattn: error: writing {out / 'observables.safetensors'} failed: the disk is full; finished "
@@ -203,14 +203,14 @@ def test_simulate_on_a_full_disk_keeps_its_chunks_and_resumes_bit_for_bit(small_
     now one line and exit 2, its finished chunks kept, and the same command, with room, resumes them into a run
     equal bit for bit to an uninterrupted one."""
     disk, resize = small_disk("200k")
-    _simulate_fills_the_disk_then_resumes(disk / "sim", tmp_path / "ref", capsys, lambda: resize("2m"))
+    assert_fills_the_disk_then_resumes(disk / "sim", tmp_path / "ref", capsys, lambda: resize("2m"))
 
 
 @pytest.mark.e2e
 def test_simulate_on_a_simulated_full_disk(tmp_path, capsys, monkeypatch):
     """The same everywhere (no file system to mount): the disk fills at the final write."""
     fill_disk(monkeypatch, at="observables.safetensors")
-    _simulate_fills_the_disk_then_resumes(tmp_path / "sim", tmp_path / "ref", capsys, monkeypatch.undo)
+    assert_fills_the_disk_then_resumes(tmp_path / "sim", tmp_path / "ref", capsys, monkeypatch.undo)
 
 
 @pytest.mark.e2e

@@ -26,7 +26,7 @@ def _both(obj) -> tuple[str, str]:
     return text, page
 
 
-def _shows(obj, title: str, **rows: str) -> None:
+def assert_shows(obj, title: str, **rows: str) -> None:
     """The title and every row ``label: value`` (``non_finite`` for ``non-finite``) in the terminal's form and in
     the notebook's (a table there, HTML-escaped)."""
     import html
@@ -40,18 +40,18 @@ def _shows(obj, title: str, **rows: str) -> None:
 
 
 def test_a_model(model):
-    _shows(model, "jaxattn.Model", d_model="4   heads 1", depth="2 blocks, 1 weight set(s)  (shared weights)",
+    assert_shows(model, "jaxattn.Model", d_model="4   heads 1", depth="2 blocks, 1 weight set(s)  (shared weights)",
            weights="q (1, 1, 4, 4) float64", non_finite="0 of 7 arrays")
     assert len(repr(model).splitlines()) < 15  # compact: no weights printed
     broken = model.replace(layers=model.layers.replace(v=model.layers.v.at[0, 0, 0, 0].set(np.nan)))
-    _shows(broken, "jaxattn.Model", non_finite="1 of 7 arrays (.layers.v)")
+    assert_shows(broken, "jaxattn.Model", non_finite="1 of 7 arrays (.layers.v)")
 
 
 def test_a_simulation():
     final = np.ones((3, 2, 4), np.float32)
     final[1, 0, 0] = np.nan
     res = ja.Simulation({"diameter": np.zeros((3, 5), np.float32)}, final, None)
-    _shows(res, "jaxattn.Simulation", dimensions="condition: 3, step (saved): 5, token: 2, coord: 4",
+    assert_shows(res, "jaxattn.Simulation", dimensions="condition: 3, step (saved): 5, token: 2, coord: 4",
            observables="diameter (3, 5) float32", final="(3, 2, 4) float32", trajectory="none",
            non_finite="1 of 3 conditions")
 
@@ -61,13 +61,13 @@ def test_a_solution():
     final[2] = np.inf
     sol = ja.Solution(np.linspace(0.0, 2.0, 5), {"diameter": np.zeros((3, 5))}, final, np.zeros((3, 5, 2, 4)),
                       np.asarray([0, 1, 3], np.int32), np.asarray([4, 100, 7], np.int32))
-    _shows(sol, "jaxattn.Solution", dimensions="condition: 3, t (saved): 5, token: 2, coord: 4", times="0 to 2",
+    assert_shows(sol, "jaxattn.Solution", dimensions="condition: 3, t (saved): 5, token: 2, coord: 4", times="0 to 2",
            trajectory="(3, 5, 2, 4) float64", solves="1 of 3 succeeded (1 max_steps_reached, 1 nonfinite)",
            non_finite="1 of 3 conditions")
 
 
 def test_a_spectrum(model):
-    _shows(ja.spectrum(model), "jaxattn.Spectrum", dimensions="weight sets: 1, d: 4", order="real",
+    assert_shows(ja.spectrum(model), "jaxattn.Spectrum", dimensions="weight sets: 1, d: 4", order="real",
            F="(1, 4, 4) float64", non_finite="0 of 1 weight set")
 
 
@@ -90,9 +90,9 @@ def test_a_sweep(tmp_path):
     rows = dict(grid="2 points: beta [1, 2]", dimensions="condition: 3, step: 3, token: 2, coord: 4",
                 finished="5 of 6 conditions (chunks of 2)", model="random: d 4, heads 1, depth 2, full",
                 observables="diameter, cos_consensus")
-    _shows(sw, "jaxattn.Sweep", **rows, non_finite="not recorded (table() counts them)")
+    assert_shows(sw, "jaxattn.Sweep", **rows, non_finite="not recorded (table() counts them)")
     store.mark_finished({"nonfinite": 1, "processes": 1}, 0)
-    _shows(ja.open_sweep(tmp_path / "g"), "jaxattn.Sweep", **rows, non_finite="1 of 6 conditions")
+    assert_shows(ja.open_sweep(tmp_path / "g"), "jaxattn.Sweep", **rows, non_finite="1 of 6 conditions")
 
 
 def test_a_summary_of_traced_values_does_not_fail(model):

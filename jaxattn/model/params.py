@@ -261,7 +261,6 @@ def _non_finite(named: dict) -> list[str]:
     if on_device:  # once per set of weight arrays (a model run again is not read again: jaxattn.model.concrete)
         flags.update(concrete.fact(("finite", tuple(on_device)), list(on_device.values()),
                                    lambda: _device_flags(on_device)))
-    flags = jax.device_get(flags)  # one transfer of every flag, not one per weight
     return [name for name in named if name in flags and not flags[name]]
 
 

@@ -154,7 +154,7 @@ class Point:
         """The times (maps: step indices) at which the point saves its observables."""
         return self.run.times(depth, self.save)
 
-    def kernel(self, model: Model) -> str:
+    def kernel(self) -> str:
         """The path the point's chunks take: 'plain' (maps) or 'diffrax' (flows), recorded in the store's manifest
         (a removed fused kernel was the other path of maps)."""
         return "plain" if isinstance(self.run, MapRun) else "diffrax"

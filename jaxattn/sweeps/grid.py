@@ -194,7 +194,7 @@ def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = N
         m = p.build_model(models)
         check_fits(p.n, m.d_model, m.n_heads, p.dtype, batch.size)  # before the store is written
         point_info.append({"params": p.params, "num_init": p.num_init, "n": p.n, "d": m.d_model,
-                           "times": p.times(m.depth).tolist(), "kernel": p.kernel(m)})
+                           "times": p.times(m.depth).tolist(), "kernel": p.kernel()})
     _refuse_same_path(points, point_info)
     for e, w in zip(point_info, _widths(points, models, point_info, chunk, batch, len(devices), recorded=False),
                     strict=True):
