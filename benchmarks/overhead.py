@@ -54,6 +54,8 @@ def main(argv=None) -> dict:
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--out", default=str(Path(__file__).with_name("results_overhead.json")))
     a = p.parse_args(argv)
+    if a.repeats < 1 or a.calls < 1:
+        p.error("--repeats and --calls must be at least 1")
     import jax
 
     calls = _calls(a.calls)

@@ -805,6 +805,12 @@ def settle(argv: list[str] | None, env: Mapping[str, str]) -> Plan:
             budgets[k] = float(v)
         except ValueError:
             ap.error(f"--budget {item}: SECONDS must be a number")
+        if not budgets[k] > 0:  # NaN too
+            ap.error(f"--budget {item}: SECONDS must be positive")
+    if not a.window > 0:
+        ap.error(f"--window {a.window:g}: SECONDS must be positive")
+    if (out.exists() and not out.is_dir()) or any(p.exists() and not p.is_dir() for p in out.parents):
+        ap.error(f"--out {a.out}: not a folder (a file is in the way)")
     if inside and a.reduced is False:
         ap.error(refusal)
     gpu = _backend(env) == "gpu"
