@@ -144,6 +144,23 @@ def test_zarr_opens_a_point_of_the_store_directly(grid):
     np.testing.assert_array_equal(point.final.values, sw.arrays(3)["final"])
 
 
+def test_xarray_opens_the_whole_store_as_a_tree(grid):
+    """Every point's groups at once (xarray's DataTree): each group equals the arrays of its point, and says
+    which point of the grid it is."""
+    root, sw = grid
+    tree = xr.open_datatree(root / "data.zarr", engine="zarr", consolidated=False)
+    assert sorted(tree.children) == [f"p{i:04d}" for i in range(len(sw.points))]
+    for i, p in enumerate(sw.points):
+        group, arrays = tree[f"p{i:04d}"], sw.arrays(i)
+        obs = group["observables"].to_dataset()
+        assert obs.attrs["jaxattn_point"] == i and obs.attrs["seed"] == p["params"]["seed"]
+        assert obs.attrs["dynamics.beta"] == p["params"]["dynamics.beta"]
+        for name in ("diameter", "cos_consensus"):
+            assert obs[name].dims == ("condition", "step")
+            np.testing.assert_array_equal(obs[name].values, arrays[f"observables.{name}"])
+        np.testing.assert_array_equal(group.to_dataset().final.values, arrays["final"])
+
+
 def test_an_old_store_still_opens(grid, tmp_path):
     """A store written before the arrays carried ``dimension_names`` (and the point groups their attributes):
     the reader and to_xarray read it as they read a new one (the names are metadata; no checksum covers them)."""
