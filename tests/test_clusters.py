@@ -92,7 +92,8 @@ def test_hull_vertices_in_a_degenerate_plane():
     """Points on a plane in 3-D (no full-dimensional hull): the LP path finds the square's corners."""
     P = np.array([[0, 0, 1], [1, 0, 1], [0, 1, 1], [1, 1, 1], [0.5, 0.5, 1], [0.2, 0.7, 1.0]])
     assert cl.hull_vertices(P).tolist() == [True, True, True, True, False, False]
-    np.testing.assert_allclose(cl.hull_distance(P[:4], [[2.0, 0.5, 1.0], [0.5, 0.5, 1.0]]), [1.0, 0.0], atol=1e-9)
+    far = np.array([[2.0, 0.5, 1.0], [0.5, 0.5, 1.0]])
+    np.testing.assert_allclose(cl.hull_distance(P[:4], far), [1.0, 0.0], atol=1e-9)
 
 
 @pytest.mark.e2e
@@ -204,6 +205,7 @@ def test_good_triple_fraction_closed_forms_and_interval_width():
 # ----------------------------------------------------------------------------- bad input
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("call,match", [
     (lambda: cl.paper_model(np.ones((2, 3))), "square"),
     (lambda: cl.paper_model(np.array([[1.0, np.nan], [0, 1]])), "non-finite"),

@@ -382,6 +382,7 @@ def test_save_every_and_last():
     assert last.observables["diameter"].shape == (4, 1)
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("kwargs,match", [
     (dict(t1=-1.0), "greater than t0"),
     (dict(rtol=0.0), "rtol"),

@@ -24,6 +24,7 @@ def _along_w(t, X, ctx):  # an observable with aux: the mean coordinate along ct
     return {"along": jnp.mean(X @ ctx.aux["w"])}
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("kwargs,match", [
     (dict(every=0), r"Save\(every=...\) must be None, a positive integer or 'last', got 0"),
     (dict(every=2.5), r"Save\(every=...\) must be"),
@@ -64,6 +65,7 @@ OPTION_RECORDS = {ja.Batch: {}, ja.Dynamics: {}, ja.Flow: {}, ja.model.forms.For
                   ja.model.rope.Rope: {"dim": 4}}
 
 
+@pytest.mark.unchecked_types("dataclasses.replace with an object() checks again")
 @pytest.mark.parametrize("cls", OPTION_RECORDS, ids=lambda c: c.__name__)
 def test_every_option_is_one_kind_of_record(cls):
     """One record kind for options: an equinox Module checked in ``__check_init__``, every field static (hashed
@@ -282,6 +284,7 @@ def test_a_removed_keyword_says_where_it_went(call, match):
         call(_model(), _tokens(2))
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("call,match", [
     (lambda m, X: ja.simulate(m, X, 2, save="last"), r"save must be a jaxattn.Save, got 'last' \(steps to save"),
     (lambda m, X: ja.simulate(m, X, 2, save=ja.Save(ts=[0.0])), r"Save\(ts=...\) gives times of a flow; simulate"),

@@ -192,6 +192,7 @@ def test_a_replayed_study_run_is_not_refused_for_its_recorded_defaults(tmp_path)
     assert main(["stability", "--config", str(f), "--out", str(tmp_path / "b")]) == 0
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("study", ["clusters", "stability", "consensus"])
 def test_a_study_run_with_a_wrong_config_type_is_one_line(study, tmp_path):
     import importlib

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jax
 import jax.numpy as jnp
+import jaxtyping
 import numpy as np
 import pytest
 
@@ -211,6 +212,7 @@ def test_modified_converted_file_is_refused(gpt2_file, tmp_path):
     ja.load(gpt2_file)  # the original still loads
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 # ------------------------------------------------------------------ the API
 @pytest.mark.parametrize("X0,match", [
     (np.full((1, 3, 4), np.nan), "non-finite"),
@@ -228,6 +230,7 @@ def test_bad_initial_states(X0, match):
         ja.solve(model, X0, 1.0)
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("kw,match", [
     (dict(steps=True), "steps must be"),
     (dict(batch=ja.Batch(size=3), save="last"), r"save must be a jaxattn.Save, got 'last' \(steps to save are"),
@@ -262,6 +265,7 @@ def test_float64_without_x64_is_refused():
     assert "refused: float64 needs JAX's x64 mode" in out
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose (a float id)")
 def test_token_ids_are_checked(gpt2_file):
     model = ja.load(gpt2_file)
     vocab = model.embeddings.word.shape[0]
@@ -287,6 +291,7 @@ def test_files_follow_the_umask(tmp_path):
         write_json(tmp_path / "b.json", {"x": float("nan")})  # strict JSON: NaN is refused, not written
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 def test_wrong_kinds_of_arguments_get_one_clear_error():
     model = ja.random_model(jax.random.key(0), 4, 2, 1)
     X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
@@ -299,6 +304,19 @@ def test_wrong_kinds_of_arguments_get_one_clear_error():
     # both key styles are accepted and give the same tokens
     np.testing.assert_array_equal(ja.init_tokens(jax.random.PRNGKey(3), 2, 3, 4),
                                   ja.init_tokens(jax.random.wrap_key_data(jax.random.PRNGKey(3)), 2, 3, 4))
+
+
+def test_the_suite_checks_annotations_at_run_time(request):
+    """The suite runs with jaxtyping's runtime checker on the package (pyproject.toml's addopts): a wrong kind of
+    value meets it before the package's own check, and an array of the wrong shape for its annotation too; the tests
+    marked ``unchecked_types`` see the package's one-line error instead (the test above)."""
+    assert request.config.getoption("--jaxtyping-packages"), "the suite runs with --jaxtyping-packages (pyproject.toml)"
+    model = ja.random_model(jax.random.key(0), 4, 2, 1)
+    X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    with pytest.raises(jaxtyping.TypeCheckError, match="dynamics"):
+        ja.simulate(model, X0, 2, dynamics="D1")
+    with pytest.raises(jaxtyping.TypeCheckError, match="X"):  # Float[Array, "n d"]: one configuration, not a batch
+        ja.velocity(model, X0)
 
 
 @pytest.mark.e2e

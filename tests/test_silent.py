@@ -109,6 +109,7 @@ def test_init_tokens_bit_identical_however_split():
             np.testing.assert_array_equal(np.concatenate(parts), ref, err_msg=f"{sizes} {dtype}")
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 def test_sampling_refuses_what_it_would_silently_change():
     key = jax.random.key(0)
     assert ja.random_model(key, 4, dtype=jnp.float32).layers.q.dtype == jnp.float32

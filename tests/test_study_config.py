@@ -51,6 +51,7 @@ def test_study_command_options_are_its_configs_fields(command):
         assert action.help.startswith(("comma-separated: " if spec.is_list else "") + spec.help.replace("%", "%%"))
 
 
+@pytest.mark.unchecked_types("a tuple where a list is declared")
 def test_list_options_are_lists_in_python():
     assert clusters.Config().table_d == [2, 3] and clusters.Config().ensembles == ["ginibre", "symmetric"]
     assert stability.Config().tokens == [3, 4, 5] and pm.Config().gammas == [1.0, 10.0, 100.0, 1000.0]
@@ -59,6 +60,7 @@ def test_list_options_are_lists_in_python():
     assert stability.Config(tokens=[5, 3]).ns() == [3, 5]  # in order (a repeated n is refused: test_reliability)
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.parametrize("config,match", [
     (lambda: stability.Config(tokens="3,4"), r"tokens must be a list \(tokens=\[...\]\), not comma-separated text; "
                                             r"got '3,4'"),

@@ -451,6 +451,7 @@ def test_sweep_grid_takes_the_drivers_save_and_batch_as_its_keys(tmp_path):
     assert not (tmp_path / "b").exists()
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 def test_a_sweep_refuses_fractional_steps_before_writing_a_store(tmp_path):
     """steps = 2.5 with a store: the store's manifest names the saved steps, which raised a TypeError."""
     model = ja.random_model(jax.random.key(0), 4, 1, 1)

@@ -357,6 +357,7 @@ def test_filter_grad_and_jax_grad_agree_on_the_model():
     assert float(jnp.abs(g1.layers.causal).sum()) == 0.0  # a mask has no gradient
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 def test_velocity_refuses_a_batch_and_a_map():
     model = _model()
     X = _tokens()
@@ -368,6 +369,7 @@ def test_velocity_refuses_a_batch_and_a_map():
     np.testing.assert_allclose(v[1], ja.velocity(model, X[1]), **TIGHT)
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 def test_repeated_passes_refuses_a_dynamics_name():
     with pytest.raises(ja.ConfigError, match=r"must be a jaxattn\.Dynamics"):
         ja.repeated_passes(_model(), _tokens(), 1, dynamics="NO_FFN")

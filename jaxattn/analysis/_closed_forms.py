@@ -15,7 +15,7 @@ from jaxattn.analysis.spectral import eig_sorted
 from jaxattn.errors import ConfigError
 
 
-def consensus_eigenvalues(eigvals: Shaped[ArrayLike, " d"], k: int, n: int, *,
+def consensus_eigenvalues(eigvals: Shaped[ArrayLike, " d"], k: int | np.integer, n: int, *,
                           alpha: float | None = None) -> Complex[np.ndarray, " m"]:
     """Intrinsic Jacobian eigenvalues at consensus on the real eigenvector ``v_k`` (closed form).
 

@@ -33,36 +33,36 @@ from jaxattn.model.precision import full_precision
 _unit = l2  # tokens as unit vectors
 
 
-def nearest_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
+def nearest_consensus(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, ""]:
     U = _unit(X)
     m = U.mean(axis=0)
     c = m / jnp.linalg.norm(m)
     return jnp.sqrt(jnp.sum((U - c[None]) ** 2))
 
 
-def hemisphere(X: Float[Array, "n d"], w: Float[Array, " d"]) -> Float[Array, ""]:
+def hemisphere(X: Float[Array | np.ndarray, "n d"], w: Float[Array | np.ndarray, " d"]) -> Float[Array, ""]:
     return jnp.min((X @ w) / jnp.linalg.norm(X, axis=-1))
 
 
-def energy(X: Float[Array, "n d"], q: Float[Array, "d_h d"], k: Float[Array, "d_h d"],
-           beta_s: float | Float[Array, ""]) -> Float[Array, ""]:
+def energy(X: Float[Array | np.ndarray, "n d"], q: Float[Array | np.ndarray, "d_h d"],
+           k: Float[Array | np.ndarray, "d_h d"], beta_s: float | Float[Array | np.ndarray, ""]) -> Float[Array, ""]:
     G = (X @ q.T) @ (X @ k.T).T
     return jnp.sum(jnp.exp(beta_s * G)) / (2 * beta_s)
 
 
-def consensus(t, X: Float[Array, "n d"], ctx=None) -> dict:
+def consensus(t, X: Float[Array | np.ndarray, "n d"], ctx=None) -> dict:
     """The consensus measures that need no extra data: first-token, all-pairs cosine, diameter,
     distance to the nearest consensus point."""
     return {"first_token": first_token_consensus(X), "cos_consensus": cos_consensus(X), "diameter": diameter(X),
             "nearest_consensus": nearest_consensus(X)}
 
 
-def consensus_hemisphere(t, X: Float[Array, "n d"], ctx) -> dict:
+def consensus_hemisphere(t, X: Float[Array | np.ndarray, "n d"], ctx) -> dict:
     """:func:`consensus` and the hemisphere Lyapunov function for ``ctx.aux['w']``."""
     return {**consensus(t, X), "hemisphere": hemisphere(X, ctx.aux["w"])}
 
 
-def consensus_energy(t, X: Float[Array, "n d"], ctx) -> dict:
+def consensus_energy(t, X: Float[Array | np.ndarray, "n d"], ctx) -> dict:
     """:func:`consensus` and the interaction energy for ``ctx.aux = {'q', 'k', 'beta_s'}``."""
     return {**consensus(t, X), "energy": energy(X, ctx.aux["q"], ctx.aux["k"], ctx.aux["beta_s"])}
 
@@ -109,7 +109,7 @@ def alignment_tables(spec, schedule, steps: int, phi_u1=None, beta=1.0, dtype=jn
                            phi=as_(cplx(phi)), beta=jnp.asarray(beta, dtype))
 
 
-def alignment_observables(t, X: Float[Array, "n d"], ctx) -> dict:
+def alignment_observables(t, X: Float[Array | np.ndarray, "n d"], ctx) -> dict:
     """Per-token correlations at state ``t`` with the directions of the layer that maps
     ``t -> t+1`` (``*_before``) and of the layer that mapped ``t-1 -> t`` (``*_after``), so that
     ``Δρ(k) = after[k+1] − before[k]`` (eq. 4 of the power-method paper) needs no trajectory. Also the

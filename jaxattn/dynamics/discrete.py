@@ -176,7 +176,7 @@ def _rope_tables(model: Model, dyn: Dynamics, n: int):
     return None if r is None else cos_sin(r, n)
 
 
-def geometry_of(dyn: Dynamics, S: Float[Array, "d d"] | None = None) -> Geometry | None:
+def geometry_of(dyn: Dynamics, S: Float[Array, "d d"] | Float[np.ndarray, "d d"] | None = None) -> Geometry | None:
     """The token space a dynamics retracts onto (``None`` for the affine LayerNorm)."""
     return {"l2": SPHERE, "none": FLAT, "ellipsoid": Geometry("ellipsoid", S)}.get(dyn.norm)
 

@@ -17,7 +17,7 @@ through the projection itself.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, no_type_check
 
 import equinox as eqx
 import jax
@@ -34,12 +34,15 @@ SPACES = ("sphere", "ellipsoid", "flat")
 NEEDS_S = ("ellipsoid",)
 
 
+# not checked at run time (no_type_check, for jaxtyping's checker in the suite): JAX's tree functions rebuild a
+# flax.struct tree through its __init__ with leaves of any kind (a filter's bools, ShapeDtypeStructs, None)
+@no_type_check
 @struct.dataclass
 class Geometry:
     """A token space. ``kind`` is static; ``S: [d, d]`` (ellipsoid only) is an array leaf."""
 
     kind: str = struct.field(pytree_node=False, default="sphere")
-    S: jax.Array | None = None
+    S: jax.Array | np.ndarray | None = None
 
     def _metric(self, X, V):
         """``<x_i, V_i>_S`` per token: ``[..., n, d] x [..., n, d] -> [..., n]``."""

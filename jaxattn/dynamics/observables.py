@@ -10,12 +10,13 @@ import inspect
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from jaxattn.errors import ConfigError
 
 
-def pairwise_distances(X: Float[Array, "n d"]) -> Float[Array, "n n"]:
+def pairwise_distances(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, "n n"]:
     """``[n, n]`` Euclidean distances ``||x_i - x_j||``.
 
     Gram form on centred tokens: ``||y_i||² + ||y_j||² − 2<y_i, y_j>`` with ``y = x − mean(x)``.
@@ -41,7 +42,8 @@ DIRECT_MAX_D = 2
 UNROLLED_MAX_D = 4
 
 
-def _max_squared_distance(X: jax.Array, Y: jax.Array, rows: jax.Array, cols: jax.Array) -> jax.Array:
+def _max_squared_distance(X: jax.Array | np.ndarray, Y: jax.Array | np.ndarray, rows: jax.Array,
+                          cols: jax.Array) -> jax.Array:
     """``max ||x_i - y_j||²`` over pairs of ``X: [r, d]`` and ``Y: [n, d]``, ``rows``/``cols`` their squared norms
     (unused at d ≤ :data:`DIRECT_MAX_D`, where the differences themselves are squared)."""
     d = X.shape[-1]
@@ -54,7 +56,7 @@ def _max_squared_distance(X: jax.Array, Y: jax.Array, rows: jax.Array, cols: jax
     return (rows[:, None] + cols[None, :] - 2.0 * G).max()
 
 
-def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
+def diameter(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, ""]:
     """Inter-token distance ``max_{i,j} ||x_i - x_j||`` (0 exactly at consensus).
 
     At d ≤ :data:`DIRECT_MAX_D` from the squared differences themselves: exact, and measured inside the
@@ -89,7 +91,7 @@ def diameter(X: Float[Array, "n d"]) -> Float[Array, ""]:
     return jnp.where(blown | jnp.isnan(mx), jnp.nan, out)
 
 
-def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
+def cos_consensus(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, ""]:
     """``1 - mean_{i≠j} cos(x_i, x_j)``: 0 exactly at consensus (all tokens parallel)."""
     n = X.shape[0]
     if n == 1:  # a single token is at consensus
@@ -104,7 +106,7 @@ def cos_consensus(X: Float[Array, "n d"]) -> Float[Array, ""]:
     return 1.0 - (jnp.sum(m * m) - n) / pairs
 
 
-def consensus_observables(t, X: Float[Array, "n d"], ctx=None) -> dict[str, Float[Array, ""]]:
+def consensus_observables(t, X: Float[Array | np.ndarray, "n d"], ctx=None) -> dict[str, Float[Array, ""]]:
     """Default observables of :func:`jaxattn.simulate` and :func:`jaxattn.solve` (signature
     ``(t, X, ctx)``): diameter and cosine consensus."""
     return {"diameter": diameter(X), "cos_consensus": cos_consensus(X)}

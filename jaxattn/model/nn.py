@@ -14,7 +14,7 @@ from jaxattn.model.params import Layers  # no cycle: params does not import this
 from jaxattn.model.precision import full_precision, rounded
 
 
-def l2(y: Float[Array, "*B d"]) -> Float[Array, "*B d"]:
+def l2(y: Float[Array | np.ndarray, "*B d"]) -> Float[Array, "*B d"]:
     """``N(y) = y / ||y||`` over the last axis."""
     return y / jnp.linalg.norm(y, axis=-1, keepdims=True)
 
@@ -38,12 +38,14 @@ def layer_norm(y: Float[Array, "*B d"], w: Float[Array | np.ndarray, " d"] | Non
     return out
 
 
-def rms_norm(y: Float[Array, "*B d"], w: Float[Array | np.ndarray, " d"] | None, eps: float) -> Float[Array, "*B d"]:
+def rms_norm(y: Float[Array | np.ndarray, "*B d"], w: Float[Array | np.ndarray, " d"] | None,
+             eps: float) -> Float[Array, "*B d"]:
     """RMSNorm over the last axis, as Llama's: ``w ⊙ y / sqrt(mean(y²) + eps)``.
 
     Up to ``eps`` this is ``w ⊙ sqrt(d) · y / ||y||``: the L2 normalisation onto the sphere of
     radius ``sqrt(d)`` followed by a diagonal gain (no centring, unlike LayerNorm).
     """
+    y = jnp.asarray(y)
     var = (y * y).mean(-1, keepdims=True)
     out = y * jax.lax.rsqrt(var + eps)
     if w is not None:

@@ -23,7 +23,7 @@ The attention kind of every weight set (causal or not, local window, score scale
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, no_type_check
 
 import jax
 import jax.numpy as jnp
@@ -50,6 +50,9 @@ MASK_DTYPE = np.float32
 NORM_KINDS = ("layernorm", "rmsnorm")
 
 
+# not checked at run time (no_type_check, for jaxtyping's checker in the suite): JAX's tree functions rebuild a
+# flax.struct tree through its __init__ with leaves of any kind (a filter's bools, ShapeDtypeStructs, None)
+@no_type_check
 @struct.dataclass
 class Layers:
     """Stacked weights of the ``G`` distinct blocks of a model (see the module docstring).
@@ -114,6 +117,7 @@ class Layers:
         return jax.tree_util.tree_map(lambda a: a[g], self)
 
 
+@no_type_check  # as Layers
 @struct.dataclass
 class Embeddings:
     """Token, position and token-type embeddings (only needed to feed real prompts)."""
@@ -131,6 +135,7 @@ class Embeddings:
             """A copy with the given members replaced."""
 
 
+@no_type_check  # as Layers
 @struct.dataclass
 class Model:
     """A transformer seen as a dynamical system: weight sets, their schedule, and static facts."""
