@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
+import inspect
 import json
 import math
 import re
@@ -191,10 +193,22 @@ RUNS: tuple[Run, ...] = (
 RUN_BY_NAME = {r.name: r for r in RUNS}
 
 
-def _extra_options(argv: list[str]) -> dict[str, Any]:
+#: The runs of the studies that have no command of their own: the function each calls, as "module:function".
+EXTRA_STUDIES = {"qk_cloud": "jaxattn.studies.qk_cloud:study", "unnormalised": "jaxattn.studies.blowup:study",
+                 "pm_cases": "jaxattn.studies.pm_cases:study", "pm_lemmas": "jaxattn.studies.pm_lemmas:study",
+                 "co_theorems": "jaxattn.studies.co_theorems:study", "cl_theorems": "jaxattn.studies.cl_theorems:study",
+                 "clusters_high_dim": "jaxattn.studies.clusters:fig7b"}
+
+
+def _extra_options(argv: list[str], fn=None) -> dict[str, Any]:
+    """``--key value`` pairs as keyword arguments of ``fn``: a number where its parameter is declared a number (an
+    ``int`` or a ``float``), the text where it is declared text (``--betas 4``: the comma-separated list "4")."""
+    hints = {k: q.annotation for k, q in inspect.signature(fn, eval_str=True).parameters.items()} if fn else {}
     opts = dict(zip(argv[0::2], argv[1::2], strict=True))
 
-    def value(v: str) -> int | float | str:
+    def value(k: str, v: str) -> int | float | str:
+        if hints.get(k) is str:
+            return v
         for kind in (int, float):
             try:
                 return kind(v)
@@ -202,7 +216,7 @@ def _extra_options(argv: list[str]) -> dict[str, Any]:
                 pass
         return v
 
-    return {k.lstrip("-").replace("-", "_"): value(v) for k, v in opts.items()}
+    return {key: value(key, v) for key, v in ((k.lstrip("-").replace("-", "_"), v) for k, v in opts.items())}
 
 
 def _architecture(out: Path, name: str, prompts: int, tokens: int, passes: int, until: float, block: int,
@@ -227,36 +241,16 @@ def run_one(run: Run, runs: Path, reduced: bool) -> float:
         from jaxattn.io.results import atomic_write_text
 
         out.mkdir(parents=True)
-        opts = _extra_options(run.argv(reduced))
+        fn = None
+        if run.extra in EXTRA_STUDIES:
+            module, name = EXTRA_STUDIES[run.extra].split(":")
+            fn = getattr(importlib.import_module(module), name)
+        opts = _extra_options(run.argv(reduced), fn)
         atomic_write_text(out / "options.json", json.dumps(opts, indent=1) + "\n")  # the scale the page reports
-        if run.extra == "qk_cloud":
-            from jaxattn.studies import qk_cloud
-
-            qk_cloud.study(out, **opts)
-        elif run.extra == "unnormalised":
-            from jaxattn.studies import blowup
-
-            blowup.study(out, reduced=reduced, **opts)
-        elif run.extra == "pm_cases":
-            from jaxattn.studies import pm_cases
-
-            pm_cases.study(out, **opts)
-        elif run.extra == "pm_lemmas":
-            from jaxattn.studies import pm_lemmas
-
-            pm_lemmas.study(out, **opts)
-        elif run.extra == "co_theorems":
-            from jaxattn.studies import co_theorems
-
-            co_theorems.study(out, **opts)
-        elif run.extra == "cl_theorems":
-            from jaxattn.studies import cl_theorems
-
-            cl_theorems.study(out, **opts)
-        elif run.extra == "clusters_high_dim":
-            from jaxattn.studies import clusters
-
-            clusters.fig7b(out, **opts)
+        if run.extra == "unnormalised":
+            fn(out, reduced=reduced, **opts)
+        elif fn is not None:
+            fn(out, **opts)
         else:
             _architecture(out, **opts)
         if not (out / "config.json").exists():  # the device and versions, as the commands' runs record them

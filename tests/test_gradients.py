@@ -145,7 +145,7 @@ def test_analyze_reports_which_layer_matters(tmp_path):
     from jaxattn.studies import power_method
 
     model = ja.random_model(jax.random.key(0), d=8, heads=2, depth=3, shared=False)
-    cfg = ja.PowerMethodConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0, progress=False, dtype="float64")
+    cfg = ja.PowerMethodConfig(num_init=16, n=3, gammas=[1.0], steer_target=0.0, progress=False, dtype="float64")
     tables = power_method.run(tmp_path, cfg, model=model)
     rows = list(csv.DictReader((tmp_path / "sensitivity.csv").open()))
     X0 = ja.init_tokens(jax.random.key(0), 16, 3, 8, kind="gaussian", dtype=jnp.float64)
@@ -159,7 +159,7 @@ def test_analyze_reports_which_layer_matters(tmp_path):
     for r in want:
         assert f"| {r['block']} | {r['weight_set']} | {r['dR_dlogF']:+.4g} |" in report
     assert (tmp_path / "sensitivity.png").read_bytes()[:4] == b"\x89PNG"
-    off = power_method.run(tmp_path / "off", ja.PowerMethodConfig(num_init=16, n=3, gammas=(1.0,), steer_target=0.0,
+    off = power_method.run(tmp_path / "off", ja.PowerMethodConfig(num_init=16, n=3, gammas=[1.0], steer_target=0.0,
                                                                  progress=False, figures=False, sensitivity=False),
                            model=model)
     assert "sensitivity" not in off and not (tmp_path / "off" / "sensitivity.csv").exists()

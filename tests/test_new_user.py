@@ -75,6 +75,7 @@ def test_spectrum_of_a_name_says_how_to_load_it():
 
 
 @pytest.mark.e2e
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 def test_power_method_study_called_wrongly(tmp_path):
     from jaxattn.studies import power_method
 

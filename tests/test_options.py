@@ -309,6 +309,7 @@ def test_a_field_that_does_not_apply_is_refused(call, match, tmp_path, monkeypat
     assert not (tmp_path / "unused").exists()
 
 
+@pytest.mark.unchecked_types("wrong kinds of values on purpose: the user's one-line errors")
 @pytest.mark.fast_cases('kwargs3-beta must be a finite number')
 @pytest.mark.parametrize("kwargs,match", [
     (dict(dynamics=ja.D2), r"unit_output=True \(D2\) needs a single-head model"),

@@ -89,6 +89,7 @@ def test_repeated_list_items_are_refused_from_python_and_files(tmp_path, capsys)
 
 
 @pytest.mark.e2e
+@pytest.mark.unchecked_types("NumPy numbers where an int or a float is declared, as a user's code hands them")
 def test_option_checks_take_numpy_numbers(tmp_path):
     """Arithmetic on arrays gives NumPy scalars: the checks refused them ("expected int"), and one that slipped
     through could not be recorded in JSON."""

@@ -275,6 +275,7 @@ def test_readme_command_runs_and_shows_the_time_reached(tmp_path, capsys):
 
 
 @pytest.mark.e2e
+@pytest.mark.unchecked_types("progress=True on purpose: the user's one-line error")
 def test_progress_reports_the_time_reached_and_changes_no_bit():
     """solve(progress=f): f gets the time reached (diffrax's progress meter, every 20 steps, the slowest condition of
     a block; a layered model: where each layer interval starts), and the numbers are the same bits without it."""

@@ -96,7 +96,7 @@ def test_ambient_jacobian_and_extrinsic_modes():
 @pytest.mark.parametrize("kind", ["D1", "D3"])
 def test_only_principal_consensus_stable_below_the_step_bound(kind):
     d, n = 3, 3
-    spec = [1.0, 0.3, -2.5]
+    spec = np.array([1.0, 0.3, -2.5])
     bound = st.consensus_step_bound(spec)
     assert bound == pytest.approx(2 / 1.5)
     m = ja.random_model(jax.random.key(1), d, 1, value="symmetric", spectrum=spec, unit_output=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -401,8 +401,8 @@ def critical_beta(model: Model, X0: Float[ArrayLike, "B n d"], level: float, *,
 
 
 # ------------------------------------------------------------------ a whole grid in one call
-def beta_grid(model: Model, X0: Float[ArrayLike, "B n d"], betas: Float[ArrayLike, " G"], steps: int | None = None,
-              **kwargs) -> Simulation:
+def beta_grid(model: Model, X0: Float[ArrayLike, "B n d"], betas: Float[ArrayLike, " G"] | Sequence[float],
+              steps: int | None = None, **kwargs) -> Simulation:
     """:func:`jaxattn.simulate` at every β of ``betas`` in one ``jax.vmap``-ed call: observables
     ``[G, B, T, ...]`` and final states ``[G, B, n, d]`` (``G = len(betas)``). Other options are
     :func:`jaxattn.simulate`'s. The numbers are those of ``sweep_grid`` with ``dynamics.beta`` as an

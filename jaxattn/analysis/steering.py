@@ -29,7 +29,7 @@ from jaxattn.model.precision import full_precision
 
 @dataclasses.dataclass
 class SteerInfo:
-    beta: float  # the gain actually added, β = γ |λ1| (a tracer under a transformation)
+    beta: float | Array  # the gain actually added, β = γ |λ1| (a tracer under a transformation)
     z: np.ndarray  # [d] with zᵀ Vstack = wᵀ (least squares)
     residual: float  # ||zᵀ Vstack − wᵀ||: 0 when Vstack is invertible
     weight_set: int  # index of the modified (possibly new) weight set
@@ -71,8 +71,8 @@ def _plan(model: Model, g: int, w, host: bool):
     return jnp.abs(ev[jnp.argmax(ev.real)]), zt, jnp.linalg.norm(Vs.T @ zt - w)
 
 
-def steer(model: Model, u: Float[ArrayLike, " d"], gamma: float = 10.0, w: Float[ArrayLike, " d"] | None = None, *,
-          block: int = -1) -> tuple[Model, SteerInfo]:
+def steer(model: Model, u: Float[ArrayLike, " d"], gamma: float | Float[Array, ""] = 10.0,
+          w: Float[ArrayLike, " d"] | None = None, *, block: int = -1) -> tuple[Model, SteerInfo]:
     """Return a model whose block ``block`` (default: the last) has layer matrix ``F + β u wᵀ``.
 
     ``u`` is normalised; ``w`` (default ``u``) is used as given; ``β = γ |λ1(F)|``.
@@ -320,5 +320,5 @@ def steer_to_target(model: Model, u: Float[ArrayLike, " d"], target: float, X0: 
     lam, gap = sp.eigvals[0], float(sp.gap[0])
     return SteerTarget(target=float(target), reached=bool(reached), gamma=float(hi), alignment=a,
                        gamma_below=float(lo), align_below=float(cache[lo][0].mean()) if lo in cache else float("nan"),
-                       beta=info.beta, gap=gap, lambda1_re=float(lam[0].real), residual=info.residual,
+                       beta=float(info.beta), gap=gap, lambda1_re=float(lam[0].real), residual=info.residual,
                        evaluations=evals)

@@ -216,13 +216,14 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
 @full_precision
 def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha, beta,
           S: Float[ArrayLike, "d d"] | None = None, return_probs: bool = False,
-          probs: Float[Array, "H n n"] | None = None, form: Form | None = None):
+          probs: Float[Array, "*H n n"] | None = None, form: Form | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
-    ``probs``: the attention weights ``[H, n, n]`` at ``X`` when the caller already has them. ``form``: how
-    the attention's products are arranged (:func:`jaxattn.model.forms.choose`; ``None``: the general
-    per-head form). Without ``probs`` or ``return_probs`` the normalised weights are never formed
-    (:func:`jaxattn.model.attention.attend`: the softmax divides after the weighted sum, or over key chunks).
+    ``probs``: the attention weights ``[H, n, n]`` at ``X`` (``[n, n]`` for a single head, as :func:`_weights_at`
+    gives them) when the caller already has them. ``form``: how the attention's products are arranged
+    (:func:`jaxattn.model.forms.choose`; ``None``: the general per-head form). Without ``probs`` or
+    ``return_probs`` the normalised weights are never formed (:func:`jaxattn.model.attention.attend`: the softmax
+    divides after the weighted sum, or over key chunks).
     """
 
     def ffn(y):  # check_dynamics refuses ffn=True on a model without FFN weights
