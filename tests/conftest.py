@@ -121,9 +121,11 @@ def pytest_configure(config):
                                        "others run in make test-all)")
     config.addinivalue_line("markers", "standard_dtypes(reason): run under JAX's standard dtype promotion instead of "
                                        "the suite's strict one (the test's own code mixes dtypes on purpose)")
-    config.addinivalue_line("markers", "unchecked_types(reason): hands a wrong kind of value on purpose, to show the "
-                                       "one-line error a user gets: jaxtyping's runtime checker, which would answer "
-                                       "first, is off for the test (a user's session has none)")
+    config.addinivalue_line("markers", "unchecked_types(reason): hands values of a kind the annotations do not declare "
+                                       "on purpose: a wrong kind, to show the one-line error a user gets, or one the "
+                                       "checks convert (NumPy numbers, a tuple for a list); jaxtyping's runtime "
+                                       "checker, which would answer first, is off for the test (a user's session has "
+                                       "none)")
     config.addinivalue_line("markers", "requires_cpu(reason): needs JAX's CPU backend (the eight devices forced above, "
                                        "the CPU's block width); skipped with the reason on a GPU or TPU")
 

@@ -265,7 +265,7 @@ def test_float64_without_x64_is_refused():
     assert "refused: float64 needs JAX's x64 mode" in out
 
 
-@pytest.mark.unchecked_types("wrong kinds of values on purpose (a float id)")
+@pytest.mark.unchecked_types("a float id on purpose: the user's one-line error")
 def test_token_ids_are_checked(gpt2_file):
     model = ja.load(gpt2_file)
     vocab = model.embeddings.word.shape[0]
@@ -315,7 +315,8 @@ def test_the_suite_checks_annotations_at_run_time(request):
     X0 = ja.init_tokens(jax.random.key(1), 2, 3, 4)
     with pytest.raises(jaxtyping.TypeCheckError, match="dynamics"):
         ja.simulate(model, X0, 2, dynamics="D1")
-    with pytest.raises(jaxtyping.TypeCheckError, match="X"):  # Float[Array, "n d"]: one configuration, not a batch
+    # velocity's X is Float[Array, "n d"]: one configuration, not a batch
+    with pytest.raises(jaxtyping.TypeCheckError, match="parameter 'X'"):
         ja.velocity(model, X0)
 
 

@@ -288,6 +288,16 @@ def test_steer_differentiates_with_respect_to_the_gain():
     assert _rel(g, _fd(lambda t: float(alignment(t)), 2.0)) < 1e-6
     np.testing.assert_allclose(jax.jit(alignment)(2.0), alignment(2.0), **TIGHT)
 
+    # and with respect to the direction u: a traced u makes the steering plan's z traced too
+    e = np.array([0.0, 1.0, 0.0, 0.0])
+
+    def along(t):
+        steered, info = ja.steer(model, u + t * e, gamma=2.0)
+        final = ja.simulate(steered, X0, 2, batch=ja.Batch(size=2)).final
+        return jnp.mean(jnp.abs(final @ u)) + jnp.sum(info.z)
+
+    assert _rel(jax.grad(along)(0.0), _fd(lambda t: float(along(t)), 0.0)) < 1e-6
+
 
 # ------------------------------------------------------------------ value checks inside transformations
 @pytest.mark.parametrize("call, name", [

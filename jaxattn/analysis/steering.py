@@ -30,8 +30,8 @@ from jaxattn.model.precision import full_precision
 @dataclasses.dataclass
 class SteerInfo:
     beta: float | Array  # the gain actually added, β = γ |λ1| (a tracer under a transformation)
-    z: np.ndarray  # [d] with zᵀ Vstack = wᵀ (least squares)
-    residual: float  # ||zᵀ Vstack − wᵀ||: 0 when Vstack is invertible
+    z: np.ndarray | Array  # [d] with zᵀ Vstack = wᵀ (least squares; traced when u, w or the weights are)
+    residual: float | Array  # ||zᵀ Vstack − wᵀ||: 0 when Vstack is invertible
     weight_set: int  # index of the modified (possibly new) weight set
 
 
@@ -320,5 +320,5 @@ def steer_to_target(model: Model, u: Float[ArrayLike, " d"], target: float, X0: 
     lam, gap = sp.eigvals[0], float(sp.gap[0])
     return SteerTarget(target=float(target), reached=bool(reached), gamma=float(hi), alignment=a,
                        gamma_below=float(lo), align_below=float(cache[lo][0].mean()) if lo in cache else float("nan"),
-                       beta=float(info.beta), gap=gap, lambda1_re=float(lam[0].real), residual=info.residual,
+                       beta=float(info.beta), gap=gap, lambda1_re=float(lam[0].real), residual=float(info.residual),
                        evaluations=evals)

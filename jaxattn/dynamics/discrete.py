@@ -219,8 +219,8 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
           probs: Float[Array, "*H n n"] | None = None, form: Form | None = None):
     """One block (layer) map ``[n, d] -> [n, d]`` for one weight set ``lw``.
 
-    ``probs``: the attention weights ``[H, n, n]`` at ``X`` (``[n, n]`` for a single head, as :func:`_weights_at`
-    gives them) when the caller already has them. ``form``: how the attention's products are arranged
+    ``probs``: the attention weights ``[H, n, n]`` at ``X`` (``[n, n]`` for a single head: the step's own layout,
+    without a size-1 head axis) when the caller already has them. ``form``: how the attention's products are arranged
     (:func:`jaxattn.model.forms.choose`; ``None``: the general per-head form). Without ``probs`` or
     ``return_probs`` the normalised weights are never formed (:func:`jaxattn.model.attention.attend`: the softmax
     divides after the weighted sum, or over key chunks).

@@ -9,6 +9,7 @@ entry is after ``ln_f``.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -24,8 +25,8 @@ from jaxattn.model.precision import full_precision
 
 
 @full_precision
-def embed(model: Model, ids: Int[ArrayLike, " n"],
-          token_type_ids: Int[ArrayLike, " n"] | None = None) -> Float[Array, "n d"]:
+def embed(model: Model, ids: Int[ArrayLike, " n"] | Sequence[int],
+          token_type_ids: Int[ArrayLike, " n"] | Sequence[int] | None = None) -> Float[Array, "n d"]:
     """Token ids ``[n]`` -> hidden states ``[n, d]`` (token + position (+ type) embeddings,
     the embedding LayerNorm where the family has one, ALBERT's projection to d). Models with rotary
     positions (Llama, GPT-NeoX...) add no position embedding here: RoPE acts inside attention, by token
@@ -109,7 +110,8 @@ def forward(model: Model, X: Float[ArrayLike, "n d"], *, dynamics: Dynamics = FA
                     steps=int(steps), final_norm=final_norm)
 
 
-def hidden_states(model: Model, ids: Int[ArrayLike, " n"], token_type_ids: Int[ArrayLike, " n"] | None = None,
+def hidden_states(model: Model, ids: Int[ArrayLike, " n"] | Sequence[int],
+                  token_type_ids: Int[ArrayLike, " n"] | Sequence[int] | None = None,
                   dtype=None):
     """transformers-style ``(hidden_states, attentions)`` for token ids ``[n]``."""
     m = model if dtype is None else model.astype(dtype)

@@ -20,7 +20,8 @@ Zarr, xarray and pandas read the data directly; :func:`open_sweep` is the reader
 its axes (Zarr's ``dimension_names``: ``condition``, ``step`` or ``t``, ``token``, ``coord``, see
 :mod:`jaxattn.dynamics.labelled`) and each point's group its axes' values as attributes, so that
 ``xarray.open_zarr(store / "data.zarr", group="p0000/observables")`` opens a point as a Dataset and
-``xarray.open_datatree(store / "data.zarr", engine="zarr")`` every point (raw: unverified, unfinished rows unfilled);
+``xarray.open_datatree(store / "data.zarr", engine="zarr", consolidated=False)`` every point (raw: unverified,
+unfinished rows unfilled);
 :meth:`Sweep.to_xarray` gives the whole grid, its axes as coordinates, also from a store written before the names
 were (they are metadata only: no checksum covers them).
 """
