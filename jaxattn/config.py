@@ -34,9 +34,11 @@ Check = Callable[[Any], "str | None"]
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
-    """One option, resolved from its dataclass field: ``types`` accepted (of the items, for a list), default,
-    ``choices``, ``check`` (returns what is wrong, or ``None``), ``help``; ``axis``: a list given in a sweep
-    makes it a grid axis; ``flag``: its command-line name when not the field's name."""
+    """One option, resolved from its dataclass field: ``name`` its key, ``types`` accepted (of the items, for a
+    list), default, ``choices``, ``check`` (returns what is wrong, or ``None``), ``help``; ``axis``: a list given in
+    a sweep makes it a grid axis; ``flag``: its command-line name when not the key; ``field``: the field that holds
+    it (the key when empty); ``only``: ``'discrete'`` or ``'continuous'`` when only maps or only flows use it;
+    ``removed``: values once allowed, each with why it is refused now."""
 
     name: str
     types: tuple
@@ -48,6 +50,9 @@ class Spec:
     help: str = ""
     axis: bool = True
     flag: str | None = None
+    field: str = ""
+    only: str | None = None
+    removed: tuple[tuple[Any, str], ...] = ()
 
     @property
     def cli(self) -> str:
@@ -60,30 +65,48 @@ class Spec:
         return (self.flag or self.name).replace("-", "_")
 
 
+def about(help: str, *, choices: Iterable | None = None, check: Check | None = None, axis: bool = True,
+          flag: str | None = None, key: str | None = None, default: Any = dataclasses.MISSING, hint: Any = None,
+          only: str | None = None, removed: Mapping[Any, str] | None = None) -> dict:
+    """The metadata that makes a field an option (see the module docstring): its ``help``, allowed ``choices``,
+    ``check``, whether a list of values in a sweep is an ``axis``, its command-line ``flag`` when not the key. The
+    field of an option record (:func:`static`, :func:`flag`) may also say its configuration ``key`` when that is not
+    the field's name (``Batch.precision`` is ``matmul_precision``), the configuration's ``default`` and type
+    (``hint``) when the field's own are wider than a file can hold (``Save.every``: ``None`` means every step, which
+    a configuration has always written ``1``), ``only`` which kind of dynamics uses it (``'discrete'``), and values
+    ``removed`` with the reason each is now refused."""
+    return {"option": {"help": help, "choices": None if choices is None else tuple(choices), "check": check,
+                       "axis": axis, "flag": flag, "key": key, "default": default, "hint": hint, "only": only,
+                       "removed": tuple((removed or {}).items())}}
+
+
 def option(default: Any, help: str, *, choices: Iterable | None = None, check: Check | None = None,
            axis: bool = True, flag: str | None = None) -> Any:
     """A dataclass field that is an option (see the module docstring). A list default is copied per instance."""
-    meta = {"option": {"help": help, "choices": None if choices is None else tuple(choices), "check": check,
-                       "axis": axis, "flag": flag}}
+    meta = about(help, choices=choices, check=check, axis=axis, flag=flag)
     if isinstance(default, list):
         return dataclasses.field(default_factory=lambda: list(default), metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
-def static(default: Any = dataclasses.MISSING, *, converter: Callable[[Any], Any] | None = None) -> Any:
+def static(default: Any = dataclasses.MISSING, *, converter: Callable[[Any], Any] | None = None,
+           option: dict | None = None) -> Any:
     """A field of an option record: every option of a driver or a model (:class:`jaxattn.Batch`, ``Dynamics``,
     ``Flow``, ``Form``, ``Rope``) is an :class:`equinox.Module` of such fields, checked in ``__check_init__``.
     Static: hashed into the compiled program (a changed option recompiles), never a traced leaf. ``converter``
-    gives a value its one spelling before the check (an integer from a NumPy integer, a tuple from a list)."""
+    gives a value its one spelling before the check (an integer from a NumPy integer, a tuple from a list);
+    ``option`` (:func:`about`) makes it a key of a sweep's configuration and a command-line option, declared here
+    once (:func:`specs`)."""
+    metadata = option or {}
     if converter is None:
-        return eqx.field(default=default, static=True)
-    return eqx.field(default=default, static=True, converter=converter)
+        return eqx.field(default=default, static=True, metadata=metadata)
+    return eqx.field(default=default, static=True, converter=converter, metadata=metadata)
 
 
-def flag(default: bool) -> Any:
+def flag(default: bool, *, option: dict | None = None) -> Any:
     """A true/false field of an option record: :func:`static`, a NumPy boolean kept as a Python one (a NumPy value
     would be an array among the static fields, which equinox warns about, and a JSON record could not hold it)."""
-    return static(default, converter=lambda v: bool(v) if isinstance(v, np.bool_) else v)
+    return static(default, converter=lambda v: bool(v) if isinstance(v, np.bool_) else v, option=option)
 
 
 def record_repr(record: Any) -> str:
@@ -115,17 +138,20 @@ def _types(hint) -> tuple[tuple, bool, bool]:
 
 
 def specs(cls: type) -> dict[str, Spec]:
-    """The options of a configuration dataclass, by field name (fields not declared with :func:`option` are
-    not options)."""
+    """The options of a configuration dataclass or an option record, by key (fields not declared with
+    :func:`option` or :func:`about` are not options)."""
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
         meta = f.metadata.get("option")
         if meta is None:
             continue
-        typs, optional, is_list = _types(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
-        out[f.name] = Spec(f.name, typs, default, optional=optional, is_list=is_list, **meta)
+        meta = dict(meta)
+        key, hint, default = meta.pop("key") or f.name, meta.pop("hint"), meta.pop("default")
+        typs, optional, is_list = _types(hints[f.name] if hint is None else hint)
+        if default is dataclasses.MISSING:
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[operator]
+        out[key] = Spec(key, typs, default, optional=optional, is_list=is_list, field=f.name, **meta)
     return out
 
 
@@ -149,6 +175,9 @@ def _check_item(where: str, spec: Spec, v):
         raise ConfigError(f"{where}: expected {_names(spec.types)}, got {v!r}")
     if isinstance(v, float) and not math.isfinite(v):
         raise ConfigError(f"{where}: must be finite, got {v!r}")
+    why = next((why for old, why in spec.removed if old == v), None)
+    if why is not None:
+        raise ConfigError(f"{where}: got {v!r}: {why}")
     if spec.choices is not None and v not in spec.choices:
         raise ConfigError(f"{where}: must be one of {', '.join(map(str, spec.choices))}, got {v!r}")
     if spec.check is not None:
@@ -183,7 +212,7 @@ def from_mapping(cls: type, mapping: Mapping, *, prefix: str = ""):
         key = str(name).replace("-", "_")
         if key not in known:
             raise ConfigError(f"unknown key '{prefix}{key}' (known: {', '.join(known)})")
-        values[key] = check_value(prefix + key, known[key], v)
+        values[known[key].field or key] = check_value(prefix + key, known[key], v)
     return cls(**values)
 
 
@@ -242,6 +271,12 @@ def add_argument(group, spec: Spec, default: Any = dataclasses.MISSING) -> None:
 
 
 # ---------------------------------------------------------------- checks shared by the declarations
+def plain(kinds: Iterable, needs_array: Iterable) -> tuple:
+    """The ``kinds`` that one value names in a file or on a command line (those ``needs_array``, such as an
+    ellipsoid's matrix S, are for Python)."""
+    return tuple(k for k in kinds if k not in needs_array)
+
+
 def positive(v) -> str | None:
     return None if v > 0 else "must be > 0"
 
@@ -260,5 +295,5 @@ def seed(v) -> str | None:
     return None if v in SEEDS else f"must be in {SEEDS_SHOWN}"
 
 
-__all__ = ["Spec", "add_argument", "at_least", "check_value", "from_mapping", "non_negative", "option", "parse_list",
-           "positive", "seed", "specs"]
+__all__ = ["Spec", "about", "add_argument", "at_least", "check_value", "from_mapping", "non_negative", "option",
+           "parse_list", "plain", "positive", "seed", "specs"]

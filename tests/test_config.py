@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 
 import jax
@@ -14,6 +15,7 @@ import pytest
 import jaxattn as ja
 from jaxattn.cli import build_parser, main
 from jaxattn.config import check_value, from_mapping, option, positive, specs
+from jaxattn.dynamics.continuous import Solver
 from jaxattn.errors import ConfigError
 from jaxattn.model.sampling import seeded_model
 from jaxattn.sweeps.grid import SCHEMA, validate_config
@@ -112,10 +114,71 @@ def test_every_option_of_a_dynamics_is_reachable_everywhere():
     and a `solve` option."""
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     flags = {c: {o for a in sub.choices[c]._actions for o in a.option_strings} for c in ("simulate", "solve")}
-    for cls, command in ((ja.Dynamics, "simulate"), (ja.Flow, "solve")):
+    for cls, command in ((ja.Dynamics, "simulate"), (ja.Flow, "solve"), (Solver, "solve")):
         for f in dataclasses.fields(cls):
             assert f.name in SCHEMA["dynamics"], (cls.__name__, f.name)
+            assert SCHEMA["dynamics"][f.name].field == f.name, (cls.__name__, f.name)
             assert "--" + f.name.replace("_", "-") in flags[command], (command, f.name)
+
+
+def test_the_schema_is_the_objects_options():
+    """Every key is declared by exactly the field of an object of its section that runs it (nothing restated): a
+    key's default is that field's (Save.every's 1 is the configuration's spelling of its None, every step), a
+    key declared by a map's object only applies to maps, and Save's and Batch's keys map back onto their fields."""
+    from jaxattn.sweeps.grid import CONTINUOUS_ONLY, DISCRETE_ONLY, SECTIONS
+
+    for sec, objects in SECTIONS.items():
+        declared = {key for cls in objects for key in specs(cls)}
+        assert declared == set(SCHEMA[sec]), sec
+        for key, spec in SCHEMA[sec].items():
+            owners = [cls for cls in objects if key in specs(cls)]
+            for cls in owners:
+                field = next(f for f in dataclasses.fields(cls) if f.name == spec.field)
+                default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+                assert default == spec.default or (cls, key) == (ja.Save, "save"), (sec, key, cls)
+    assert SCHEMA["dynamics"]["save"].default == 1 and ja.Save().every is None
+    assert {"dynamics.norm", "dynamics.rope", "dynamics.save", "path"} <= set(DISCRETE_ONLY)
+    assert {"dynamics.space", "dynamics.solver", "dynamics.max_steps", "dynamics.t1"} <= set(CONTINUOUS_ONLY)
+    shared = {"dynamics.attention", "dynamics.biases", "dynamics.beta", "matmul_precision"}
+    assert not shared & (set(DISCRETE_ONLY) | set(CONTINUOUS_ONLY))
+    assert SCHEMA[""]["matmul_precision"].field == "precision" and SCHEMA["dynamics"]["save_steps"].field == "steps"
+
+
+def test_an_option_declared_twice_otherwise_is_refused():
+    """Two objects of a section may share a key only with one declaration (the attention of a map and of a flow);
+    declared twice with other help, the schema refuses to build."""
+    from jaxattn.config import about, option
+    from jaxattn.sweeps._schema import _section
+
+    @dataclasses.dataclass(frozen=True)
+    class A:
+        x: int = option(1, "one help")
+
+    @dataclasses.dataclass(frozen=True)
+    class B:
+        x: int = option(1, "another help")
+
+    @dataclasses.dataclass(frozen=True)
+    class C:
+        x: int = dataclasses.field(default=1, metadata=about("one help"))
+
+    assert _section((A, C))["x"].help == "one help"
+    with pytest.raises(TypeError, match="declares the option 'x' otherwise"):
+        _section((A, B))
+
+
+def test_the_solver_record_holds_solves_keywords():
+    """Solver's fields are solve's keyword arguments with solve's defaults (the tolerances written out), so a flow
+    point hands them to solve as they are, and a configuration's solver options are checked where they are held."""
+    params = inspect.signature(ja.solve).parameters
+    for f in dataclasses.fields(Solver):
+        assert f.name in params and params[f.name].kind is inspect.Parameter.KEYWORD_ONLY, f.name
+        if params[f.name].default is not None:
+            assert params[f.name].default == f.default, f.name
+    assert Solver().keywords() == {"solver": "tsit5", "rtol": 1e-6, "atol": 1e-8, "dt": None, "max_steps": 100_000}
+    with pytest.raises(ConfigError, match="euler has no error estimate"):
+        Solver(solver="euler")
+    assert Solver(solver="euler", dt=0.1).dt == 0.1
 
 
 #: The configuration keys that a point's objects hold under another name (jaxattn.sweeps._point): every other key is
@@ -145,8 +208,8 @@ def test_every_key_of_a_point_reaches_the_field_of_its_name():
 
     def homes(pt):
         run = pt.run
-        inner = run.dynamics if isinstance(run, MapRun) else run.flow
-        return [pt, run, inner, pt.model, pt.save, pt.batch]
+        inner = [run.dynamics] if isinstance(run, MapRun) else [run.flow, run.solver]
+        return [*inner, pt, run, pt.model, pt.save, pt.batch]  # the solver's name before the run's solver record
 
     def find(pt, name):
         for obj in homes(pt):
@@ -170,6 +233,8 @@ def test_every_key_of_a_point_reaches_the_field_of_its_name():
                 p = {**base[kind], flat: _other_value(spec, base[kind][flat])}
                 if flat == "dynamics.rescaled":
                     p["dynamics.space"] = "flat"
+                if flat == "dynamics.solver":  # a solver without an error estimate needs a fixed step: one with
+                    p[flat] = "dopri5"
                 pt, ref = point_of(p), point_of(base[kind])  # ref: the default is not the value given
                 where = MAPPED.get(flat)
                 if where == "model":
@@ -281,7 +346,7 @@ def test_simulate_config_file_values_are_checked_by_their_declaration(tmp_path, 
     ({"kernel": "bogus"}, r"^kernel: must be one of auto, plain, got 'bogus'$"),
     ({"path": "fused"}, r"^path: got 'fused': the fused Pallas kernel was removed .*'auto' and 'plain' run the plain"),
     ({"kernel": "fused"}, r"^kernel: got 'fused': the fused Pallas kernel was removed"),
-    ({"path": ["plain", "fused"]}, r"^path: got 'fused'"),
+    ({"path": ["plain", "fused"]}, r"^path\[1\]: got 'fused'"),
     ({"seed": [0, 0]}, "seed: the axis repeats 0, which would run one point twice"),
     ({"dynamics": {"beta": [1.0, 1]}}, r"dynamics.beta: the axis repeats 1"),
     ({"dynamics": {"attention": "uniform", "rope": "on"}}, "dynamics.rope does nothing with dynamics.attention"),

@@ -31,7 +31,7 @@ from jaxattn.io.store import open_sweep, record_file
 from jaxattn.io.trajectory import load_trajectory, save_trajectory
 from jaxattn.model.sampling import init_tokens
 from jaxattn.plotting import NO_ENCODER, encoder_available, movie
-from jaxattn.sweeps.grid import FlowRun, dynamics_of, expand, point_of
+from jaxattn.sweeps.grid import FlowRun, dynamics_of, expand, fields_of, point_of
 
 TRAJECTORY = "trajectory.safetensors"
 #: Conditions drawn side by side when a run's trajectory is recomputed.
@@ -205,7 +205,7 @@ def _simulate(run_dir: Path, cfg: dict, K: int) -> dict:
                           "changed): cannot recompute its trajectories")
     X0 = init_tokens(jax.random.key(cfg["seed"]), K, cfg["n"], model.d_model, kind=cfg["init"], dtype=dtype)
     res = simulate(model, X0, cfg["steps"], dynamics=dynamics_of(cfg), alpha=cfg["alpha"], beta=cfg["beta"],
-                   save=Save(trajectory=True), batch=Batch(precision=cfg["matmul_precision"]), dtype=dtype)
+                   save=Save(trajectory=True), batch=Batch(**fields_of(Batch, cfg)), dtype=dtype)
     stored = load_arrays(run_dir / "observables.safetensors")
     traj = np.asarray(res.trajectory, np.float64)
     if not np.all(np.isfinite(traj)):

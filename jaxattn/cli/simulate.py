@@ -28,7 +28,7 @@ from jaxattn.io import rundir
 from jaxattn.io.results import provenance, save_arrays, weights_sha256, write_json
 from jaxattn.io.store import nonfinite_conditions
 from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
-from jaxattn.sweeps.grid import SCHEMA, dynamics_of
+from jaxattn.sweeps.grid import SCHEMA, dynamics_of, fields_of
 
 
 def _of(section: str, *keys: str) -> list[Spec]:
@@ -120,7 +120,7 @@ def run(args, cfg) -> int:
     with rundir.undone_if_refused(run), Timer() as t:
         arrays = sweep(model, num_init=cfg["num_init"], n=cfg["n"], steps=steps, seed=cfg["seed"], out_dir=work,
                        chunk=cfg["chunk"], init=cfg["init"], dynamics=dyn, alpha=cfg["alpha"], beta=cfg["beta"],
-                       dtype=dtype, batch=Batch(precision=cfg["matmul_precision"]), progress=cfg["progress"],
+                       dtype=dtype, batch=Batch(**fields_of(Batch, cfg)), progress=cfg["progress"],
                        keep_final=cfg["keep_final"], stats=stats, overwrite=cfg["overwrite"],
                        fingerprint={k: v for k, v in resolved.items() if k not in ("progress", "chunk", "out",
                                                                                    "overwrite", "model_summary",

@@ -135,7 +135,7 @@ _ADVICE = {"max_steps_reached": "raise --max-steps (now {max_steps})",
 
 def _reasons(failed: dict[str, int], flow: FlowRun) -> str:
     """Failed solves counted by diffrax's result, each with what to do: ``3 max_steps_reached: raise --max-steps``."""
-    return "; ".join(f"{count:,} {name}" + (f": {_ADVICE[name].format(max_steps=flow.max_steps)}"
+    return "; ".join(f"{count:,} {name}" + (f": {_ADVICE[name].format(max_steps=flow.solver.max_steps)}"
                                              if name in _ADVICE else "") for name, count in failed.items())
 
 
@@ -172,8 +172,8 @@ def run(args, cfg) -> int:
     lines = ["jaxattn solve",
              f"flow         space={flow.flow.space}{' rescaled' if flow.flow.rescaled else ''} "
              f"attention={flow.flow.attention} beta={flow.beta:g}  t in [0, {flow.t1:g}]  "
-             f"solver={flow.solver} " + (f"dt={flow.dt:g}" if flow.dt else
-                                         f"rtol={flow.rtol:g} atol={flow.atol:g}"),
+             f"solver={flow.solver.solver} " + (f"dt={flow.solver.dt:g}" if flow.solver.dt else
+                                                f"rtol={flow.solver.rtol:g} atol={flow.solver.atol:g}"),
              f"run          {p.num_init} initial conditions x {p.n} tokens, seed {p.seed}, {p.dtype}, "
              f"{sw.summary['seconds']:.2f} s ({sw.summary['computed']} computed, {sw.summary['resumed']} resumed)"]
     nonfinite = nonfinite_conditions(arrays, p.num_init)

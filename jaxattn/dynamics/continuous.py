@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
+from jaxattn.config import about, positive, static
 from jaxattn.dynamics import labelled
 from jaxattn.dynamics._runner import (
     Context,
@@ -62,6 +63,29 @@ SOLVERS = {
 def adaptive(solver: str) -> bool:
     """Whether the solver named ``solver`` (a key of :data:`SOLVERS`) has an error estimate (step-size control)."""
     return issubclass(SOLVERS[solver], diffrax.AbstractAdaptiveSolver)
+
+
+class Solver(eqx.Module):
+    """:func:`solve`'s solver keywords as one record: what a sweep's flow point and ``jaxattn solve`` name, declared
+    here once (each field is also a key of a configuration, :func:`jaxattn.config.about`) and handed to the solve as
+    ``solve(..., **solver.keywords())``. The defaults are solve's own, the tolerances written out (solve's
+    ``None`` stands for them unless a step-size controller is given)."""
+
+    solver: str = static("tsit5", option=about("diffrax solver", choices=tuple(SOLVERS)))
+    rtol: float = static(1e-6, option=about("relative tolerance", check=positive))
+    atol: float = static(1e-8, option=about("absolute tolerance", check=positive))
+    dt: float | None = static(None, option=about("fixed step size (default adaptive)", check=positive))
+    max_steps: int = static(100_000, option=about("most solver steps per condition", check=positive, axis=False))
+
+    def __check_init__(self):
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
+        if self.dt is None and not adaptive(self.solver):
+            raise ConfigError(f"solver = {self.solver} has no error estimate: give a fixed step size dt")
+
+    def keywords(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`solve` that this record holds."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 #: Result codes of :class:`Solution`: ``result == i`` means diffrax's ``RESULTS.<RESULT_NAMES[i]>``; the
 #: last code stands for any other failure diffrax reports.

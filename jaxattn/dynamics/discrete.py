@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from jaxattn.config import flag, static
+from jaxattn.config import about, flag, plain, static
 from jaxattn.dynamics import labelled
 from jaxattn.dynamics._runner import (
     Context,
@@ -58,10 +58,10 @@ from jaxattn.dynamics._runner import (
     wider_dtype,
     working_bytes,
 )
-from jaxattn.dynamics.geometry import FLAT, SPHERE, Geometry, check_spd
+from jaxattn.dynamics.geometry import FLAT, NEEDS_S, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.labelled import finite_flags
 from jaxattn.dynamics.observables import consensus_observables
-from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
+from jaxattn.dynamics.options import ATTENTION, BIASES, Batch, Save, check_batch, check_save, moved
 from jaxattn.errors import ConfigError, NonFiniteWarning, integer
 from jaxattn.errors import every as every_period
 from jaxattn.model import display, nn
@@ -96,14 +96,20 @@ class Dynamics(eqx.Module):
     (θ = 10⁴ over every head coordinate) — queries and keys rotated by token index ``0..n-1``.
     """
 
-    norm: str = static("l2")
-    ffn: bool = flag(False)
-    pre_ln: bool = flag(False)
-    biases: bool = flag(False)
-    attention: str = static("softmax")
-    drop_ln2: bool = flag(False)  # pre-norm without FFN: the block is x + α Attn(Norm1 x), no norm after it
-    rope: str = static("none")  # see ROPES: RoPE on queries and keys by token index 0..n-1
-    unit_output: bool = flag(False)  # D2: the model must have one head and O = I
+    # each field is also a key of a sweep's configuration and an option of `jaxattn simulate` (`about`: its help and
+    # the values a file can name; an ellipsoid's matrix S is for Python)
+    norm: str = static("l2", option=about("normalisation after the update", choices=plain(NORMS, NEEDS_S)))
+    ffn: bool = flag(False, option=about("keep the FFN (converted models)"))
+    pre_ln: bool = flag(False, option=about("pre-norm models (GPT-2, GPT-Neo): keep ln_1 before attention"))
+    biases: bool = flag(False, option=BIASES)
+    attention: str = static("softmax", option=ATTENTION)
+    drop_ln2: bool = flag(False, option=about("pre-norm models without the FFN: the block is x + α Attn(LN1 x), no "
+                                              "norm after it (the GPT-Consensus reading)"))
+    rope: str = static("none", option=about(
+        "positions in attention: 'none' position-free (tokens exchangeable), 'model' the model's own RoPE (Llama, "
+        "GPT-NeoX...), 'on' the model's or the standard RoPE (θ = 10⁴)", choices=ROPES))
+    unit_output: bool = flag(False, option=about("D2, one head with O = I (a random model is drawn so; a converted "
+                                                 "one must have it)"))
 
     def __check_init__(self):
         if self.rope not in ROPES:

@@ -44,9 +44,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float, Int
 
-from jaxattn.config import flag, static
+from jaxattn.config import about, flag, plain, static
 from jaxattn.dynamics._runner import wider_dtype
-from jaxattn.dynamics.geometry import SPACES, Geometry, geometry
+from jaxattn.dynamics.geometry import NEEDS_S, SPACES, Geometry, geometry
+from jaxattn.dynamics.options import ATTENTION, BIASES
 from jaxattn.errors import ConfigError
 from jaxattn.model.attention import ATTENTIONS, attend, probabilities
 from jaxattn.model.forms import Form
@@ -57,10 +58,11 @@ from jaxattn.model.precision import full_precision
 class Flow(eqx.Module):
     """A continuous-time model (static configuration, hashable). See the module docstring."""
 
-    space: str = static("sphere")
-    rescaled: bool = flag(False)
-    attention: str = static("softmax")
-    biases: bool = flag(False)
+    # each field is also a key of a sweep's configuration and an option of `jaxattn solve` (`about`)
+    space: str = static("sphere", option=about("token space", choices=plain(SPACES, NEEDS_S)))
+    rescaled: bool = flag(False, option=about("the rescaled form z = e^{-tF} x of the flat flow (in float64 only)"))
+    attention: str = static("softmax", option=ATTENTION)
+    biases: bool = flag(False, option=BIASES)
 
     def __check_init__(self):
         if self.space not in SPACES:

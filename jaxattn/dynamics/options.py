@@ -22,9 +22,10 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from jaxattn.config import static
+from jaxattn.config import about, non_negative, static
 from jaxattn.dynamics.observables import check_observe
 from jaxattn.errors import ConfigError, every, integer, is_every, is_integer
+from jaxattn.model.attention import ATTENTIONS
 from jaxattn.model.forms import Form
 
 #: Matrix-product precision policies: name -> XLA's setting. float32 runs use full float32 products
@@ -38,9 +39,24 @@ PRECISIONS = {"highest": "highest", "tf32": "tensorfloat32", "bf16": "bfloat16"}
 #: but ran at 0.40-0.69 times its speed at every shape timed (docs/gpu.md). The option stays so that code and sweep
 #: configurations that name a path still run.
 PATHS = ("auto", "plain")
+#: Paths once allowed, with why each is refused now.
+REMOVED_PATHS = {"fused": "the fused Pallas kernel was removed (on an H200 it ran at 0.40-0.69x the plain path at "
+                          "every shape timed, docs/gpu.md); 'auto' and 'plain' run the plain path"}
 #: Why ``Batch(path='fused')`` is refused (one line).
-FUSED_REMOVED = ("Batch(path='fused'): the fused Pallas kernel was removed (on an H200 it ran at 0.40-0.69x the plain "
-                 "path at every shape timed, docs/gpu.md); 'auto' and 'plain' run the plain path")
+FUSED_REMOVED = f"Batch(path='fused'): {REMOVED_PATHS['fused']}"
+
+# Options that a map's and a flow's records both hold (Dynamics and Flow, the runs of a grid point): declared once.
+#: The attention kernel.
+ATTENTION = about("attention kernel: softmax, uniform a_ij = 1/n (the Oja model) or unnormalised exp(scores)/n "
+                  "(rows not normalised)", choices=ATTENTIONS)
+#: The biases of a converted model.
+BIASES = about("include biases (converted models)")
+#: The inverse temperature.
+BETA = about("inverse temperature β multiplying the scores")
+
+
+def _period(v) -> str | None:
+    return None if v is not None and is_every(v) else "must be a positive integer or 'last'"
 
 
 class Save(eqx.Module):
@@ -75,10 +91,15 @@ class Save(eqx.Module):
     """
 
     # a NumPy integer becomes a Python one: it is static (hashed into the compiled program) and recorded in JSON
-    every: int | str | None = eqx.field(default=None, static=True,
-                                        converter=lambda v: int(v) if isinstance(v, np.integer) else v)
+    # a configuration's dynamics.save has always written "every step" as 1
+    every: int | str | None = static(None, converter=lambda v: int(v) if isinstance(v, np.integer) else v,
+                                     option=about("observe every m-th step, or 'last'", key="save", default=1,
+                                                  hint=int | str, only="discrete", check=_period))
     # any sequence of integers (a list, a range, an array), kept as a sorted tuple of Python integers
-    steps: Any = eqx.field(default=None, static=True, converter=lambda v: _steps(v))
+    steps: Any = static(None, converter=lambda v: _steps(v),
+                        option=about("the steps to observe, instead of save's period (e.g. a logarithmic grid of a "
+                                     "long run; jaxattn.Save(steps=...))", key="save_steps", hint=list[int] | None,
+                                     only="discrete", check=non_negative))
     ts: Any = eqx.field(default=None, converter=lambda v: _times(v))
     trajectory: bool = eqx.field(default=False, static=True)
     observe: Callable | None = eqx.field(default=None, static=True)
@@ -174,8 +195,12 @@ class Batch(eqx.Module):
     # a tuple: the option stays hashable
     devices: tuple | None = static(None, converter=lambda v: v if v is None or isinstance(v, (str, bytes)) or not
                                    hasattr(v, "__iter__") else tuple(v))
-    precision: str = static("highest")
-    path: str = static("auto")
+    precision: str = static("highest", option=about(
+        "matrix products of float32 runs: full float32, or TF32/bf16 (faster on GPUs, about 1e-3 off after 24 layers; "
+        "docs/gpu.md)", key="matmul_precision", choices=PRECISIONS))
+    path: str = static("auto", option=about(
+        "auto and plain are the same path (kept so that configurations naming it still run; a fused kernel, slower on "
+        "a GPU, was removed: docs/gpu.md); formerly 'kernel'", choices=PATHS, removed=REMOVED_PATHS, only="discrete"))
     form: Form | str = static("auto")
 
     def __check_init__(self):

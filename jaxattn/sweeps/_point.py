@@ -20,37 +20,65 @@ from typing import Any
 import numpy as np
 from jaxtyping import Float
 
+from jaxattn.config import at_least, non_negative, option, plain, positive, specs
 from jaxattn.dynamics import continuous, discrete
-from jaxattn.dynamics.continuous import solve
+from jaxattn.dynamics.continuous import Solver, solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
-from jaxattn.dynamics.options import Batch, Save
+from jaxattn.dynamics.options import BETA, Batch, Save
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.io.checkpoints import load_any
-from jaxattn.model.params import Model
-from jaxattn.model.sampling import seeded_model
-from jaxattn.sweeps._observables import OBSERVABLES, Observables
-from jaxattn.sweeps._schema import dynamics_of, fields_of
+from jaxattn.model.params import Model, parse_mask
+from jaxattn.model.sampling import NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS, seeded_model
+from jaxattn.sweeps._observables import Observables
 
 #: The observables the drivers save by default: named in a
 #: configuration, they are the drivers' default rather than a list of names.
 DEFAULT_OBSERVABLES = ("diameter", "cos_consensus")
 
 
+def fields_of(cls, values: Mapping) -> dict:
+    """The keyword arguments of ``cls`` (an option record or a run below) that ``values`` names by configuration
+    key: each option reaches the field that declares it (:func:`jaxattn.config.specs`), nothing translates by hand."""
+    return {spec.field: values[key] for key, spec in specs(cls).items() if key in values}
+
+
+def dynamics_of(values: Mapping) -> Dynamics:
+    """The :class:`~jaxattn.Dynamics` that options name (``values``: by key, e.g. a command's resolved options or a
+    point's ``dynamics.*`` keys without the prefix); the fields not given keep their defaults."""
+    return Dynamics(**fields_of(Dynamics, values))
+
+
+def _mask(v):
+    try:
+        parse_mask(v)
+    except ConfigError as e:
+        return str(e).rsplit(", got ", 1)[0]  # the value is said once, by the caller
+    return None
+
+
+def _beta() -> Any:
+    """β of a map's run and of a flow's, one declaration (a field object belongs to one class: made per class)."""
+    return dataclasses.field(default=1.0, metadata=BETA)
+
+
 @dataclasses.dataclass(frozen=True)
 class RandomModel:
     """A random model's law and shape (``model.source = 'random'``): :func:`jaxattn.model.sampling.seeded_model`'s
-    options. Hashable: one model per (seed, law) in a sweep."""
+    options, each a key of the configuration's ``[model]``. Hashable: one model per (seed, law) in a sweep."""
 
-    d: int
-    heads: int
-    depth: int
-    shared: bool
-    mask: str
-    weights: str
-    value: str
-    scale: float | None
-    unit_output: bool  # D2: drawn with O = I
+    d: int = option(64, "random model: token dimension", check=positive)
+    heads: int = option(4, "random model: number of heads H (d % H == 0)", check=positive)
+    depth: int = option(12, "random model: number of blocks", check=positive)
+    shared: bool = option(True, "random model: one weight set for every block (ALBERT-like) or one per block")
+    mask: str = option("full", "random model: 'full', 'causal' or 'local:W'", check=_mask)
+    weights: str = option("gaussian", "random model: law of the entries of Q, K (and V, O unless value = identity): "
+                          "gaussian N(0, 1/d), uniform in [-1, 1], identity (Q = K = I)",
+                          choices=plain(WEIGHT_KINDS, NEEDS_ARRAY))
+    value: str = option("random", "random model: value/output matrices", choices=plain(VALUE_KINDS, NEEDS_ARRAY))
+    scale: float | None = option(None, "random model: score scale s of <Q x_i, K x_j> (the clustering papers use 1; "
+                                 "default 1/sqrt(d_h))", check=positive)
+    unit_output: bool = False  # D2: drawn with O = I (the dynamics' option, not the law's)
 
     def build(self, seed: int) -> Model:
         return seeded_model(seed, self.d, self.heads, self.depth, shared=self.shared, weights=self.weights,
@@ -60,12 +88,13 @@ class RandomModel:
 @dataclasses.dataclass(frozen=True)
 class MapRun:
     """A map (:func:`jaxattn.simulate`): its dynamics, step size, inverse temperature and number of steps
-    (``None``: the model's depth)."""
+    (``None``: the model's depth); the last three are keys of the configuration's ``[dynamics]``."""
 
     dynamics: Dynamics
-    alpha: float
-    beta: float
-    steps: int | None
+    alpha: float = option(1.0, "step size α")
+    beta: float = _beta()
+    steps: int | None = option(None, "number of steps (default: the model's depth; more prolongs it)",
+                               check=non_negative)
 
     def steps_of(self, depth: int) -> int:
         """The steps of a model of ``depth`` blocks."""
@@ -90,19 +119,16 @@ class MapRun:
 
 @dataclasses.dataclass(frozen=True)
 class FlowRun:
-    """A flow (:func:`jaxattn.solve`): its :class:`jaxattn.Flow`, inverse temperature, final time, number of
-    equally spaced saved times and the solver's options (by :func:`jaxattn.solve`'s keyword names)."""
+    """A flow (:func:`jaxattn.solve`): its :class:`jaxattn.Flow`, its solver's options (a
+    :class:`jaxattn.dynamics.continuous.Solver`, :func:`jaxattn.solve`'s keywords), and the inverse temperature,
+    final time, number of equally spaced saved times and duration of a layer (keys of ``[dynamics]``)."""
 
     flow: Flow
-    beta: float
-    t1: float
-    saves: int
-    solver: str
-    rtol: float
-    atol: float
-    dt: float | None
-    max_steps: int
-    layer_time: float
+    solver: Solver
+    beta: float = _beta()
+    t1: float = option(10.0, "final time", check=positive)
+    saves: int = option(11, "number of equally spaced saved times in [0, t1]", check=at_least(2))
+    layer_time: float = option(1.0, "duration of one layer", check=positive)
 
     def times(self, depth: int = 0, save: Save | None = None) -> Float[np.ndarray, " T"]:
         """The saved times: ``saves`` equally spaced in ``[0, t1]``."""
@@ -115,8 +141,7 @@ class FlowRun:
     def run(self, model: Model, X0, save: Save, batch: Batch, dtype, progress=None) -> dict[str, Any]:
         """``progress``: :func:`jaxattn.solve`'s, a host function of the time reached."""
         sol = solve(model, X0, self.t1, flow=self.flow, beta=self.beta, save=save, batch=batch, dtype=dtype,
-                    solver=self.solver, rtol=self.rtol, atol=self.atol, dt=self.dt, max_steps=self.max_steps,
-                    layer_time=self.layer_time, progress=progress)
+                    layer_time=self.layer_time, progress=progress, **self.solver.keywords())
         return {"observables": sol.observables, "final": sol.final, "trajectory": sol.trajectory,
                 "result": sol.result, "num_steps": sol.num_steps}
 
@@ -177,46 +202,6 @@ class Point:
         return self.run.run(model, X0, self.save, self._batch(batch), self.dtype, progress)
 
 
-def keys_of(save: Save | None, batch: Batch | None) -> dict[str, Any]:
-    """The configuration keys (``section.key``) that a :class:`jaxattn.Save` and a :class:`jaxattn.Batch` given to
-    :func:`jaxattn.sweep_grid` stand for, beside its configuration: the inverse of :func:`point_of` for the fields
-    a configuration can hold. What a store cannot hold is refused in one line: a function as the observable (a grid
-    saves named observables), a flow's times (a grid's flows save ``dynamics.saves`` equally spaced ones), a
-    trajectory (a store keeps the final states, ``keep_final``), ``aux``, a forced attention form. ``size`` and
-    ``devices`` say how the grid runs, not what it computes: they are not keys."""
-    keys: dict[str, Any] = {}
-    if save is not None:
-        if not isinstance(save, Save):
-            raise ConfigError(f"save must be a jaxattn.Save, got {save!r}")
-        if save.ts is not None:
-            raise ConfigError("sweep_grid: a grid's flows save dynamics.saves equally spaced times in [0, t1]: give "
-                              "dynamics.saves in the configuration instead of Save(ts=...)")
-        if save.trajectory:
-            raise ConfigError("sweep_grid: a store keeps the final states (keep_final) and the observables, not "
-                              "trajectories: Save(trajectory=True) is for simulate and solve")
-        if save.aux is not None:
-            raise ConfigError("sweep_grid: a grid's observables are named ones (observables = [...]): they take no aux")
-        if save.observe is not None:
-            if not isinstance(save.observe, Observables):
-                raise ConfigError(f"sweep_grid saves named observables (the configuration's observables = [...], of "
-                                  f"{', '.join(OBSERVABLES)}), not a function: got Save(observe={save.observe!r})")
-            keys["observables"] = list(save.observe.names)
-        if save.every is not None:
-            keys["dynamics.save"] = save.every
-        if save.steps is not None:
-            keys["dynamics.save_steps"] = list(save.steps)
-    if batch is not None:
-        if not isinstance(batch, Batch):
-            raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
-        if batch.form != "auto":
-            raise ConfigError("sweep_grid chooses each point's attention form: Batch(form=...) is for simulate")
-        if batch.precision != "highest":
-            keys["matmul_precision"] = batch.precision
-        if batch.path != "auto":
-            keys["path"] = batch.path
-    return keys
-
-
 def point_of(p: Mapping) -> Point:
     """The objects that a point of :func:`jaxattn.sweeps._schema.expand` names: the one place where the
     configuration's keys become the drivers' options."""
@@ -227,18 +212,16 @@ def point_of(p: Mapping) -> Point:
     observe = None if obs == DEFAULT_OBSERVABLES else Observables(obs)
     run: MapRun | FlowRun
     if kind == "discrete":
-        run = MapRun(dynamics_of(dyn), alpha=dyn["alpha"], beta=dyn["beta"], steps=dyn["steps"])
-        listed = dyn["save_steps"]
-        save = Save(every=None if listed is not None else dyn["save"], steps=listed, observe=observe)
-        batch = Batch(precision=p["matmul_precision"], path=p["path"])
+        run = MapRun(dynamics_of(dyn), **fields_of(MapRun, dyn))
+        listed = dyn["save_steps"]  # a list of steps replaces the period (whose default is every step)
+        save = Save(**fields_of(Save, {**dyn, "save": None if listed is not None else dyn["save"]}), observe=observe)
     else:
-        run = FlowRun(Flow(**fields_of(Flow, dyn)), **fields_of(FlowRun, dyn))  # dyn names no "flow"
+        run = FlowRun(Flow(**fields_of(Flow, dyn)), Solver(**fields_of(Solver, dyn)), **fields_of(FlowRun, dyn))
         save = Save(ts=run.times(), observe=observe)
-        batch = Batch(precision=p["matmul_precision"])
     model: RandomModel | str = sec["model"]["source"]
     if model == "random":
-        model = RandomModel(**fields_of(RandomModel, {**sec["model"], "unit_output": kind == "discrete"
-                                                    and dyn["unit_output"]}))
+        model = RandomModel(**fields_of(RandomModel, sec["model"]), unit_output=kind == "discrete"
+                            and dyn["unit_output"])
     return Point(params=dict(p["params"]), num_init=p["num_init"], seed=p["seed"], dtype=p["dtype"],
                  keep_final=p["keep_final"], n=sec["init"]["n"], init=sec["init"]["kind"], model=model, run=run,
-                 save=save, batch=batch, observables=obs)
+                 save=save, batch=Batch(**fields_of(Batch, p)), observables=obs)

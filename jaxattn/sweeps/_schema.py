@@ -1,26 +1,33 @@
 """A sweep's configuration: the keys (:data:`SCHEMA`), their checks, the grid points (:func:`expand`) and the
-options that would change nothing at a point (refused rather than recorded)."""
+options that would change nothing at a point (refused rather than recorded).
+
+The keys are not declared here: each is the field of the object that runs it, declared there once with its help,
+choices and check (:func:`jaxattn.config.about`): :class:`jaxattn.Dynamics` and :class:`jaxattn.Flow`, the solver's
+:class:`~jaxattn.dynamics.continuous.Solver`, the drivers' :class:`jaxattn.Save` and :class:`jaxattn.Batch`, and a
+point's runs and random model (:mod:`jaxattn.sweeps._point`). :data:`SECTIONS` says which objects fill each section
+of a configuration; a key that only a map's objects declare applies to maps only (``discrete:`` in its help), one
+that only a flow's declare to flows only.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
 from collections.abc import Mapping
+from typing import Any
 
 from jaxattn.config import Spec as Key
-from jaxattn.config import at_least, check_value, non_negative, option, positive, specs
+from jaxattn.config import check_value, option, plain, positive, specs
 from jaxattn.config import seed as seed_check
 from jaxattn.dynamics import SIMULATION_DTYPES
-from jaxattn.dynamics.continuous import SOLVERS, adaptive
-from jaxattn.dynamics.discrete import NORMS, ROPES, Dynamics
-from jaxattn.dynamics.fields import RESCALED_NEEDS_FLOAT64
-from jaxattn.dynamics.geometry import NEEDS_S, SPACES
-from jaxattn.dynamics.options import FUSED_REMOVED, PATHS, PRECISIONS
-from jaxattn.errors import ConfigError, is_every
-from jaxattn.model.attention import ATTENTIONS
-from jaxattn.model.params import parse_mask
-from jaxattn.model.sampling import INIT_KINDS, MAX_CONDITIONS, NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS
-from jaxattn.sweeps._observables import OBSERVABLES
+from jaxattn.dynamics.continuous import Solver, adaptive
+from jaxattn.dynamics.discrete import Dynamics
+from jaxattn.dynamics.fields import RESCALED_NEEDS_FLOAT64, Flow
+from jaxattn.dynamics.options import Batch, Save
+from jaxattn.errors import ConfigError
+from jaxattn.model.sampling import INIT_KINDS, MAX_CONDITIONS, NEEDS_ARRAY
+from jaxattn.sweeps._observables import OBSERVABLES, Observables
+from jaxattn.sweeps._point import FlowRun, MapRun, RandomModel
 
 
 def _num_init(v):
@@ -28,26 +35,10 @@ def _num_init(v):
                                                               "over seeds)")
 
 
-def _save(v):
-    return None if v is not None and is_every(v) else "must be a positive integer or 'last'"
-
-
-def _mask(v):
-    try:
-        parse_mask(v)
-    except ConfigError as e:
-        return str(e).rsplit(", got ", 1)[0]  # the value is said once, by the caller
-    return None
-
-
-def _plain(kinds, needs_array) -> tuple:
-    """The kinds that one value names (those needing an array, e.g. an ellipsoid's matrix S, are for Python)."""
-    return tuple(k for k in kinds if k not in needs_array)
-
-
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
-    """The run: conditions, chunks, seed, precision, what is saved (the configuration's top-level keys)."""
+    """The run: conditions, chunks, seed, precision, what is kept (the configuration's top-level keys beside
+    :class:`jaxattn.Batch`'s)."""
 
     name: str = option("sweep", "a label for the sweep", axis=False)
     num_init: int = option(1000, "number of random initial conditions (in a sweep: of every grid point)",
@@ -55,72 +46,25 @@ class RunOptions:
     chunk: int = option(4096, "conditions per chunk (unit of storage and resumption)", check=positive, axis=False)
     seed: int = option(0, "random seed (model and initial conditions)", check=seed_check)
     dtype: str = option("float32", "simulation precision", choices=SIMULATION_DTYPES)
-    matmul_precision: str = option("highest", "matrix products of float32 runs: full float32, or TF32/bf16 (faster "
-                                   "on GPUs, about 1e-3 off after 24 layers; docs/gpu.md)", choices=PRECISIONS)
-    path: str = option("auto", "discrete: auto and plain are the same path (kept so that configurations naming it "
-                       "still run; a fused kernel, slower on a GPU, was removed: docs/gpu.md); formerly 'kernel'",
-                       choices=PATHS)
     keep_final: bool = option(False, "also store the final states [N, n, d]", axis=False)
     observables: list[str] = option(["diameter", "cos_consensus"], "observables saved at every saved time",
                                     choices=tuple(OBSERVABLES), axis=False)
 
 
 @dataclasses.dataclass(frozen=True)
-class ModelOptions:
-    """The model: a random one (its law and shape) or a converted file (``[model]``)."""
+class ModelSource:
+    """Where the model comes from (``[model]``; a random one's law is :class:`RandomModel`'s keys)."""
 
     source: str = option("random", "'random', 'minilm' (built-in all-MiniLM-L6-v2) or a converted .safetensors file",
                          flag="model")
-    d: int = option(64, "random model: token dimension", check=positive)
-    heads: int = option(4, "random model: number of heads H (d % H == 0)", check=positive)
-    depth: int = option(12, "random model: number of blocks", check=positive)
-    shared: bool = option(True, "random model: one weight set for every block (ALBERT-like) or one per block")
-    mask: str = option("full", "random model: 'full', 'causal' or 'local:W'", check=_mask)
-    weights: str = option("gaussian", "random model: law of the entries of Q, K (and V, O unless value = identity): "
-                          "gaussian N(0, 1/d), uniform in [-1, 1], identity (Q = K = I)",
-                          choices=_plain(WEIGHT_KINDS, NEEDS_ARRAY))
-    value: str = option("random", "random model: value/output matrices", choices=_plain(VALUE_KINDS, NEEDS_ARRAY))
-    scale: float | None = option(None, "random model: score scale s of <Q x_i, K x_j> (the clustering papers use 1; "
-                                 "default 1/sqrt(d_h))", check=positive)
 
 
 @dataclasses.dataclass(frozen=True)
-class DynamicsOptions:
-    """The dynamics: a map (discrete, :class:`jaxattn.Dynamics`) or a flow (continuous, :class:`jaxattn.Flow`)."""
+class Kind:
+    """Which driver runs a point (``[dynamics]``; the other keys are its objects')."""
 
     kind: str = option("discrete", "'discrete' (maps: one step per layer) or 'continuous' (flows, solved by diffrax)",
                        choices=("discrete", "continuous"))
-    attention: str = option("softmax", "attention kernel: softmax, uniform a_ij = 1/n (the Oja model) or "
-                            "unnormalised exp(scores)/n (rows not normalised)", choices=ATTENTIONS)
-    beta: float = option(1.0, "inverse temperature β multiplying the scores")
-    norm: str = option("l2", "discrete: normalisation after the update", choices=_plain(NORMS, NEEDS_S))
-    alpha: float = option(1.0, "discrete: step size α")
-    steps: int | None = option(None, "discrete: number of steps (default: the model's depth; more prolongs it)",
-                               check=non_negative)
-    save: int | str = option(1, "discrete: observe every m-th step, or 'last'", check=_save)
-    save_steps: list[int] | None = option(None, "discrete: the steps to observe, instead of save's period (e.g. a "
-                                          "logarithmic grid of a long run; jaxattn.Save(steps=...))",
-                                          check=non_negative)
-    ffn: bool = option(False, "discrete: keep the FFN (converted models)")
-    pre_ln: bool = option(False, "discrete: pre-norm models (GPT-2, GPT-Neo): keep ln_1 before attention")
-    biases: bool = option(False, "include biases (converted models)")
-    drop_ln2: bool = option(False, "discrete: pre-norm models without the FFN: the block is x + α Attn(LN1 x), no "
-                            "norm after it (the GPT-Consensus reading)")
-    unit_output: bool = option(False, "discrete: D2, one head with O = I (a random model is drawn so; a converted "
-                               "one must have it)")
-    rope: str = option("none", "discrete: positions in attention: 'none' position-free (tokens exchangeable), "
-                       "'model' the model's own RoPE (Llama, GPT-NeoX...), 'on' the model's or the standard RoPE "
-                       "(θ = 10⁴)", choices=ROPES)
-    space: str = option("sphere", "continuous: token space", choices=_plain(SPACES, NEEDS_S))
-    rescaled: bool = option(False, "continuous, flat: the rescaled form z = e^{-tF} x (in float64 only)")
-    t1: float = option(10.0, "continuous: final time", check=positive)
-    saves: int = option(11, "continuous: number of equally spaced saved times in [0, t1]", check=at_least(2))
-    solver: str = option("tsit5", "continuous: diffrax solver", choices=tuple(SOLVERS))
-    rtol: float = option(1e-6, "continuous: relative tolerance", check=positive)
-    atol: float = option(1e-8, "continuous: absolute tolerance", check=positive)
-    dt: float | None = option(None, "continuous: fixed step size (default adaptive)", check=positive)
-    max_steps: int = option(100_000, "continuous: most solver steps per condition", check=positive, axis=False)
-    layer_time: float = option(1.0, "continuous: duration of one layer", check=positive)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,14 +72,39 @@ class InitOptions:
     """The initial conditions (``[init]``)."""
 
     n: int = option(10, "tokens per initial condition", check=positive)
-    kind: str = option("sphere", "distribution of initial tokens", choices=_plain(INIT_KINDS, NEEDS_ARRAY),
+    kind: str = option("sphere", "distribution of initial tokens", choices=plain(INIT_KINDS, NEEDS_ARRAY),
                        flag="init")
 
 
-#: The configuration's sections and the dataclass that declares each ("" holds the top-level keys).
-SECTIONS: dict[str, type] = {"": RunOptions, "model": ModelOptions, "dynamics": DynamicsOptions, "init": InitOptions}
-#: Every key of a sweep configuration, by section: derived from :data:`SECTIONS`.
-SCHEMA: dict[str, dict[str, Key]] = {sec: specs(cls) for sec, cls in SECTIONS.items()}
+#: The objects that run a map, and those that run a flow: a key only one side declares applies to that side only.
+MAP_OBJECTS: tuple[type, ...] = (MapRun, Dynamics)
+FLOW_OBJECTS: tuple[type, ...] = (FlowRun, Flow, Solver)
+#: The configuration's sections and the objects whose options fill each ("" holds the top-level keys).
+SECTIONS: dict[str, tuple[type, ...]] = {
+    "": (RunOptions, Batch), "model": (ModelSource, RandomModel),
+    "dynamics": (Kind, MapRun, Dynamics, Save, FlowRun, Flow, Solver), "init": (InitOptions,)}
+
+
+def _section(objects: tuple[type, ...]) -> dict[str, Key]:
+    """The keys of one section: every option of ``objects``, a key declared by objects of both kinds (the
+    attention of a Dynamics and of a Flow) once, and said in its help to apply to one kind where it does."""
+    out: dict[str, Key] = {}
+    for cls in objects:
+        side = "discrete" if cls in MAP_OBJECTS else "continuous" if cls in FLOW_OBJECTS else None
+        for key, spec in specs(cls).items():
+            spec = dataclasses.replace(spec, only=spec.only or side)
+            if key in out:
+                have = out[key]
+                if dataclasses.replace(have, only=None, field="") != dataclasses.replace(spec, only=None, field=""):
+                    raise TypeError(f"{cls.__name__}.{spec.field} declares the option {key!r} otherwise than another "
+                                    "object of its section: declare it once and share it")
+                spec = dataclasses.replace(have, only=have.only if have.only == spec.only else None)
+            out[key] = spec
+    return {k: dataclasses.replace(s, help=f"{s.only}: {s.help}") if s.only else s for k, s in out.items()}
+
+
+#: Every key of a sweep configuration, by section: derived from the objects of :data:`SECTIONS`.
+SCHEMA: dict[str, dict[str, Key]] = {sec: _section(objects) for sec, objects in SECTIONS.items()}
 #: Keys renamed since stores were first written: an old configuration file still runs, an old store still resumes.
 RENAMED = {"kernel": "path"}
 #: Keys added after stores were first written, with the value every older store ran: left out of the
@@ -144,16 +113,57 @@ ADDED = {("dynamics", "rope"): "none", ("dynamics", "drop_ln2"): False, ("dynami
          ("dynamics", "save_steps"): None}
 
 
-def fields_of(cls, values: Mapping) -> dict:
-    """The keyword arguments of the dataclass ``cls`` that ``values`` names, by field name (a key reaches the field
-    of its name: nothing translates by hand)."""
-    return {f.name: values[f.name] for f in dataclasses.fields(cls) if f.name in values}
+def _dotted(sec: str, key: str) -> str:
+    return f"{sec}.{key}" if sec else key
 
 
-def dynamics_of(values: Mapping) -> Dynamics:
-    """The :class:`~jaxattn.Dynamics` that options name (``values``: by field name, e.g. a command's resolved
-    options or a point's ``dynamics.*`` keys without the prefix); the fields not given keep their defaults."""
-    return Dynamics(**fields_of(Dynamics, values))
+#: Keys that only a discrete (map) or only a continuous (flow) point uses.
+DISCRETE_ONLY = tuple(_dotted(sec, k) for sec, keys in SCHEMA.items() for k, spec in keys.items()
+                      if spec.only == "discrete")
+CONTINUOUS_ONLY = tuple(_dotted(sec, k) for sec, keys in SCHEMA.items() for k, spec in keys.items()
+                        if spec.only == "continuous")
+
+
+def keys_of(save: Save | None, batch: Batch | None) -> dict[str, Any]:
+    """The configuration keys (``section.key``) that a :class:`jaxattn.Save` and a :class:`jaxattn.Batch` given to
+    :func:`jaxattn.sweep_grid` stand for, beside its configuration: the inverse of
+    :func:`jaxattn.sweeps._point.point_of` for the fields a configuration can hold (each field that is an option
+    declares its key). What a store cannot hold is refused in one line: a function as the observable (a grid saves
+    named observables), a flow's times (a grid's flows save ``dynamics.saves`` equally spaced ones), a trajectory
+    (a store keeps the final states, ``keep_final``), ``aux``, a forced attention form. ``size`` and ``devices`` say
+    how the grid runs, not what it computes: they are not keys."""
+    keys: dict[str, Any] = {}
+    if save is not None:
+        if not isinstance(save, Save):
+            raise ConfigError(f"save must be a jaxattn.Save, got {save!r}")
+        if save.ts is not None:
+            raise ConfigError("sweep_grid: a grid's flows save dynamics.saves equally spaced times in [0, t1]: give "
+                              "dynamics.saves in the configuration instead of Save(ts=...)")
+        if save.trajectory:
+            raise ConfigError("sweep_grid: a store keeps the final states (keep_final) and the observables, not "
+                              "trajectories: Save(trajectory=True) is for simulate and solve")
+        if save.aux is not None:
+            raise ConfigError("sweep_grid: a grid's observables are named ones (observables = [...]): they take no aux")
+        if save.observe is not None:
+            if not isinstance(save.observe, Observables):
+                raise ConfigError(f"sweep_grid saves named observables (the configuration's observables = [...], of "
+                                  f"{', '.join(OBSERVABLES)}), not a function: got Save(observe={save.observe!r})")
+            keys["observables"] = list(save.observe.names)
+    if batch is not None:
+        if not isinstance(batch, Batch):
+            raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
+        if batch.form != "auto":
+            raise ConfigError("sweep_grid chooses each point's attention form: Batch(form=...) is for simulate")
+    for obj in (save, batch):  # each field that is an option, set: the key that declares it
+        if obj is None:
+            continue
+        sec = next(sec for sec, objects in SECTIONS.items() if type(obj) in objects)
+        defaults = {f.name: f.default for f in dataclasses.fields(obj)}
+        for key, spec in specs(type(obj)).items():
+            value = getattr(obj, spec.field)
+            if value != defaults[spec.field]:
+                keys[_dotted(sec, key)] = list(value) if spec.is_list else value
+    return keys
 
 
 def decisive(cfg: dict) -> dict:
@@ -177,8 +187,6 @@ def validate_config(raw: Mapping) -> dict:
         raise ConfigError(f"{both[0][0]} is the old name of {both[0][1]}: give one of them")
     for name, value in raw.items():
         key = RENAMED.get(name.replace("-", "_"), name.replace("-", "_"))
-        if key == "path" and (value == "fused" or (isinstance(value, list) and "fused" in value)):
-            raise ConfigError(f"{name.replace('-', '_')}: got 'fused': {FUSED_REMOVED.split(': ', 1)[1]}")
         if key in SCHEMA and key != "" and isinstance(value, Mapping):
             for sub, v in value.items():
                 _fill(out, key, sub.replace("-", "_"), v)
@@ -201,13 +209,6 @@ def validate_config(raw: Mapping) -> dict:
         _check_point(p)
     _refuse_inert(points, set_keys)
     return out
-
-
-#: Keys that only a discrete (map) or only a continuous (flow) point uses: those whose help says so.
-DISCRETE_ONLY = tuple(f"{sec}.{k}" if sec else k for sec, keys in SCHEMA.items() for k, spec in keys.items()
-                      if spec.help.startswith("discrete:"))
-CONTINUOUS_ONLY = tuple(f"{sec}.{k}" if sec else k for sec, keys in SCHEMA.items() for k, spec in keys.items()
-                        if spec.help.startswith("continuous"))
 
 
 def inert_keys(p: dict) -> dict[str, str]:

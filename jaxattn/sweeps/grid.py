@@ -50,7 +50,7 @@ from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
-from jaxattn.sweeps._point import FlowRun, MapRun, Point, RandomModel, keys_of, point_of
+from jaxattn.sweeps._point import FlowRun, MapRun, Point, RandomModel, dynamics_of, fields_of, point_of
 from jaxattn.sweeps._schema import (
     CONTINUOUS_ONLY,
     DISCRETE_ONLY,
@@ -59,9 +59,9 @@ from jaxattn.sweeps._schema import (
     SECTIONS,
     Key,
     decisive,
-    dynamics_of,
     expand,
     inert_keys,
+    keys_of,
     validate_config,
 )
 from jaxattn.sweeps.chunked import check_fits
@@ -70,7 +70,7 @@ from jaxattn.sweeps.chunked import check_fits
 #: schema, point, observables and process start-up modules (renamed keys, a point as the drivers' objects)
 __all__ = ["CONTINUOUS_ONLY", "DISCRETE_ONLY", "OBSERVABLES", "RENAMED", "SCHEMA", "SECTIONS", "FlowRun", "Key",
            "MapRun", "Observables", "Point", "RandomModel", "distributed_from_env", "dynamics_of", "expand",
-           "inert_keys", "point_of", "sweep_grid", "validate_config"]
+           "fields_of", "inert_keys", "point_of", "sweep_grid", "validate_config"]
 
 
 def _rows(chunk: int, num_init: int) -> int:
