@@ -96,6 +96,15 @@ def split_bias(b: np.ndarray | None, H: int) -> np.ndarray | None:
     return None if b is None else b.reshape(H, b.shape[0] // H)
 
 
+def per_head(H: int, *, q: np.ndarray, k: np.ndarray, v: np.ndarray, o: np.ndarray, bq: np.ndarray | None = None,
+             bk: np.ndarray | None = None, bv: np.ndarray | None = None) -> dict:
+    """The projections of a block of ``H`` heads (``q``, ``k``, ``v``: ``[d_out, d]``; ``o``: ``[d, d_in]``) and
+    their biases split by head (:func:`split_rows`, :func:`split_cols`, :func:`split_bias`), as :func:`build` takes
+    them."""
+    return dict(q=split_rows(q, H), k=split_rows(k, H), v=split_rows(v, H), o=split_cols(o, H),
+                bq=split_bias(bq, H), bk=split_bias(bk, H), bv=split_bias(bv, H))
+
+
 def cfg_int(config: dict, *names: str, default=None) -> int:
     for n in names:
         if config.get(n) is not None:

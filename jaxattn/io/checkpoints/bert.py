@@ -6,15 +6,7 @@ import numpy as np
 
 from jaxattn.errors import CheckpointError
 from jaxattn.io.checkpoints._build import build
-from jaxattn.io.checkpoints._common import (
-    Tensors,
-    cfg_int,
-    check_heads,
-    find_prefix,
-    split_bias,
-    split_cols,
-    split_rows,
-)
+from jaxattn.io.checkpoints._common import Tensors, cfg_int, check_heads, find_prefix, per_head
 
 IGNORE = [r"(.*\.)?pooler\..*", r"cls\..*", r"(.*\.)?embeddings\.position_ids", r"(.*\.)?embeddings\.token_type_ids",
           r"classifier\..*", r"qa_outputs\..*"]
@@ -34,8 +26,7 @@ def attention_set(t: Tensors, names: dict, d: int, H: int, f: int, bias_qkv: boo
     o, bo = linear(t, names["o"], d, d)
     w1, b1 = linear(t, names["w1"], f, d)
     w2, b2 = linear(t, names["w2"], d, f)
-    return dict(q=split_rows(q, H), k=split_rows(k, H), v=split_rows(v, H), o=split_cols(o, H),
-                bq=split_bias(bq, H), bk=split_bias(bk, H), bv=split_bias(bv, H), bo=bo,
+    return dict(**per_head(H, q=q, k=k, v=v, o=o, bq=bq, bk=bk, bv=bv), bo=bo,
                 ln1_w=t.get(f"{names['ln1']}.weight", (d,)), ln1_b=t.get(f"{names['ln1']}.bias", (d,)),
                 ln2_w=t.get(f"{names['ln2']}.weight", (d,)), ln2_b=t.get(f"{names['ln2']}.bias", (d,)),
                 w1=w1, b1=b1, w2=w2, b2=b2)

@@ -6,15 +6,7 @@ import numpy as np
 
 from jaxattn.errors import CheckpointError
 from jaxattn.io.checkpoints._build import build
-from jaxattn.io.checkpoints._common import (
-    Tensors,
-    cfg_int,
-    check_heads,
-    find_prefix,
-    split_bias,
-    split_cols,
-    split_rows,
-)
+from jaxattn.io.checkpoints._common import Tensors, cfg_int, check_heads, find_prefix, per_head
 
 IGNORE = [r"(.*\.)?h\.\d+\.attn\.(bias|masked_bias)", r"lm_head\..*", r"score\..*", r"multiple_choice_head\..*"]
 
@@ -35,9 +27,8 @@ def convert(config: dict, tensors: dict):
         bqkv = t.get(p + "attn.c_attn.bias", (3 * d,))
         q, k, v = Wqkv[:d], Wqkv[d:2 * d], Wqkv[2 * d:]
         bq, bk, bv = bqkv[:d], bqkv[d:2 * d], bqkv[2 * d:]
-        sets.append(dict(q=split_rows(q, H), k=split_rows(k, H), v=split_rows(v, H),
-                         o=split_cols(t.get(p + "attn.c_proj.weight", (d, d)).T, H),
-                         bq=split_bias(bq, H), bk=split_bias(bk, H), bv=split_bias(bv, H),
+        o = t.get(p + "attn.c_proj.weight", (d, d)).T
+        sets.append(dict(**per_head(H, q=q, k=k, v=v, o=o, bq=bq, bk=bk, bv=bv),
                          bo=t.get(p + "attn.c_proj.bias", (d,)),
                          ln1_w=t.get(p + "ln_1.weight", (d,)), ln1_b=t.get(p + "ln_1.bias", (d,)),
                          ln2_w=t.get(p + "ln_2.weight", (d,)), ln2_b=t.get(p + "ln_2.bias", (d,)),
