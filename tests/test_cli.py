@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
+import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
 import jaxattn.sweeps.chunked as sweep_mod
 from jaxattn.cli import main
 from jaxattn.io.results import load_arrays
@@ -83,7 +84,7 @@ def test_interrupted_sweep_resumes(tmp_path, monkeypatch):
     kw = dict(num_init=30, n=4, steps=3, seed=1, chunk=10, progress=False, dtype=jnp.float64)
     whole = sweep_mod.sweep(model, **kw)
     calls = []
-    real = sweep_mod.simulate
+    real = point_mod.simulate
 
     def flaky(*a, **k):
         calls.append(1)
@@ -91,7 +92,7 @@ def test_interrupted_sweep_resumes(tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sweep_mod, "simulate", flaky)
+    monkeypatch.setattr(point_mod, "simulate", flaky)
     with pytest.raises(KeyboardInterrupt):
         sweep_mod.sweep(model, out_dir=tmp_path, **kw)
     assert len(list((tmp_path / ".jaxattn-sweep" / "done" / "p0000").glob("c*.json"))) == 2
@@ -289,7 +290,7 @@ def test_a_resume_refusal_names_each_difference_once(tmp_path, monkeypatch, caps
     command's own options, then the sweep machinery's copies of them)."""
     argv = ["simulate", "--d", "4", "--heads", "1", "--depth", "1", "--n", "3", "--num-init", "8", "--chunk", "4",
             "--no-progress", "--out", str(tmp_path / "r")]
-    real, calls = sweep_mod.simulate, []
+    real, calls = point_mod.simulate, []
 
     def interrupted(*a, **k):
         calls.append(1)
@@ -297,9 +298,9 @@ def test_a_resume_refusal_names_each_difference_once(tmp_path, monkeypatch, caps
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sweep_mod, "simulate", interrupted)
+    monkeypatch.setattr(point_mod, "simulate", interrupted)
     assert main(argv) == 130
-    monkeypatch.setattr(sweep_mod, "simulate", real)
+    monkeypatch.setattr(point_mod, "simulate", real)
     capsys.readouterr()
     assert main([*argv, "--seed", "2"]) == 2
     err = capsys.readouterr().err

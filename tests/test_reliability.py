@@ -271,9 +271,9 @@ def test_a_store_of_another_configuration_names_the_difference_and_overwrite_rep
 
 
 def test_a_resume_refused_as_another_configuration_names_the_keys(tmp_path, monkeypatch, capsys):
-    import jaxattn.sweeps.chunked as sweep_mod
+    import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
 
-    real = sweep_mod.simulate
+    real = point_mod.simulate
     calls = []
 
     def dies(*a, **k):
@@ -282,11 +282,11 @@ def test_a_resume_refused_as_another_configuration_names_the_keys(tmp_path, monk
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sweep_mod, "simulate", dies)
+    monkeypatch.setattr(point_mod, "simulate", dies)
     argv = ["simulate", "--num-init", "12", "--n", "3", "--d", "4", "--heads", "1", "--depth", "2", "--no-shared",
             "--chunk", "4", "--no-progress", "--out", str(tmp_path / "r")]
     assert main(argv) == 130
-    monkeypatch.setattr(sweep_mod, "simulate", real)
+    monkeypatch.setattr(point_mod, "simulate", real)
     capsys.readouterr()
     assert main([*argv, "--mask", "causal"]) == 2
     assert "mask: 'full' there, 'causal' now" in _err(capsys)

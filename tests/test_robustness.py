@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import jaxattn as ja
+import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
 import jaxattn.sweeps.chunked as sweep_mod
 from jaxattn.cli import main
 from jaxattn.errors import CheckpointError, ConfigError
@@ -40,7 +41,7 @@ def gpt2_file(tmp_path_factory):
 @pytest.mark.e2e
 def test_resume_with_another_mask_is_refused(tmp_path, monkeypatch, capsys):
     calls = []
-    real = sweep_mod.simulate
+    real = point_mod.simulate
 
     def dies(*a, **k):
         calls.append(1)
@@ -48,9 +49,9 @@ def test_resume_with_another_mask_is_refused(tmp_path, monkeypatch, capsys):
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sweep_mod, "simulate", dies)
+    monkeypatch.setattr(point_mod, "simulate", dies)
     assert main(["simulate", *SMALL, "--mask", "full", "--out", str(tmp_path / "r")]) == 130
-    monkeypatch.setattr(sweep_mod, "simulate", real)
+    monkeypatch.setattr(point_mod, "simulate", real)
     capsys.readouterr()
     assert main(["simulate", *SMALL, "--mask", "causal", "--out", str(tmp_path / "r")]) == 2
     assert "another configuration" in _err(capsys)
@@ -326,8 +327,8 @@ def test_a_big_chunk_moves_the_progress_bar_and_auto_chunk_fits_the_budget(monke
     model = ja.random_model(jax.random.key(0), 8, 2, 3, shared=False)
     kw = dict(num_init=700, n=4, steps=3, progress=False, keep_final=True)
     calls = []
-    real = sweep_mod.simulate
-    monkeypatch.setattr(sweep_mod, "simulate", lambda m, X0, *a, **k: calls.append(X0.shape[0]) or real(m, X0, *a, **k))
+    real = point_mod.simulate
+    monkeypatch.setattr(point_mod, "simulate", lambda m, X0, *a, **k: calls.append(X0.shape[0]) or real(m, X0, *a, **k))
     one = sweep_mod.sweep(model, chunk=700, **kw)
     assert len(calls) > 1  # the chunk ran in pieces, each one a progress-bar update
     assert sum(calls) >= 700 and all(c == calls[0] for c in calls)  # one piece shape: one compiled program

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
 import jaxattn.sweeps.chunked as sweep_mod
 from jaxattn.cli import main
 from jaxattn.errors import ConfigError
@@ -200,7 +201,7 @@ def test_a_killed_study_is_cleared_by_the_rerun(tmp_path, capsys, checkpoint):
 
 def test_a_killed_simulate_resumes_and_drops_its_stale_temporary(tmp_path, monkeypatch):
     out = tmp_path / "r"
-    real, calls = sweep_mod.simulate, []
+    real, calls = point_mod.simulate, []
 
     def dies(*a, **k):
         calls.append(1)
@@ -208,9 +209,9 @@ def test_a_killed_simulate_resumes_and_drops_its_stale_temporary(tmp_path, monke
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sweep_mod, "simulate", dies)
+    monkeypatch.setattr(point_mod, "simulate", dies)
     assert main([*SIM, "--out", str(out)]) == 130
-    monkeypatch.setattr(sweep_mod, "simulate", real)
+    monkeypatch.setattr(point_mod, "simulate", real)
     rundir.claim(out / "observables.safetensors")  # what a SIGKILL during the final write leaves: the name
     stale = out / ".observables.safetensors.q9w8e7r6.tmp"  # recorded, then part of its temporary
     stale.write_bytes(b"\0" * 1000)
@@ -222,7 +223,7 @@ def test_a_killed_simulate_resumes_and_drops_its_stale_temporary(tmp_path, monke
 
 def test_an_unfinished_run_of_another_command_needs_overwrite(tmp_path, monkeypatch, capsys):
     out = tmp_path / "r"
-    real, calls = sweep_mod.simulate, []
+    real, calls = point_mod.simulate, []
 
     def dies(*a, **k):  # after one finished chunk (a run stopped before any result keeps no store)
         calls.append(1)
@@ -230,7 +231,7 @@ def test_an_unfinished_run_of_another_command_needs_overwrite(tmp_path, monkeypa
             raise KeyboardInterrupt
         return real(*a, **k)
 
-    monkeypatch.setattr(sweep_mod, "simulate", dies)
+    monkeypatch.setattr(point_mod, "simulate", dies)
     assert main([*SIM, "--out", str(out)]) == 130
     capsys.readouterr()
     assert main([*CLUSTERS, "--out", str(out)]) == 2

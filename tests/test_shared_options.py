@@ -12,12 +12,12 @@ SIM = ["simulate", "--num-init", "4", "--n", "3", "--d", "4", "--heads", "1", "-
 
 @pytest.mark.e2e
 def test_simulate_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypatch, capsys):
-    import jaxattn.sweeps.chunked as chunked
+    import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
     from jaxattn.cli import main
 
     seen = []
-    real = chunked.simulate
-    monkeypatch.setattr(chunked, "simulate", lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
+    real = point_mod.simulate
+    monkeypatch.setattr(point_mod, "simulate", lambda *a, **k: seen.append(_precision(k)) or real(*a, **k))
     out = tmp_path / "tf32"
     assert main([*SIM, "--matmul-precision", "tf32", "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["config"]["matmul_precision"] == "tf32"
@@ -60,11 +60,11 @@ def test_analyze_takes_records_and_uses_the_matmul_precision(tmp_path, monkeypat
     import jaxattn.analysis.gradients as gradients
     import jaxattn.analysis.steering as steering
     import jaxattn.dynamics.discrete as discrete
-    import jaxattn.sweeps.chunked as chunked
+    import jaxattn.sweeps._point as point_mod
     from jaxattn.cli import main
 
     seen: list = []
-    _spy(monkeypatch, chunked, "simulate", seen)  # the chunked runs
+    _spy(monkeypatch, point_mod, "simulate", seen)  # the chunked runs: their point's
     _spy(monkeypatch, discrete, "simulate", seen)
     # the analysis modules' own names for it: steering, every eigendirection's increment, and the layer sensitivity
     # (which once ran at the default precision whatever the study asked for)

@@ -314,8 +314,10 @@ def test_a_point_smaller_than_a_chunk_is_padded_to_the_block_width_only(tmp_path
     computes its own conditions only (the runner pads them to one block of 8 lanes, not to the chunk, nor to the
     backend's 64), and gives the numbers of a chunk its own size."""
     drawn = []
-    real = grid.init_tokens  # the name sweep_grid calls (imported into the module)
-    monkeypatch.setattr(grid, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
+    import jaxattn.sweeps._point as point_mod
+
+    real = point_mod.init_tokens  # the name a point's chunk calls (imported into the module)
+    monkeypatch.setattr(point_mod, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
                                                                                                    *a, **k))
     big = grid.sweep_grid(_cfg(num_init=6, chunk=4096, seed=0, model__mask="full"), tmp_path / "a", progress=False,
                           batch=ja.Batch(devices=jax.local_devices()[:1]))
@@ -350,12 +352,12 @@ def test_a_sweep_in_chunks_and_pieces_equals_one_simulate_call(chunk, size, head
     of 8 in four chunks of lanes of 8; a one-head model's chunks of 64 in blocks of 64, the width the chunk decides),
     stored or not, equal condition by condition one ``ja.simulate`` call at the sweep's width on the seed's first 200
     initial conditions: a piece that redrew an earlier piece's conditions would repeat its rows."""
-    import jaxattn.sweeps.chunked as chunked
+    import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
     from jaxattn.dynamics.discrete import lanes_of
 
     drawn = []
-    real = chunked.init_tokens
-    monkeypatch.setattr(chunked, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
+    real = point_mod.init_tokens
+    monkeypatch.setattr(point_mod, "init_tokens", lambda key, batch, *a, **k: drawn.append(batch) or real(key, batch,
                                                                                                      *a, **k))
     model = ja.random_model(jax.random.key(7), 8, heads, 3, shared=False)
     batch = ja.Batch(size=size)
@@ -491,8 +493,10 @@ def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
                           num_init, chunk)
     kw = dict(num_init=num_init, n=n, steps=steps, seed=seed, chunk=chunk, dtype="float64", progress=False)
     fresh = ja.sweep(model, **kw)  # what this code computes: the same numbers
-    real = chunked.simulate
-    monkeypatch.setattr(chunked, "simulate", lambda *a, **k: pytest.fail("a finished chunk was computed again"))
+    import jaxattn.sweeps._point as point_mod  # a sweep's chunks are its point's runs
+
+    real = point_mod.simulate
+    monkeypatch.setattr(point_mod, "simulate", lambda *a, **k: pytest.fail("a finished chunk was computed again"))
     stats: dict = {}
     got = ja.sweep(model, out_dir=tmp_path, stats=stats, **kw)
     assert stats == {"computed": 0, "resumed": num_init, "chunk": chunk}
@@ -500,7 +504,7 @@ def test_a_sweep_store_of_the_earlier_layout_resumes(tmp_path, monkeypatch):
     for k, v in want.items():
         np.testing.assert_array_equal(got[k], v, err_msg=k)
         np.testing.assert_array_equal(fresh[k], v, err_msg=k)
-    monkeypatch.setattr(chunked, "simulate", real)
+    monkeypatch.setattr(point_mod, "simulate", real)
     (tmp_path / chunked.STORE / "done" / "p0000" / "c000001.json").unlink()  # a lost marker: that chunk only
     again = ja.sweep(model, out_dir=tmp_path, stats=stats, **kw)
     assert stats == {"computed": 4, "resumed": num_init - 4, "chunk": chunk}

@@ -17,19 +17,21 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 from jaxtyping import Float
 
 from jaxattn.config import at_least, non_negative, option, plain, positive, specs
-from jaxattn.dynamics import continuous, discrete
+from jaxattn.dynamics import continuous, discrete, named_dtype
 from jaxattn.dynamics.continuous import Solver, solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
 from jaxattn.dynamics.options import BETA, Batch, Save
 from jaxattn.errors import ConfigError, NonFiniteWarning
 from jaxattn.io.checkpoints import load_any
+from jaxattn.io.results import flatten
 from jaxattn.model.params import Model, parse_mask
-from jaxattn.model.sampling import NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS, seeded_model
+from jaxattn.model.sampling import NEEDS_ARRAY, VALUE_KINDS, WEIGHT_KINDS, init_tokens, seeded_model
 from jaxattn.sweeps._observables import Observables
 
 #: The observables the drivers save by default: named in a
@@ -95,6 +97,8 @@ class MapRun:
     beta: float = _beta()
     steps: int | None = option(None, "number of steps (default: the model's depth; more prolongs it)",
                                check=non_negative)
+    # an ellipsoid's matrix (jaxattn.sweep's, from Python: a configuration names no matrix); not compared, an array
+    S: Any = dataclasses.field(default=None, compare=False)
 
     def steps_of(self, depth: int) -> int:
         """The steps of a model of ``depth`` blocks."""
@@ -113,7 +117,7 @@ class MapRun:
         with warnings.catch_warnings():  # non-finite conditions are counted and reported by the sweep
             warnings.simplefilter("ignore", NonFiniteWarning)
             res = simulate(model, X0, self.steps_of(model.depth), dynamics=self.dynamics, alpha=self.alpha,
-                           beta=self.beta, save=save, batch=batch, dtype=dtype)
+                           beta=self.beta, S=self.S, save=save, batch=batch, dtype=dtype)
         return {"observables": res.observables, "final": res.final, "trajectory": res.trajectory}
 
 
@@ -151,9 +155,10 @@ class Point:
     """One grid point: what the drivers take, built once from the configuration's keys by :func:`point_of`.
 
     ``params`` the values of the grid's axes at this point (what distinguishes it); ``model`` a
-    :class:`RandomModel` or the source a converted model is loaded from ('minilm' or a file); ``run`` a
-    :class:`MapRun` or :class:`FlowRun`; ``save`` and ``batch`` the drivers' options (the batch's precision
-    and path; its lane width and devices are the sweep's); ``observables`` the names saved."""
+    :class:`RandomModel`, the source a converted model is loaded from ('minilm' or a file), or the model itself
+    (:func:`jaxattn.sweep`, a one-point grid of a model given in Python); ``run`` a :class:`MapRun` or
+    :class:`FlowRun`; ``save`` and ``batch`` the drivers' options (the batch's precision and path; its lane width
+    and devices are the sweep's); ``observables`` the names saved."""
 
     params: Mapping[str, Any]
     num_init: int
@@ -162,7 +167,7 @@ class Point:
     keep_final: bool
     n: int
     init: str
-    model: RandomModel | str
+    model: RandomModel | str | Model
     run: MapRun | FlowRun
     save: Save
     batch: Batch
@@ -170,6 +175,8 @@ class Point:
 
     def build_model(self, cache: dict) -> Model:
         """The point's model, built (random) or loaded once per ``cache``."""
+        if isinstance(self.model, Model):
+            return self.model
         key = (self.seed, self.model) if isinstance(self.model, RandomModel) else ("file", self.model)
         if key not in cache:
             cache[key] = self.model.build(self.seed) if isinstance(self.model, RandomModel) else load_any(self.model)
@@ -200,6 +207,25 @@ class Point:
         precision and path): the driver's observables, final states (and trajectory, solver results).
         ``progress``: a flow's solve reports the time reached to it (a map ignores it)."""
         return self.run.run(model, X0, self.save, self._batch(batch), self.dtype, progress)
+
+    def chunk(self, model: Model, start: int, rows: int, size: int, batch: Batch | None = None,
+              progress=None) -> dict[str, np.ndarray]:
+        """The stored arrays of conditions ``start .. start + size - 1``, computed in one call of the driver on
+        ``rows >= size`` conditions (a fixed shape, one compiled program; condition ``i`` drawn from
+        ``fold_in(key(seed), i)``): ``observables/<name>`` (a nested observable's names joined by dots), with
+        ``keep_final`` the ``final`` states, and a flow's ``result`` and ``num_steps``. ``model``: the point's (as
+        placed on the devices); ``batch`` and ``progress`` as :meth:`evolve`'s."""
+        dtype = named_dtype(self.dtype)
+        X0 = init_tokens(jax.random.key(self.seed), rows, self.n, model.d_model, kind=self.init,
+                         S=getattr(self.run, "S", None), start=start, dtype=dtype)
+        res = self.evolve(model, X0, batch, progress)
+        out = {k.replace("observables.", "observables/", 1): v for k, v in flatten({"observables": res["observables"]})
+               .items()}
+        if self.keep_final:
+            out["final"] = res["final"]
+        if "result" in res:
+            out |= {"result": res["result"], "num_steps": res["num_steps"]}
+        return {k: np.asarray(v)[:size] for k, v in out.items()}
 
 
 def point_of(p: Mapping) -> Point:

@@ -1,6 +1,8 @@
 """Chunked, resumable runs of one configuration over many random initial conditions (``simulate``
-and ``analyze``), on the verified store of :mod:`jaxattn.io.store`: a one-point grid, run by the chunk
-loop :func:`jaxattn.sweep_grid` runs on too (:mod:`jaxattn.sweeps._chunks`).
+and ``analyze``), on the verified store of :mod:`jaxattn.io.store`: a one-point grid, whose point
+(:class:`jaxattn.sweeps.grid.Point`, holding the model given) computes every chunk as a grid's points do, run by the
+chunk loop :func:`jaxattn.sweep_grid` runs on too (:mod:`jaxattn.sweeps._chunks`). Its store's fingerprint is the
+stamp of the options it was called with, as it has been since its first stores, so that those still resume.
 
 The conditions ``0..N-1`` are cut into chunks; each finished chunk is written to
 ``out_dir/.jaxattn-sweep/`` (grid point ``p0000``) with a checksum. Running the same sweep again into the
@@ -19,11 +21,9 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Float
@@ -37,15 +37,16 @@ from jaxattn.dynamics import (
     resolve_dtype,
     working_bytes,
 )
-from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, check_steps, lanes_of, saved_steps, simulate
+from jaxattn.dynamics.discrete import D1, Dynamics, check_dynamics, check_steps
 from jaxattn.dynamics.options import Batch, Save, check_batch, check_save, moved
-from jaxattn.errors import ConfigError, NonFiniteWarning, is_integer, positive_int
+from jaxattn.errors import ConfigError, is_integer, positive_int
 from jaxattn.errors import seed as check_seed
-from jaxattn.io.results import flatten, weights_sha256
+from jaxattn.io.results import weights_sha256
 from jaxattn.io.store import SweepStore, manifest
 from jaxattn.model.params import Model, validate
-from jaxattn.model.sampling import MAX_CONDITIONS, init_tokens  # one seed names 2^32 conditions (32-bit fold_in)
+from jaxattn.model.sampling import MAX_CONDITIONS  # one seed names 2^32 conditions (32-bit fold_in)
 from jaxattn.sweeps._chunks import run_chunks, work_items
+from jaxattn.sweeps._point import MapRun, Point
 
 STORE = ".jaxattn-sweep"  # the only folder :func:`finish` removes
 CHUNK_BUDGET = 256 * 2**20  # bytes of host arrays per chunk when the chunk size is chosen automatically
@@ -153,8 +154,11 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
     # it and resumes at it, so that it is bit-identical to itself resumed
     span = min(chunk, num_init)  # a chunk larger than the run computes only the run's conditions
     devices = 1 if batch.devices is None else len(batch.devices)
-    width = lanes_of(model, n, dynamics=dynamics, steps=steps, save=save, batch=batch, dtype=dtype,
-                     conditions=-(-span // devices))
+    # the run is a one-point grid: its point's run computes every chunk, as a grid's points do
+    point = Point(params={}, num_init=num_init, seed=seed, dtype=jnp.dtype(dtype).name, keep_final=keep_final, n=n,
+                  init=init, model=model, run=MapRun(dynamics, alpha=alpha, beta=beta, steps=steps, S=S), save=save,
+                  batch=batch, observables=())
+    width = point.lanes(model, -(-span // devices))
 
     def pieces_of(width: int | None) -> int:  # conditions per simulate call: whole lane blocks, under the budget
         lanes = (width or lanes_for(None)) * devices
@@ -167,7 +171,6 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         return piece
 
     piece = pieces_of(width)
-    key = jax.random.key(seed)
     store, existed = None, True
     if out_dir is not None:
         stamp = {"fingerprint": fingerprint or {}, "weights": weights_sha256(model), "num_init": num_init,
@@ -185,32 +188,22 @@ def sweep(model: Model, *, num_init: int, n: int, steps: int, seed: int = 0, out
         # the grid's layout: a one-point grid whose `decides` is the stamp (its fingerprint is the stamp's hash,
         # as before the layouts were one: stores written then, with the stamp under `stamp`, still resume)
         entry = {"params": {}, "num_init": num_init, "n": n, "d": d,
-                 "times": saved_steps(steps, save.when).astype(np.float64).tolist(),
+                 "times": point.times(model.depth).tolist(),
                  "kernel": "plain",  # the path of its chunks (a removed fused kernel was the other)
                  "lanes": width}  # outside the fingerprint: a run resumes at the width it recorded
         store = SweepStore.open(Path(out_dir) / STORE, manifest(stamp, chunk=chunk, points=[entry]),
                                 overwrite=overwrite)
         kept = store.manifest["points"][0]
         # a store written before the width was recorded ran at the uncapped default of then
-        recorded = kept["lanes"] if "lanes" in kept else lanes_of(
-            model, n, dynamics=dynamics, steps=steps, save=save, batch=batch, dtype=dtype, conditions=None)
+        recorded = kept["lanes"] if "lanes" in kept else point.lanes(model, None)
         if recorded != width:
             width, piece = recorded, pieces_of(recorded)
     run_batch = batch if width is None else dataclasses.replace(batch, size=width)
 
-    def compute(point: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
+    def compute(i: int, start: int, size: int, advance: Callable[[int], None]) -> dict[str, np.ndarray]:
         pieces = []
-        for p0 in range(0, size, piece):
-            X0 = init_tokens(key, piece, n, d, kind=init, S=S, start=start + p0, dtype=dtype)
-            with warnings.catch_warnings():  # non-finite conditions are counted and reported by the caller
-                warnings.simplefilter("ignore", NonFiniteWarning)
-                res = simulate(model, X0, steps, dynamics=dynamics, alpha=alpha, beta=beta, S=S,
-                               save=save, batch=run_batch, dtype=dtype)
-            got = flatten({"observables": res.observables})
-            if keep_final:
-                got["final"] = np.asarray(res.final)
-            pieces.append({k.replace("observables.", "observables/", 1): np.asarray(v)[:min(piece, size - p0)]
-                           for k, v in got.items()})
+        for p0 in range(0, size, piece):  # non-finite conditions are counted and reported by the caller
+            pieces.append(point.chunk(model, start + p0, piece, min(piece, size - p0), run_batch))
             advance(min(piece, size - p0))
         return {k: np.concatenate([q[k] for q in pieces]) for k in pieces[0]}
 

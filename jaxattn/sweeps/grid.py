@@ -46,7 +46,6 @@ from jaxattn.dynamics.options import Batch, Save, check_batch, moved
 from jaxattn.errors import ConfigError, path_arg
 from jaxattn.io import load_config
 from jaxattn.io.store import SweepStore, manifest, open_sweep, replacing, swap_in
-from jaxattn.model.sampling import init_tokens
 from jaxattn.sweeps._chunks import run_chunks, work_items
 from jaxattn.sweeps._distributed import distributed_from_env
 from jaxattn.sweeps._observables import OBSERVABLES, Observables
@@ -219,23 +218,16 @@ def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = N
         if key not in replicated:  # weights placed on the devices once per sweep, not per chunk
             bare = m.replace(embeddings=None, final_ln_w=None, final_ln_b=None).astype(dtype)
             replicated[key] = replicate(bare, mesh_of(devices))
-        # every chunk of a point has one shape (the last one padded) and one lane width: one compiled program. A
-        # point with fewer conditions than a chunk computes only its own (a solve of 8 conditions integrated 4096)
-        X0 = init_tokens(jax.random.key(p.seed), _rows(chunk, p.num_init), p.n, m.d_model, kind=p.init,
-                         start=start, dtype=dtype)
         # a flow's chunk can take minutes: the bar shows the time its solver has reached (the slowest condition)
         t1 = p.run.t1 if isinstance(p.run, FlowRun) and progress else None
         at = None if t1 is None else (lambda t: advance(0, f"t={t:.3g} of {t1:g}"))
-        res = p.evolve(replicated[key], X0, batch if widths[i] is None else dataclasses.replace(batch, size=widths[i]),
-                       progress=at)
+        # every chunk of a point has one shape (the last one padded) and one lane width: one compiled program. A
+        # point with fewer conditions than a chunk computes only its own (a solve of 8 conditions integrated 4096)
+        arrays = p.chunk(replicated[key], start, _rows(chunk, p.num_init), size,
+                         batch if widths[i] is None else dataclasses.replace(batch, size=widths[i]), progress=at)
         if at is not None:
             advance(0, "")
-        arrays = {f"observables/{k}": np.asarray(v)[:size] for k, v in res["observables"].items()}
-        if p.keep_final:
-            arrays["final"] = np.asarray(res["final"])[:size]
-        if "result" in res:
-            arrays["result"] = np.asarray(res["result"])[:size]
-            arrays["num_steps"] = np.asarray(res["num_steps"])[:size]
+        if "result" in arrays:
             failed += int(np.sum(arrays["result"] != 0))
         return arrays
 
