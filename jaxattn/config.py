@@ -1,14 +1,16 @@
 """The one configuration mechanism: typed dataclasses whose fields are options.
 
-A field declared with :func:`option` carries its help, its allowed values (taken from the constants of the
-module that implements them, never retyped) and a check. Everything else is derived from those dataclasses:
+A field declared with :func:`option` (a configuration dataclass) or with :func:`about` (an option record such as
+:class:`jaxattn.Dynamics`, through :func:`static` or :func:`flag`) carries its help, its allowed values (taken from
+the constants of the module that implements them, never retyped) and a check. Everything else is derived from those
+declarations:
 
 * the command-line options of a command (:func:`add_arguments`; a list option is one comma-separated
   argument, a boolean a ``--x/--no-x`` pair);
 * the keys of a config file and their checks (:func:`check_value`, :func:`from_mapping`): no silent
   coercion, one line naming the key;
-* the sweep schema (:data:`jaxattn.sweeps.grid.SCHEMA`: one dataclass per section) and the studies'
-  configurations (``jaxattn.studies.<name>.Config``).
+* the sweep schema (:data:`jaxattn.sweeps.grid.SCHEMA`: the options of the objects that run a grid point, by
+  section) and the studies' configurations (``jaxattn.studies.<name>.Config``).
 
 So adding an option, or a value of one (a normalisation, an attention kind), touches the module that
 implements it and nothing that lists options.
@@ -17,7 +19,9 @@ implements it and nothing that lists options.
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import dataclasses
+import functools
 import math
 import types
 import typing
@@ -75,6 +79,8 @@ def about(help: str, *, choices: Iterable | None = None, check: Check | None = N
     (``hint``) when the field's own are wider than a file can hold (``Save.every``: ``None`` means every step, which
     a configuration has always written ``1``), ``only`` which kind of dynamics uses it (``'discrete'``), and values
     ``removed`` with the reason each is now refused."""
+    if only not in (None, "discrete", "continuous"):
+        raise ValueError(f"about(only=...) must be None, 'discrete' or 'continuous', got {only!r}")
     return {"option": {"help": help, "choices": None if choices is None else tuple(choices), "check": check,
                        "axis": axis, "flag": flag, "key": key, "default": default, "hint": hint, "only": only,
                        "removed": tuple((removed or {}).items())}}
@@ -91,12 +97,12 @@ def option(default: Any, help: str, *, choices: Iterable | None = None, check: C
 
 def static(default: Any = dataclasses.MISSING, *, converter: Callable[[Any], Any] | None = None,
            option: dict | None = None) -> Any:
-    """A field of an option record: every option of a driver or a model (:class:`jaxattn.Batch`, ``Dynamics``,
-    ``Flow``, ``Form``, ``Rope``) is an :class:`equinox.Module` of such fields, checked in ``__check_init__``.
-    Static: hashed into the compiled program (a changed option recompiles), never a traced leaf. ``converter``
-    gives a value its one spelling before the check (an integer from a NumPy integer, a tuple from a list);
-    ``option`` (:func:`about`) makes it a key of a sweep's configuration and a command-line option, declared here
-    once (:func:`specs`)."""
+    """A field of an option record: every option of a driver or a model (:class:`jaxattn.Save`, ``Batch``,
+    ``Dynamics``, ``Flow``, ``Solver``, ``Form``, ``Rope``) is an :class:`equinox.Module` of such fields, checked
+    in ``__check_init__``. Static: hashed into the compiled program (a changed option recompiles), never a traced
+    leaf. ``converter`` gives a value its one spelling before the check (an integer from a NumPy integer, a tuple
+    from a list); ``option`` (:func:`about`) makes it a key of a sweep's configuration (and of the commands that
+    list it), declared here once (:func:`specs`)."""
     metadata = option or {}
     if converter is None:
         return eqx.field(default=default, static=True, metadata=metadata)
@@ -118,7 +124,8 @@ def record_repr(record: Any) -> str:
 
 def _types(hint) -> tuple[tuple, bool, bool]:
     """``(accepted types, optional, is_list)`` of a field's annotation: ``int``, ``float`` (an int is accepted),
-    ``bool``, ``str``, unions of them, ``X | None``, ``list[X]``."""
+    ``bool``, ``str``, unions of them, ``X | None``, ``list[X]`` or ``Sequence[X]`` (a list or a tuple, checked
+    into a list)."""
     optional = False
     args = typing.get_args(hint) if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union \
         else (hint,)
@@ -127,7 +134,7 @@ def _types(hint) -> tuple[tuple, bool, bool]:
     for a in args:
         if a is type(None):
             optional = True
-        elif typing.get_origin(a) is list:
+        elif typing.get_origin(a) in (list, collections.abc.Sequence):  # given as any sequence, kept as a list
             is_list = True
             out.extend(_types(typing.get_args(a)[0])[0])
         elif a is float:
@@ -140,6 +147,11 @@ def _types(hint) -> tuple[tuple, bool, bool]:
 def specs(cls: type) -> dict[str, Spec]:
     """The options of a configuration dataclass or an option record, by key (fields not declared with
     :func:`option` or :func:`about` are not options)."""
+    return dict(_specs(cls))  # a copy: the cached one stays as declared
+
+
+@functools.cache  # a class's declarations do not change; a grid builds its objects from them at every point
+def _specs(cls: type) -> dict[str, Spec]:
     hints = typing.get_type_hints(cls)
     out = {}
     for f in dataclasses.fields(cls):
@@ -188,8 +200,9 @@ def _check_item(where: str, spec: Spec, v):
 
 
 def check_value(where: str, spec: Spec, v):
-    """``v`` checked against ``spec`` (type, finiteness, choices, check), or a :class:`ConfigError` naming
-    ``where``. A list option takes a list (or tuple) whose every item is checked, and returns a list."""
+    """``v`` checked against ``spec`` (type, finiteness, a value removed with its reason, choices, check), or a
+    :class:`ConfigError` naming ``where``. A list option takes a list (or tuple) whose every item is checked, and
+    returns a list."""
     if spec.is_list:
         if not isinstance(v, (list, tuple)):
             raise ConfigError(f"{where}: expected a list of {_names(spec.types)}, got {v!r}")
@@ -270,13 +283,13 @@ def add_argument(group, spec: Spec, default: Any = dataclasses.MISSING) -> None:
                            **({"choices": spec.choices} if spec.choices else {}))
 
 
-# ---------------------------------------------------------------- checks shared by the declarations
 def plain(kinds: Iterable, needs_array: Iterable) -> tuple:
     """The ``kinds`` that one value names in a file or on a command line (those ``needs_array``, such as an
-    ellipsoid's matrix S, are for Python)."""
+    ellipsoid's matrix S, are for Python): an option's choices."""
     return tuple(k for k in kinds if k not in needs_array)
 
 
+# ---------------------------------------------------------------- checks shared by the declarations
 def positive(v) -> str | None:
     return None if v > 0 else "must be > 0"
 

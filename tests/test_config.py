@@ -142,6 +142,11 @@ def test_the_schema_is_the_objects_options():
     shared = {"dynamics.attention", "dynamics.biases", "dynamics.beta", "matmul_precision"}
     assert not shared & (set(DISCRETE_ONLY) | set(CONTINUOUS_ONLY))
     assert SCHEMA[""]["matmul_precision"].field == "precision" and SCHEMA["dynamics"]["save_steps"].field == "steps"
+    # a point takes only the options of its own kind: a flow's batch is not handed the maps' path
+    from jaxattn.sweeps.grid import expand, point_of
+
+    both = expand(validate_config({"path": "plain", "dynamics": {"kind": ["discrete", "continuous"]}}))
+    assert [point_of(p).batch.path for p in both] == ["plain", "auto"]
 
 
 def test_an_option_declared_twice_otherwise_is_refused():
@@ -165,6 +170,38 @@ def test_an_option_declared_twice_otherwise_is_refused():
     assert _section((A, C))["x"].help == "one help"
     with pytest.raises(TypeError, match="declares the option 'x' otherwise"):
         _section((A, B))
+
+
+def test_an_option_says_which_kind_of_dynamics_it_is_for_or_none():
+    """A misspelt kind would leave the key in neither list of one-kind keys, and a key set at a point of the other
+    kind would be recorded rather than refused: the declaration refuses it."""
+    from jaxattn.config import about
+
+    assert about("x", only="discrete")["option"]["only"] == "discrete"
+    with pytest.raises(ValueError, match=r"about\(only=\.\.\.\) must be None, 'discrete' or 'continuous'"):
+        about("x", only="discret")
+
+
+@pytest.mark.parametrize("save,batch", [
+    (ja.Save(every=3), None), (ja.Save(every="last"), None), (ja.Save(steps=[5, 0, 2]), None),
+    (None, ja.Batch(precision="tf32")), (None, ja.Batch(path="plain")),
+    (ja.Save(every=2), ja.Batch(precision="bf16", path="plain")),
+])
+def test_save_and_batch_are_keys_that_come_back_as_themselves(save, batch):
+    """Every option field of Save and Batch set, written as the keys it declares (what sweep_grid does with
+    save= and batch=), validated and built into a point, gives back the object's fields."""
+    from jaxattn.sweeps._schema import keys_of
+    from jaxattn.sweeps.grid import expand, point_of
+
+    raw: dict = {}
+    for dotted, v in keys_of(save, batch).items():
+        sec, _, key = dotted.rpartition(".")
+        (raw.setdefault(sec, {}) if sec else raw)[key] = v
+    pt = point_of(expand(validate_config(raw))[0])
+    for obj, got in ((save, pt.save), (batch, pt.batch)):
+        if obj is not None:
+            for spec in specs(type(obj)).values():
+                assert getattr(got, spec.field) == getattr(obj, spec.field), spec.name
 
 
 def test_the_solver_record_holds_solves_keywords():

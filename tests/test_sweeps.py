@@ -559,3 +559,18 @@ def test_solve_replays_its_own_config_json(tmp_path, capsys):
     capsys.readouterr()
     assert main(["solve", "--config", str(tmp_path / "s" / "config.json"), "--out", str(tmp_path / "c")]) == 2
     assert "is the config of a `simulate` run, not `solve`" in capsys.readouterr().err
+
+
+def test_a_sweep_on_the_ellipsoid_equals_one_simulate_call(tmp_path):
+    """The ellipsoid's matrix S reaches both the draw and the map of every chunk of a sweep (its point's run holds
+    it): stored in chunks of 8 at lanes of 8, the same bits as one simulate call at that width."""
+    model = ja.random_model(jax.random.key(3), 3, 1, 2)
+    S = np.diag([1.0, 2.0, 0.5]).astype(np.float32)
+    kw = dict(num_init=12, n=4, steps=3, seed=2, chunk=8, init="ellipsoid", S=S, dynamics=ja.D5,
+              batch=ja.Batch(size=8), progress=False)
+    X0 = ja.init_tokens(jax.random.key(2), 12, 4, 3, kind="ellipsoid", S=S)
+    ref = ja.simulate(model, X0, 3, dynamics=ja.D5, S=S, batch=ja.Batch(size=8))
+    assert np.allclose(np.einsum("bni,ij,bnj->bn", np.asarray(ref.final), S, np.asarray(ref.final)), 1.0, atol=1e-5)
+    for out in (ja.sweep(model, **kw), ja.sweep(model, out_dir=tmp_path, **kw)):
+        np.testing.assert_array_equal(out["final"], np.asarray(ref.final))
+        np.testing.assert_array_equal(out["observables.diameter"], np.asarray(ref.observables["diameter"]))

@@ -87,6 +87,7 @@ class Solver(eqx.Module):
         """The keyword arguments of :func:`solve` that this record holds."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
+
 #: Result codes of :class:`Solution`: ``result == i`` means diffrax's ``RESULTS.<RESULT_NAMES[i]>``; the
 #: last code stands for any other failure diffrax reports.
 RESULT_NAMES = ("successful", "max_steps_reached", "dt_min_reached", "nonfinite", "max_steps_rejected", "other")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,20 +71,20 @@ class ClustersConfig:
     beta: float = option(1.0, "inverse temperature of the pictures and the 1-D run", check=positive)
     tol: float = option(1e-3, "distance under which tokens share a cluster", check=positive)
     num: int = option(256, "initial conditions per row of the count table", check=positive)
-    table_n: list[int] = option([10], "token counts of the count table", check=_several)
-    table_d: list[int] = option([2, 3], "dimensions of the count table", check=_hull)
-    table_beta: list[float] = option([1.0, 4.0], "inverse temperatures of the count table", check=positive)
-    good_d: list[int] = option([1, 2, 4, 8, 16], "dimensions of the good-triple estimate", check=positive)
+    table_n: Sequence[int] = option([10], "token counts of the count table", check=_several)
+    table_d: Sequence[int] = option([2, 3], "dimensions of the count table", check=_hull)
+    table_beta: Sequence[float] = option([1.0, 4.0], "inverse temperatures of the count table", check=positive)
+    good_d: Sequence[int] = option([1, 2, 4, 8, 16], "dimensions of the good-triple estimate", check=positive)
     good_samples: int = option(4000, "random matrices per dimension and ensemble", check=positive)
-    ensembles: list[str] = option(["ginibre", "symmetric"], "random ensembles of the good-triple estimate; ginibre: "
-                                  "entries N(0, 1/d)", choices=ENSEMBLES)
+    ensembles: Sequence[str] = option(["ginibre", "symmetric"], "random ensembles of the good-triple estimate; "
+                                      "ginibre: entries N(0, 1/d)", choices=ENSEMBLES)
     seed: int = option(0, "random seed", check=seed_check)
     figures: bool = option(True, "write PNG figures")
     check_num: int = option(0, "initial conditions of each theorem check (Figs. 7(a) and 8, V = -I, the shrinking "
                             "hull, the hyperplanes, the doubly exponential rate; see jaxattn.studies.cluster_checks); "
                             "0: none", check=non_negative)
-    rate_n: list[int] = option([10, 20, 40, 80], "token counts of the doubly exponential rate check (d = 1)",
-                               check=_several)
+    rate_n: Sequence[int] = option([10, 20, 40, 80], "token counts of the doubly exponential rate check (d = 1)",
+                                   check=_several)
     high_dim_n: int = option(0, "tokens of Fig. 7(b)'s run (the paper: 256; random Q, K and symmetric V); 0: none",
                              check=non_negative)
     high_dim_d: int = option(128, "dimension of Fig. 7(b)'s run (the paper: 128)", check=_hull)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,7 @@ class PowerMethodConfig:
     beta: float = option(1.0, "inverse temperature β")
     order: str = option("real", "principal eigenvalue: largest real part, modulus or |1+αλ|", choices=ORDERS)
     prolong: int = option(10, "shared-weight models: also run PROLONG × depth steps", check=positive)
-    gammas: list[float] = option([1.0, 10.0, 100.0, 1000.0], "steering gains γ", check=non_negative)
+    gammas: Sequence[float] = option([1.0, 10.0, 100.0, 1000.0], "steering gains γ", check=non_negative)
     steer_target: float = option(0.99, "also find, by bisection in log γ, the smallest gain whose mean alignment with "
                                  "the steering direction reaches this value; 0: no search", check=_below_one)
     ffn_study: bool = option(True, "also run with FFN and affine LayerNorm (models that have them)")

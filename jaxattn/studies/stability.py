@@ -24,6 +24,7 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from pathlib import Path
 
 import jax
@@ -79,7 +80,7 @@ class StabilityConfig:
 
     seed: int = option(0, "random seed", check=seed_check)
     d: int = option(3, "token dimension of the counts", check=_on_sphere)
-    tokens: list[int] = option([3, 4, 5], "numbers of tokens n of the counts", check=_tokens)
+    tokens: Sequence[int] = option([3, 4, 5], "numbers of tokens n of the counts", check=_tokens)
     models: int = option(20, "random models per n", check=positive)
     exhaustive_max: int = option(10, "every sign pattern up to this n, random ones above", check=positive)
     patterns: int = option(128, "random sign patterns per model above --exhaustive-max", check=positive)
@@ -106,8 +107,8 @@ class StabilityConfig:
     beta_sweep_models: int = option(0, "also count the stable equilibria of this many of the counts' models at n = "
                                     "--beta-sweep-n for every β of --beta-sweep, the map (beta_sweep.csv: the "
                                     "bifurcations with the attention weighting)", check=non_negative)
-    beta_sweep: list[float] = option([0.05, 0.25, 1.0, 2.0, 4.0, 8.0, 16.0], "inverse temperatures of the β sweep",
-                                     check=positive)
+    beta_sweep: Sequence[float] = option([0.05, 0.25, 1.0, 2.0, 4.0, 8.0, 16.0], "inverse temperatures of the β sweep",
+                                         check=positive)
     beta_sweep_n: int = option(5, "tokens of the β sweep", check=_bipartite)
 
     def check(self) -> None:

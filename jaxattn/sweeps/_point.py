@@ -3,11 +3,11 @@
 The configuration (:mod:`jaxattn.sweeps._schema`) is the serialised form: flat keys, checked one by one. A point
 of its grid becomes, once, in :func:`point_of`, what it describes: the model's law (:class:`RandomModel`) or its
 file, the dynamics (:class:`MapRun` around a :class:`jaxattn.Dynamics`, or :class:`FlowRun` around a
-:class:`jaxattn.Flow` and the solver's options), and the drivers' :class:`jaxattn.Save` and
-:class:`jaxattn.Batch`. Everything that runs a point (the chunk loop, the movie, the command's report) reads
-these objects, never the keys: the field names are the drivers' own (``dynamics_of`` and ``fields_of`` fill an
-object from the keys of the same name), so a key added to :class:`jaxattn.Dynamics` or :class:`jaxattn.Flow`
-reaches the run by its name, not through a line of translation.
+:class:`jaxattn.Flow` and a :class:`~jaxattn.dynamics.continuous.Solver`), and the drivers' :class:`jaxattn.Save`
+and :class:`jaxattn.Batch`. Everything that runs a point (the chunk loop, the movie, the command's report) reads
+these objects, never the keys. Each key is declared on the field that holds it (:func:`jaxattn.config.about`), and
+``fields_of`` fills an object from the keys its fields declare: a field added to :class:`jaxattn.Dynamics` or
+:class:`jaxattn.Flow` with its declaration is a key and reaches the run, not through a line of translation.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 from jaxtyping import Float
 
 from jaxattn.config import at_least, non_negative, option, plain, positive, specs
-from jaxattn.dynamics import continuous, discrete, named_dtype
+from jaxattn.dynamics import continuous, discrete, resolve_dtype
 from jaxattn.dynamics.continuous import Solver, solve
 from jaxattn.dynamics.discrete import Dynamics, saved_steps, simulate
 from jaxattn.dynamics.fields import Flow
@@ -39,10 +39,12 @@ from jaxattn.sweeps._observables import Observables
 DEFAULT_OBSERVABLES = ("diameter", "cos_consensus")
 
 
-def fields_of(cls, values: Mapping) -> dict:
+def fields_of(cls, values: Mapping, *, kind: str | None = None) -> dict:
     """The keyword arguments of ``cls`` (an option record or a run below) that ``values`` names by configuration
-    key: each option reaches the field that declares it (:func:`jaxattn.config.specs`), nothing translates by hand."""
-    return {spec.field: values[key] for key, spec in specs(cls).items() if key in values}
+    key: each option reaches the field that declares it (:func:`jaxattn.config.specs`), nothing translates by hand.
+    ``kind`` (``'discrete'`` or ``'continuous'``): leave out the options declared for the other kind only."""
+    return {spec.field: values[key] for key, spec in specs(cls).items()
+            if key in values and (kind is None or spec.only in (None, kind))}
 
 
 def dynamics_of(values: Mapping) -> Dynamics:
@@ -133,6 +135,7 @@ class FlowRun:
     t1: float = option(10.0, "final time", check=positive)
     saves: int = option(11, "number of equally spaced saved times in [0, t1]", check=at_least(2))
     layer_time: float = option(1.0, "duration of one layer", check=positive)
+    S: Any = dataclasses.field(default=None, compare=False)  # an ellipsoid's matrix (a flow on it): not an option
 
     def times(self, depth: int = 0, save: Save | None = None) -> Float[np.ndarray, " T"]:
         """The saved times: ``saves`` equally spaced in ``[0, t1]``."""
@@ -144,7 +147,7 @@ class FlowRun:
 
     def run(self, model: Model, X0, save: Save, batch: Batch, dtype, progress=None) -> dict[str, Any]:
         """``progress``: :func:`jaxattn.solve`'s, a host function of the time reached."""
-        sol = solve(model, X0, self.t1, flow=self.flow, beta=self.beta, save=save, batch=batch, dtype=dtype,
+        sol = solve(model, X0, self.t1, flow=self.flow, beta=self.beta, S=self.S, save=save, batch=batch, dtype=dtype,
                     layer_time=self.layer_time, progress=progress, **self.solver.keywords())
         return {"observables": sol.observables, "final": sol.final, "trajectory": sol.trajectory,
                 "result": sol.result, "num_steps": sol.num_steps}
@@ -215,9 +218,9 @@ class Point:
         ``fold_in(key(seed), i)``): ``observables/<name>`` (a nested observable's names joined by dots), with
         ``keep_final`` the ``final`` states, and a flow's ``result`` and ``num_steps``. ``model``: the point's (as
         placed on the devices); ``batch`` and ``progress`` as :meth:`evolve`'s."""
-        dtype = named_dtype(self.dtype)
-        X0 = init_tokens(jax.random.key(self.seed), rows, self.n, model.d_model, kind=self.init,
-                         S=getattr(self.run, "S", None), start=start, dtype=dtype)
+        dtype = resolve_dtype(self.dtype)
+        X0 = init_tokens(jax.random.key(self.seed), rows, self.n, model.d_model, kind=self.init, S=self.run.S,
+                         start=start, dtype=dtype)
         res = self.evolve(model, X0, batch, progress)
         out = {k.replace("observables.", "observables/", 1): v for k, v in flatten({"observables": res["observables"]})
                .items()}
@@ -248,6 +251,7 @@ def point_of(p: Mapping) -> Point:
     if model == "random":
         model = RandomModel(**fields_of(RandomModel, sec["model"]), unit_output=kind == "discrete"
                             and dyn["unit_output"])
+    batch = Batch(**fields_of(Batch, p, kind=kind))  # a flow's: without the maps' path
     return Point(params=dict(p["params"]), num_init=p["num_init"], seed=p["seed"], dtype=p["dtype"],
                  keep_final=p["keep_final"], n=sec["init"]["n"], init=sec["init"]["kind"], model=model, run=run,
-                 save=save, batch=Batch(**fields_of(Batch, p)), observables=obs)
+                 save=save, batch=batch, observables=obs)

@@ -100,7 +100,10 @@ def _section(objects: tuple[type, ...]) -> dict[str, Key]:
                                     "object of its section: declare it once and share it")
                 spec = dataclasses.replace(have, only=have.only if have.only == spec.only else None)
             out[key] = spec
-    return {k: dataclasses.replace(s, help=f"{s.only}: {s.help}") if s.only else s for k, s in out.items()}
+    # the keys of both kinds first, then the maps', then the flows' (each in the order declared)
+    order = sorted(out, key=lambda k: (None, "discrete", "continuous").index(out[k].only))
+    return {k: dataclasses.replace(out[k], help=f"{out[k].only}: {out[k].help}") if out[k].only else out[k]
+            for k in order}
 
 
 #: Every key of a sweep configuration, by section: derived from the objects of :data:`SECTIONS`.
@@ -157,9 +160,10 @@ def keys_of(save: Save | None, batch: Batch | None) -> dict[str, Any]:
     for obj in (save, batch):  # each field that is an option, set: the key that declares it
         if obj is None:
             continue
-        sec = next(sec for sec, objects in SECTIONS.items() if type(obj) in objects)
-        defaults = {f.name: f.default for f in dataclasses.fields(obj)}
-        for key, spec in specs(type(obj)).items():
+        cls = Save if isinstance(obj, Save) else Batch  # a subclass holds the same options
+        sec = next(sec for sec, objects in SECTIONS.items() if cls in objects)
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        for key, spec in specs(cls).items():
             value = getattr(obj, spec.field)
             if value != defaults[spec.field]:
                 keys[_dotted(sec, key)] = list(value) if spec.is_list else value

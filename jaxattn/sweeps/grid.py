@@ -121,7 +121,7 @@ def _merged(config, save: Save | None, batch: Batch | None) -> dict:
         sec, _, key = dotted.rpartition(".")
         have, default = own[sec][key], SCHEMA[sec][key].default
         if have != default and have != value:
-            by = "save" if dotted in ("observables", "dynamics.save", "dynamics.save_steps") else "batch"
+            by = "save" if dotted in keys_of(save, None) else "batch"
             raise ConfigError(f"{dotted} is given twice: {have!r} by the configuration and {value!r} by {by}=: give "
                               "it once")
         table = raw if not sec else raw.setdefault(sec, {})

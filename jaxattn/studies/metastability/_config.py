@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from jaxattn.config import at_least, option, positive
 from jaxattn.config import seed as seed_check
@@ -32,9 +33,9 @@ def _ratio(v) -> str | None:
 class MetastabilityConfig:
     """The metastability study's options (those of ``jaxattn metastability``, see :mod:`jaxattn.config`)."""
 
-    dims: list[int] = option([2, 3, 4], "token dimensions d (tokens on the sphere S^(d-1))", check=_on_sphere)
-    n: list[int] = option([32], "tokens per configuration", check=_several)
-    betas: list[float] = option([2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0], "inverse temperatures beta", check=positive)
+    dims: Sequence[int] = option([2, 3, 4], "token dimensions d (tokens on the sphere S^(d-1))", check=_on_sphere)
+    n: Sequence[int] = option([32], "tokens per configuration", check=_several)
+    betas: Sequence[float] = option([2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0], "inverse temperatures beta", check=positive)
     num: int = option(128, "initial conditions per (n, d, beta), uniform on the sphere", check=positive)
     t1: float = option(1000.0, "final time", check=positive)
     t_min: float = option(0.1, "first saved time after 0; the saved times are logarithmic from it to t1",
