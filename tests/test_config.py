@@ -409,6 +409,21 @@ def test_simulate_refuses_what_would_mislead(argv, match, tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("flags,raw", [
+    (["--attention", "uniform", "--beta", "2"], {"dynamics": {"attention": "uniform", "beta": 2.0}}),
+    (["--dtype", "float64", "--matmul-precision", "bf16"], {"dtype": "float64", "matmul_precision": "bf16"}),
+])
+def test_simulate_refuses_by_the_sweeps_rules(flags, raw, tmp_path, capsys):
+    """simulate's options that would change nothing are the sweep's (one home for the rule): the same reason, the
+    keys said as flags."""
+    with pytest.raises(ConfigError) as sweep_err:
+        validate_config(raw)
+    assert main(["simulate", *flags, "--num-init", "2", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    reason = str(sweep_err.value).split(" (", 1)[1].split(")", 1)[0]
+    assert f"({reason})" in err and f"{flags[2]} does nothing with {flags[0]} {flags[1]}" in err, (err, reason)
+
+
 def test_studies_refuse_a_matmul_precision_that_does_nothing():
     from jaxattn.studies import consensus, power_method
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 from jaxattn.cli._config import RANDOM_ONLY
@@ -28,7 +29,7 @@ from jaxattn.io import rundir
 from jaxattn.io.results import provenance, save_arrays, weights_sha256, write_json
 from jaxattn.io.store import nonfinite_conditions
 from jaxattn.sweeps.chunked import STORE, Timer, finish, sweep
-from jaxattn.sweeps.grid import SCHEMA, dynamics_of, fields_of
+from jaxattn.sweeps.grid import SCHEMA, dynamics_of, fields_of, inert_keys
 
 
 def _of(section: str, *keys: str) -> list[Spec]:
@@ -66,6 +67,29 @@ SIM_DEFAULTS = {k: s.default for k, s in [(sp.dest, sp) for g in GROUPS.values()
     "out": "runs/simulate", "overwrite": False, "progress": True, "movie": False}
 
 
+def _refuse_inert(cfg: dict) -> None:
+    """Options given that would change nothing in this run, refused rather than recorded: the rules of a sweep's
+    point (:func:`jaxattn.sweeps.grid.inert_keys`: one home for them), said in the command line's words."""
+    point = {"dynamics.kind": "discrete", "dynamics.attention": cfg["attention"], "dynamics.rope": cfg["rope"],
+             "dtype": cfg["dtype"], "model.source": "random" if cfg["model"] == "random" else "file",
+             "model.shared": cfg["shared"]}
+    given = {_dotted(sec, key): spec for sec, keys in SCHEMA.items() for key, spec in keys.items()
+             if spec.dest in SIM_DEFAULTS and cfg[spec.dest] != SIM_DEFAULTS[spec.dest]}
+    for key, why in inert_keys(point).items():
+        if key in given:
+            raise JaxattnError(f"{given[key].cli} does nothing with {_as_flags(why)}: remove it")
+
+
+def _dotted(sec: str, key: str) -> str:
+    return f"{sec}.{key}" if sec else key
+
+
+def _as_flags(why: str) -> str:
+    """``dynamics.attention = 'uniform'`` as ``--attention uniform``: a reason in the words of the command line."""
+    flags = {_dotted(sec, key): spec.cli for sec, keys in SCHEMA.items() for key, spec in keys.items()}
+    return re.sub(r"([\w.]+) = '?([\w.-]+)'?", lambda m: f"{flags[m[1]]} {m[2]}" if m[1] in flags else m[0], why)
+
+
 def consensus_lines(diam, cosc, ok, steps: int, n: int | None = None) -> list[str]:
     """The summary's statistics of the diameter and 1 - cos over the finite conditions ``ok``; ``n`` tokens per
     condition (one token is at consensus by definition, which a note says)."""
@@ -94,20 +118,12 @@ def run(args, cfg) -> int:
         # options that would be recorded but change nothing are refused, before anything is written: what no model
         # could run (the library's checks), then what this model would ignore
         check_dynamics(model, dyn)
-    if cfg["attention"] == "uniform" and cfg["beta"] != SIM_DEFAULTS["beta"]:
-        raise JaxattnError("--beta does nothing with --attention uniform (a_ij = 1/n whatever the scores): remove it")
-    if cfg["attention"] == "uniform" and cfg["scale"] is not None:
-        raise JaxattnError("--scale does nothing with --attention uniform (no scores): remove it")
-    if cfg["attention"] == "uniform" and cfg["rope"] != "none":
-        raise JaxattnError("--rope does nothing with --attention uniform (no scores to rotate): remove it")
-    if cfg["dtype"] == "float64" and cfg["matmul_precision"] != "highest":
-        raise JaxattnError("--matmul-precision does nothing with --dtype float64 (it lowers float32 products only): "
-                           "remove it")
     if dyn.biases and model.layers.bq is None and model.layers.bo is None:
         raise JaxattnError("--biases: this model has no biases (random models are drawn without them)")
     if dyn.pre_ln and model.norm_style != "pre":
         raise JaxattnError("--pre-ln only applies to pre-norm models (GPT-2, GPT-Neo)")
     check_rope(model, cfg["rope"])
+    _refuse_inert(cfg)
     run = start_run(cfg, "simulate", own=(STORE,))
     work = run.path  # --out, or the replacement beside it that rundir.finish swaps in
     resolved = {k: v for k, v in cfg.items() if not k.startswith("_")}
