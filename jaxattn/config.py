@@ -5,7 +5,7 @@ A field declared with :func:`option` (a configuration dataclass) or with :func:`
 the constants of the module that implements them, never retyped) and a check. Everything else is derived from those
 declarations:
 
-* the command-line options of a command (:func:`add_arguments`; a list option is one comma-separated
+* the command-line options of a command (:func:`add_argument`; a list option is one comma-separated
   argument, a boolean a ``--x/--no-x`` pair);
 * the keys of a config file and their checks (:func:`check_value`, :func:`from_mapping`): no silent
   coercion, one line naming the key;
@@ -147,7 +147,9 @@ def _types(hint) -> tuple[tuple, bool, bool]:
 def specs(cls: type) -> dict[str, Spec]:
     """The options of a configuration dataclass or an option record, by key (fields not declared with
     :func:`option` or :func:`about` are not options)."""
-    return dict(_specs(cls))  # a copy: the cached one stays as declared
+    # a copy, with a list default copied too (as a default_factory gives one per call): the cache stays as declared
+    return {k: dataclasses.replace(v, default=list(v.default)) if isinstance(v.default, list) else v
+            for k, v in _specs(cls).items()}
 
 
 @functools.cache  # a class's declarations do not change; a grid builds its objects from them at every point

@@ -172,6 +172,15 @@ def test_an_option_declared_twice_otherwise_is_refused():
         _section((A, B))
 
 
+def test_a_list_default_is_a_new_list_each_time():
+    """The declarations are read once and kept, but a list default is handed out as a new list each time (as a
+    dataclass's default_factory does): a caller that changes one changes nobody else's."""
+    first, second = specs(_Example)["sizes"].default, specs(_Example)["sizes"].default
+    assert first == second == [2, 3] and first is not second
+    first.append(4)
+    assert specs(_Example)["sizes"].default == [2, 3]
+
+
 def test_an_option_says_which_kind_of_dynamics_it_is_for_or_none():
     """A misspelt kind would leave the key in neither list of one-kind keys, and a key set at a point of the other
     kind would be recorded rather than refused: the declaration refuses it."""

@@ -62,6 +62,10 @@ def register(sub):
     p.set_defaults(func=run, defaults=options)
 
 
+#: simulate's options that are keys of a sweep, by key (``dynamics.beta``): the sweep's rules name them so.
+OPTIONS = {f"{sec}.{key}" if sec else key: spec for sec, keys in SCHEMA.items() for key, spec in keys.items()
+           if any(spec is mine for group in GROUPS.values() for mine in group)}
+
 #: The defaults of every option, by name (the command line's and a config file's).
 SIM_DEFAULTS = {k: s.default for k, s in [(sp.dest, sp) for g in GROUPS.values() for sp in g]} | {
     "out": "runs/simulate", "overwrite": False, "progress": True, "movie": False}
@@ -73,21 +77,24 @@ def _refuse_inert(cfg: dict) -> None:
     point = {"dynamics.kind": "discrete", "dynamics.attention": cfg["attention"], "dynamics.rope": cfg["rope"],
              "dtype": cfg["dtype"], "model.source": "random" if cfg["model"] == "random" else "file",
              "model.shared": cfg["shared"]}
-    given = {_dotted(sec, key): spec for sec, keys in SCHEMA.items() for key, spec in keys.items()
-             if spec.dest in SIM_DEFAULTS and cfg[spec.dest] != SIM_DEFAULTS[spec.dest]}
     for key, why in inert_keys(point).items():
-        if key in given:
-            raise JaxattnError(f"{given[key].cli} does nothing with {_as_flags(why)}: remove it")
-
-
-def _dotted(sec: str, key: str) -> str:
-    return f"{sec}.{key}" if sec else key
+        spec = OPTIONS.get(key)
+        if spec is not None and cfg[spec.dest] != SIM_DEFAULTS[spec.dest]:
+            raise JaxattnError(f"{spec.cli} does nothing with {_as_flags(why)}: remove it")
 
 
 def _as_flags(why: str) -> str:
-    """``dynamics.attention = 'uniform'`` as ``--attention uniform``: a reason in the words of the command line."""
-    flags = {_dotted(sec, key): spec.cli for sec, keys in SCHEMA.items() for key, spec in keys.items()}
-    return re.sub(r"([\w.]+) = '?([\w.-]+)'?", lambda m: f"{flags[m[1]]} {m[2]}" if m[1] in flags else m[0], why)
+    """A sweep's reason in the command line's words: ``dynamics.attention = 'uniform'`` is ``--attention uniform``,
+    ``model.shared = true`` is ``--shared`` (keys that are not simulate's options are left as they are)."""
+    def flag(m: re.Match) -> str:
+        spec = OPTIONS.get(m[1])
+        if spec is None:
+            return m[0]
+        if spec.types == (bool,):
+            return spec.cli if m[2].lower() == "true" else f"--no-{spec.cli[2:]}"
+        return f"{spec.cli} {m[2]}"
+
+    return re.sub(r"([\w.]+) = '?([\w.-]+)'?", flag, why)
 
 
 def consensus_lines(diam, cosc, ok, steps: int, n: int | None = None) -> list[str]:

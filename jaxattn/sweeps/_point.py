@@ -135,7 +135,8 @@ class FlowRun:
     t1: float = option(10.0, "final time", check=positive)
     saves: int = option(11, "number of equally spaced saved times in [0, t1]", check=at_least(2))
     layer_time: float = option(1.0, "duration of one layer", check=positive)
-    S: Any = dataclasses.field(default=None, compare=False)  # an ellipsoid's matrix (a flow on it): not an option
+    # an ellipsoid's matrix, as MapRun's (no driver builds a flow point on the ellipsoid yet: None); not an option
+    S: Any = dataclasses.field(default=None, compare=False)
 
     def times(self, depth: int = 0, save: Save | None = None) -> Float[np.ndarray, " T"]:
         """The saved times: ``saves`` equally spaced in ``[0, t1]``."""
