@@ -42,8 +42,6 @@ PATHS = ("auto", "plain")
 #: Paths once allowed, with why each is refused now.
 REMOVED_PATHS = {"fused": "the fused Pallas kernel was removed (on an H200 it ran at 0.40-0.69x the plain path at "
                           "every shape timed, docs/gpu.md); 'auto' and 'plain' run the plain path"}
-#: Why ``Batch(path='fused')`` is refused (one line).
-FUSED_REMOVED = f"Batch(path='fused'): {REMOVED_PATHS['fused']}"
 
 # Options that a map's and a flow's records both hold (Dynamics and Flow, the runs of a grid point): declared once.
 #: The attention kernel.
@@ -213,8 +211,8 @@ class Batch(eqx.Module):
                                   f"(e.g. jax.local_devices()), got {self.devices!r}")
         if self.precision not in PRECISIONS:
             raise ConfigError(f"Batch(precision=...) must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
-        if self.path == "fused":
-            raise ConfigError(FUSED_REMOVED)
+        if isinstance(self.path, str) and self.path in REMOVED_PATHS:  # the reason a file's key gives too
+            raise ConfigError(f"Batch(path={self.path!r}): {REMOVED_PATHS[self.path]}")
         if self.path not in PATHS:
             raise ConfigError(f"Batch(path=...) must be one of {', '.join(PATHS)}, got {self.path!r}")
         if not (isinstance(self.form, Form) or (isinstance(self.form, str) and self.form == "auto")):

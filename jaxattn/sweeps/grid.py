@@ -117,11 +117,12 @@ def _merged(config, save: Save | None, batch: Batch | None) -> dict:
     if not keys:
         return raw
     own = validate_config(raw)
+    by_save = keys_of(save, None)
     for dotted, value in keys.items():
         sec, _, key = dotted.rpartition(".")
         have, default = own[sec][key], SCHEMA[sec][key].default
         if have != default and have != value:
-            by = "save" if dotted in keys_of(save, None) else "batch"
+            by = "save" if dotted in by_save else "batch"
             raise ConfigError(f"{dotted} is given twice: {have!r} by the configuration and {value!r} by {by}=: give "
                               "it once")
         table = raw if not sec else raw.setdefault(sec, {})
