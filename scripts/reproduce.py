@@ -537,6 +537,7 @@ def render_record(record: dict) -> str:
     ]
     if reduced:
         out += ["**Reduced mode**: tiny scales for the test suite; the verdicts mean nothing at this size.", ""]
+    out += [_provenance_line(entries), ""]
     out += [*_counts(cells),
         "",
         "Each row is one checkable claim of a paper: what the paper says, what jaxattn measured, the scale of the run "
@@ -612,6 +613,24 @@ def render_record(record: dict) -> str:
             "`--only RUN` followed by `--page-only` measures the runs present and keeps the others' cells from "
             "`docs/reproductions.json`.", ""]
     return "\n".join(out)
+
+
+def _provenance_line(entries: dict) -> str:
+    """Whether the page's runs were all made by one commit of the code (clean: no ``+``), or by which ones."""
+    made = [(e.get("timing") or {}).get("commit", "?") for e in entries.values()]
+    commits = sorted(set(made))
+    if not made:
+        return "**No run has been made yet.**"
+    if len(commits) == 1 and commits[0] != "?" and not commits[0].endswith("+"):
+        return (f"**Every run was made at one commit**, `{commits[0]}` ({len(made)} runs, a clean checkout), and "
+                "measured from its files as the table of runs at the end says.")
+    dirty = [c for c in commits if c == "?" or c.endswith("+")]
+    at = "one commit" if len(commits) == 1 else f"{len(commits)} commits"
+    return (f"**The runs were made at {at}** ({', '.join(f'`{c}`' for c in commits)}"
+            + (f"; {', '.join(f'`{c}`' for c in dirty)}: a working tree that differed from its commit, or not "
+               "recorded" if dirty else "")
+            + "): the table of runs at the end says which run each made. `make reproduce` from one clean checkout "
+              "makes them all at one.")
 
 
 def _dash(x: str) -> str:

@@ -1421,3 +1421,20 @@ def test_the_recorded_commit_is_dirty_only_for_code(tmp_path, monkeypatch):
     assert not rep._commit().endswith("+")
     (tmp_path / "code.py").write_text("new")
     assert rep._commit().endswith("+")
+
+
+def test_the_page_says_whether_its_runs_were_made_at_one_commit():
+    """The header names the one clean commit that made every run, or each commit when they differ (a working tree
+    that differed from its commit, or a run recorded before commits were, never counts as one commit)."""
+    def entries(*commits):
+        return {f"r{i}": {"timing": {"commit": c}} if c else {} for i, c in enumerate(commits)}
+
+    one = rep._provenance_line(entries("fad8030b12", "fad8030b12", "fad8030b12"))
+    assert one.startswith("**Every run was made at one commit**, `fad8030b12` (3 runs")
+    several = rep._provenance_line(entries("fad8030b12", "0123456789"))
+    assert several.startswith("**The runs were made at 2 commits** (`0123456789`, `fad8030b12`)")
+    for odd in (entries("fad8030b12+", "fad8030b12+"), entries("fad8030b12", None)):
+        line = rep._provenance_line(odd)
+        assert line.startswith("**The runs were made at") and "differed from its commit, or not recorded" in line
+    assert rep._provenance_line(entries("fad8030b12+")).startswith("**The runs were made at one commit** (`fad80")
+    assert rep._provenance_line({}) == "**No run has been made yet.**"

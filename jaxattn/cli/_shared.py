@@ -106,20 +106,21 @@ def flag_words(options: Mapping[str, Spec], *, spaced: bool = False) -> Iterator
         raise type(e)(as_flags(str(e), options, spaced=spaced)) from None
 
 
-_SPACED = re.compile(r"\b([a-z][a-z0-9_]*) = ('[^']*'|[\w.+-]+)")
+#: ``name = value``: a study's option, or a sweep's dotted key (``dynamics.attention = 'uniform'``)
+_SPACED = re.compile(r"\b([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*) = ('[^']*'|[\w.+-]+)")
 
 
 def as_flags(message: str, options: Mapping[str, Spec], *, spaced: bool = False) -> str:
     """``message`` with the Python spellings of ``options`` in command-line words (see :func:`flag_words`);
-    ``spaced``: also ``name = value`` (the studies' checks, a sweep's keys), which elsewhere may name a value
-    of a config file."""
+    ``spaced``: also ``name = value`` (the studies' checks, a sweep's keys such as ``dynamics.attention =
+    'uniform'`` where ``options`` are keyed so), which elsewhere may name a value of a config file."""
     def keyword(m: re.Match) -> str:
         spec = options.get(m.group(1))
         if spec is None:
             return m.group(0)
         value = m.group(2).strip("'\"")
-        if spec.types == (bool,):
-            return spec.cli if value == "True" else f"--no-{spec.cli[2:]}"
+        if spec.types == (bool,):  # Python's True or a config file's true
+            return spec.cli if value.lower() == "true" else f"--no-{spec.cli[2:]}"
         return f"{spec.cli} {value}"
 
     def call(m: re.Match) -> str:  # a random model as the command line draws one

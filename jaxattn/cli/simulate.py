@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 
 from jaxattn.cli._config import RANDOM_ONLY
 from jaxattn.cli._shared import (
     add_options,
+    as_flags,
     check_rope,
     dtype_arg,
     flag_words,
@@ -80,21 +80,7 @@ def _refuse_inert(cfg: dict) -> None:
     for key, why in inert_keys(point).items():
         spec = OPTIONS.get(key)
         if spec is not None and cfg[spec.dest] != SIM_DEFAULTS[spec.dest]:
-            raise JaxattnError(f"{spec.cli} does nothing with {_as_flags(why)}: remove it")
-
-
-def _as_flags(why: str) -> str:
-    """A sweep's reason in the command line's words: ``dynamics.attention = 'uniform'`` is ``--attention uniform``,
-    ``model.shared = true`` is ``--shared`` (keys that are not simulate's options are left as they are)."""
-    def flag(m: re.Match) -> str:
-        spec = OPTIONS.get(m[1])
-        if spec is None:
-            return m[0]
-        if spec.types == (bool,):
-            return spec.cli if m[2].lower() == "true" else f"--no-{spec.cli[2:]}"
-        return f"{spec.cli} {m[2]}"
-
-    return re.sub(r"([\w.]+) = '?([\w.-]+)'?", flag, why)
+            raise JaxattnError(f"{spec.cli} does nothing with {as_flags(why, OPTIONS, spaced=True)}: remove it")
 
 
 def consensus_lines(diam, cosc, ok, steps: int, n: int | None = None) -> list[str]:
