@@ -26,6 +26,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -467,8 +468,34 @@ def _present(d: Path) -> bool:
     return (d / "config.json").exists() or any(d.glob("*.csv"))
 
 
+#: The studies whose figures are drawn from a finished run's tables (``claim_figures(run, dest)``), so that a run made
+#: before one of its figures existed shows it too: the run's own file first, these only where it has none.
+DRAWN_FROM_TABLES = {"pm_lemmas": "jaxattn.studies.pm_lemmas", "co_theorems": "jaxattn.studies.co_theorems",
+                     "cl_theorems": "jaxattn.studies.cl_theorems", "stability": "jaxattn.studies.stability"}
+
+
+def figure_of(run: str, d: Path, name: str, scratch: Path) -> Path | None:
+    """The figure ``name`` of the run ``run`` in ``d``: the run's own file, or, for a study that draws its figures
+    from its tables, drawn from them into ``scratch`` (never into the run); ``None`` when there is neither."""
+    if (d / name).exists():
+        return d / name
+    module = DRAWN_FROM_TABLES.get(run)
+    if module is None:
+        return None
+    drawn = scratch / run
+    if not drawn.exists():  # every figure of the run at once, once
+        drawn.mkdir(parents=True)
+        importlib.import_module(module).claim_figures(d, drawn)
+    return drawn / name if (drawn / name).exists() else None
+
+
 def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
     """Every claim's cells (with the run files they were read from) and the run metadata."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return _build(runs, img_dir, Path(scratch))
+
+
+def _build(runs: Path, img_dir: Path | None, scratch: Path) -> tuple[list[dict], dict]:
     recorded = json.loads((runs / "timings.json").read_text()) if (runs / "timings.json").exists() else {}
     # the registry's order, however run; a command recorded with this machine's run directory (by an older
     # reproduce.py) shown with the default one
@@ -485,11 +512,12 @@ def build(runs: Path, img_dir: Path | None = None) -> tuple[list[dict], dict]:
             continue
         res = c.measure(d)
         fig = ""
-        if c.figure and (d / c.figure).exists():
+        src = figure_of(c.run, d, c.figure, scratch) if c.figure else None
+        if src is not None:
             fig = f"{IMG}/{c.run}_{c.figure}"
             if img_dir is not None:
                 img_dir.mkdir(parents=True, exist_ok=True)
-                _copy_figure(d / c.figure, img_dir / f"{c.run}_{c.figure}")
+                _copy_figure(src, img_dir / f"{c.run}_{c.figure}")
         cmd = timings[c.run]["command"]
         cells.append({"id": c.id, "paper": c.paper, "where": c.where, "statement": c.statement,
                       "jaxattn": res.value, "scale": scale(c.run, d), "command": cmd, "verdict": res.verdict,

@@ -28,6 +28,7 @@ from jaxattn.studies.verdicts import (
     Check,
     Result,
     T,
+    assumed,
     below,
     by_construction,
     ci,
@@ -1181,8 +1182,9 @@ def cl_triples_3d(d: Path) -> Result:
 
 # ------------------------------------------------------------------------------------------ multistability
 def _assumed(r: dict[str, str], cfg: dict) -> bool:
-    """Assumption 1 of the multistability results (λ1 > 0) and, for the map, the step bound α < 2/(|λ_d| − λ_1)."""
-    return num(r["lambda_1"]) > 0 and (r["time"] != "discrete" or float(cfg.get("alpha", 1.0)) < num(r["alpha_bound"]))
+    """Assumption 1 of the multistability results (λ1 > 0) and, for the map, the step bound α < 2/(|λ_d| − λ_1):
+    the rule its figures share (:func:`jaxattn.studies.verdicts.assumed`), at the run's step α."""
+    return assumed(r, float(cfg.get("alpha", 1.0)))
 
 
 def st_consensus(d: Path) -> Result:
@@ -1495,15 +1497,16 @@ CLAIMS: tuple[Claim, ...] = (
           "±v1 is locally asymptotically stable, every other consensus unstable; numerically the tokens converge to "
           "it from nearly any start, also with causal attention and a non-symmetric F", "pm_cases", pm_theorem1),
     Claim("PM13", PM, "Supp. Lemma 9", "The attention matrix has rank 1 at a consensus, 2 at a bipartite consensus "
-          "and m at an m-clustering equilibrium", "pm_lemmas", pm_attn_rank),
+          "and m at an m-clustering equilibrium", "pm_lemmas", pm_attn_rank, "lemma9.png"),
     Claim("PM14", PM, "Supp. Lemma 7; Lemma 1 of the multistability paper", "W(x) = ½(λ1 − R(x)), R(x) = xᵀVx/xᵀx "
           "(V symmetric, λ1 simple and positive), never increases along the Oja flow ẋ = P_x V x, nor along its map "
           "x ← N(x + αVx) for a bounded step α; for n agents under uniform attention the same with the mean token "
           "(W̄ = ½(λ1 − x̄ᵀVx̄), jaxattn's reading of Lemma 7, whose formula the text lost)", "pm_lemmas",
-          pm_lyapunov),
+          pm_lyapunov, "lyapunov.png"),
     Claim("PM15", PM, "§2.3", "With F' = F + β u wᵀ the principal eigenvalue is about β wᵀu and its eigenvector about "
           "u once the gap is large; when u, w are right and left eigenvectors of an eigenvalue λ_j (wᵀu = 1) the rest "
-          "of the spectrum is unchanged and λ_j becomes λ_j + β", "pm_lemmas", pm_steered_spectrum),
+          "of the spectrum is unchanged and λ_j becomes λ_j + β", "pm_lemmas", pm_steered_spectrum,
+          "steered_spectrum.png"),
     Claim("CO1", CO, "Theorem 4.1, §6.1.1", "Tokens in an open hemisphere reach consensus under time-varying "
           "weights; min_i <x_i, w> never decreases", "consensus", co_hemisphere, "synthetic.png"),
     Claim("CO2", CO, "Theorem 5.1, §6.1.2", "Causal attention, V = I, two heads: the first token never moves, the "
@@ -1537,13 +1540,14 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("CO16", CO, "Theorem 3.1, Lemma 3.2", "One head, V = I, QᵀK symmetric positive definite, tokens on its "
           "ellipsoid: the flow is the gradient of E(X) = (1/(2β)) Σ_ij exp(β <Q x_i, K x_j>) in a metric weighted by "
           "the softmax's row normalisers, so E never decreases",
-          "co_theorems", co_potential),
+          "co_theorems", co_potential, "potential.png"),
     Claim("CO17", CO, "Theorem 5.2 (Q, K only bounded)", "Causal attention, one head, a constant symmetric V with a "
           "simple top eigenvalue, time-varying Q(t), K(t): tokens starting in the hemisphere of v1 reach the "
-          "consensus at v1", "co_theorems", co_varying_qk),
+          "consensus at v1", "co_theorems", co_varying_qk, "theorem52.png"),
     Claim("CO18", CO, "Theorem 5.3 and the remark after it", "A time-varying symmetric V(t): tokens starting in the "
           "hemisphere of v1(0) converge to a ball around the moving consensus v1(t) whose radius grows with the speed "
-          "of v1(t) and vanishes when V is constant; the hemisphere is the basin", "co_theorems", co_varying_v),
+          "of v1(t) and vanishes when V is constant; the hemisphere is the basin", "co_theorems", co_varying_v,
+          "theorem53.png"),
     Claim("CL1", CL, "Theorem 3.1, Figs. 1, 5", "V = I: for almost all initial sequences the rescaled tokens converge "
           "to the vertices of a convex polytope", "clusters", cl_polytope, "polytope.png"),
     Claim("CL2", CL, "Theorem 4.1, Fig. 6", "Good triple (top eigenvalue real, positive, simple): the tokens converge "
@@ -1580,7 +1584,7 @@ CLAIMS: tuple[Claim, ...] = (
           "discrete-time transformer, the Euler iteration x_i ← x_i + Δt Σ_j P_ij V x_j (Δt = 1 in practice, and "
           "smaller): with V = I the rescaled tokens z^[k] = (1 + Δt)^(−k) x^[k] stay in the hull of the step before "
           "and converge to the vertices of a convex polytope; with a good triple to at most three parallel "
-          "hyperplanes", "cl_theorems", cl_discrete),
+          "hyperplanes", "cl_theorems", cl_discrete, "discrete.png"),
     Claim("CL17", CL, "Theorem 4.1, Figs. 13–14", "Good triples in R³: the coordinates ⟨z_i, φ1⟩ converge to at most "
           "three values (parallel hyperplanes), typically two", "cl_theorems", cl_triples_3d,
           "good_triples_3d.png"),
@@ -1609,11 +1613,11 @@ CLAIMS: tuple[Claim, ...] = (
           "theorem's polygonal equilibria are not enumerated here)", "stability", st_oja),
     Claim("ST11", ST, "Theorem 2 (multi-agent Oja system)", "Uniform attention: the trajectories converge to the "
           "principal consensus ±v1 from almost all initial conditions (random starts, not only the Jacobians)",
-          "stability", st_oja_starts),
+          "stability", st_oja_starts, "oja_starts.png"),
     Claim("ST12", ST, "Abstract, §5", "Attention weighting brings bifurcations beyond the Oja flow: near β → 0 only "
           "the principal consensus is stable, and as β grows other equilibria become stable", "stability",
-          st_bifurcations),
+          st_bifurcations, "beta_sweep.png"),
     Claim("ST13", ST, "Supp. Remark 10 of the power-method paper", "One head, under Theorem 3's assumptions: a "
           "bipartite consensus at an eigenvector of a negative eigenvalue of V is unstable for every admissible step α",
-          "stability", st_negative_bipartite),
+          "stability", st_negative_bipartite, "negative_bipartite.png"),
 )

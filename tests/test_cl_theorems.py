@@ -5,15 +5,18 @@ triples."""
 from __future__ import annotations
 
 import math
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from PIL import Image
 
 from jaxattn.analysis.clusters import classify_top
 from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import cl_theorems as ct
+from jaxattn.studies.skeleton import csv_text
 
 
 def _softmax(S: np.ndarray) -> np.ndarray:
@@ -117,3 +120,58 @@ def test_rescaling_keeps_the_top_coordinate_exact_against_huge_tokens():
     X = (s * (1 + 0.1 * lam[0]) ** k[:, None] * Phi[:, 0] + t * (1 + 0.1 * lam[1]) ** k[:, None] * Phi[:, 1])
     Z = ct.rescale(X[None, :, None, :], V, 0.1)[0, :, 0]  # [T, d]
     np.testing.assert_allclose(Z @ Phi[:, 0], s, rtol=1e-13)
+
+
+def _discrete_row(setting: str, dt: float, condition: int, remaining: float = 1e-6, **values) -> dict:
+    """One row of ``discrete.csv`` as :func:`ct.identity_rows` (``V = I``) or :func:`ct.good_triple_rows` writes it,
+    a settled condition at Theorem 3.1's (Theorem 4.1's) end unless ``values`` say otherwise."""
+    ident = setting == "V = I"
+    row = {"setting": setting, "dt": dt, "steps": math.ceil(20 / dt), "n": 5 if ident else 6, "d": 2,
+           "condition": condition, "finite": True, "tol": 1e-3, "remaining": remaining,
+           "at_vertices": 5 if ident else -1, "at_origin": 0 if ident else -1, "vertices": 3 if ident else -1,
+           "all_at_vertices": ident, "hull_excursion": 1e-16 if ident else math.nan,
+           "hyperplanes": -1 if ident else 2, "gap_hyperplanes": -1 if ident else 2}
+    return {**row, **values}
+
+
+def _check_png(path) -> None:
+    with Image.open(path) as im:
+        im.verify()
+        assert im.format == "PNG" and im.width > 300 and im.height > 200, im.size
+
+
+def test_the_discrete_figure_is_drawn_from_a_runs_table(tmp_path):
+    """``discrete.png`` from ``discrete.csv`` into another folder (the run left as it was), with conditions that have
+    not settled, one that overflowed and one on four hyperplanes; without the table (or with an empty one) none."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [_discrete_row(s, dt, b) for s in ("V = I", "good triple") for dt in (1.0, 0.5) for b in range(3)]
+    rows += [_discrete_row("V = I", 0.1, 0, remaining=0.5),
+             _discrete_row("V = I", 0.1, 1, finite=False, remaining=math.inf, all_at_vertices=False,
+                           hull_excursion=math.inf),
+             _discrete_row("good triple", 0.1, 0, hyperplanes=4, gap_hyperplanes=4),
+             _discrete_row("V = I", 1.0, 3, hull_excursion=0.0)]
+    (run / "discrete.csv").write_text(csv_text(rows))
+    assert ct.claim_figures(run, tmp_path / "drawn") == ["discrete.png"]
+    _check_png(tmp_path / "drawn" / "discrete.png")
+    assert [p.name for p in run.iterdir()] == ["discrete.csv"]
+    (run / "discrete.csv").write_text("")
+    assert ct.claim_figures(run, tmp_path / "empty") == []
+    (run / "discrete.csv").unlink()
+    assert ct.claim_figures(run, tmp_path / "missing") == [] and not (tmp_path / "missing").exists()
+
+
+@pytest.mark.e2e  # a tiny study: the compiled maps and flows of both parts (about 10 s)
+def test_the_study_draws_its_claims_figure_and_a_copy_without_figures_draws_the_same(tmp_path):
+    """The study writes ``discrete.png`` from the table it has just written; drawn again from a copy of the run made
+    without its PNGs, the same claims' figure (``good_triples_3d.png`` is drawn from a solve, not from a table)."""
+    out = tmp_path / "run"
+    ct.study(out, dts="1", horizon=3.0, num=2, table_n="4", table_d="2", triple_n=4, good_num=2, triples=1,
+             triple_num=1, triple_horizons=0.05)
+    wrote = {p.name for p in out.glob("*.png")}
+    assert wrote == {"discrete.png", "good_triples_3d.png"}
+    _check_png(out / "discrete.png")
+    old = tmp_path / "old"
+    shutil.copytree(out, old, ignore=shutil.ignore_patterns("*.png"))
+    assert set(ct.claim_figures(old)) == wrote - {"good_triples_3d.png"}
+    assert {p.name for p in old.glob("*.png")} == {"discrete.png"}

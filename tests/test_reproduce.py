@@ -1438,3 +1438,36 @@ def test_the_page_says_whether_its_runs_were_made_at_one_commit():
         assert line.startswith("**The runs were made at") and "differed from its commit, or not recorded" in line
     assert rep._provenance_line(entries("fad8030b12+")).startswith("**The runs were made at one commit** (`fad80")
     assert rep._provenance_line({}) == "**No run has been made yet.**"
+
+
+#: per study drawing its figures from its tables: one table and the figure drawn from it
+_ONE_TABLE = {"pm_lemmas": ("lemma9.csv", "lemma9.png"), "co_theorems": ("potential.csv", "potential.png"),
+              "cl_theorems": ("discrete.csv", "discrete.png"), "stability": ("beta_sweep.csv", "beta_sweep.png")}
+
+
+@pytest.mark.parametrize("name", sorted(rep.DRAWN_FROM_TABLES))
+def test_a_run_made_before_its_figures_shows_them_drawn_from_its_tables(tmp_path_factory, tmp_path, name):
+    """A study that draws its claims' figures from its tables: its run writes them, and a run without them (made
+    before a figure existed) has the same figures drawn from its tables into the scratch folder, the run itself left
+    untouched; a table missing leaves its figure out, not the others."""
+    from PIL import Image
+
+    made = _run_dir(tmp_path_factory, name)
+    module = importlib.import_module(rep.DRAWN_FROM_TABLES[name])
+    wanted = {c.figure for c in claims.CLAIMS if c.run == name and c.figure}
+    assert wanted <= {p.name for p in made.glob("*.png")}  # the study's own run drew every claim's figure
+    drawable = set(module.claim_figures(made, tmp_path / "all"))
+    assert _ONE_TABLE[name][1] in drawable and drawable <= wanted, (drawable, wanted)
+    old = tmp_path / "old" / name
+    shutil.copytree(made, old, ignore=shutil.ignore_patterns("*.png"))
+    before = sorted(p.name for p in old.iterdir())
+    scratch = tmp_path / "scratch"
+    for figure in drawable:
+        drawn = rep.figure_of(name, old, figure, scratch)
+        assert drawn is not None and drawn.parent == scratch / name
+        with Image.open(drawn) as im:
+            assert im.format == "PNG" and im.width > 100
+    assert sorted(p.name for p in old.iterdir()) == before  # nothing written into the run
+    assert rep.figure_of(name, made, _ONE_TABLE[name][1], scratch) == made / _ONE_TABLE[name][1]  # its own first
+    (old / _ONE_TABLE[name][0]).unlink()
+    assert set(module.claim_figures(old, tmp_path / "fewer")) == drawable - {_ONE_TABLE[name][1]}

@@ -2,17 +2,20 @@
 
 import csv
 import json
+import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from PIL import Image
 from scipy.optimize import linear_sum_assignment
 
 import jaxattn as ja
 from jaxattn.analysis import stability as st
 from jaxattn.cli import main
-from jaxattn.studies.skeleton import md_cell
+from jaxattn.studies import stability as study
+from jaxattn.studies.skeleton import csv_text, md_cell
 
 from .x64 import x64_off
 
@@ -20,6 +23,18 @@ from .x64 import x64_off
 def _csv_rows(path) -> list[dict]:
     with open(path) as f:
         return list(csv.DictReader(f))
+
+
+#: The claims' figures study.claim_figures draws from a run's tables, in its order.
+CLAIM_FIGURES = ("oja_starts.png", "beta_sweep.png", "negative_bipartite.png")
+
+
+def _check_pngs(folder, names) -> None:
+    """Every one of ``names`` in ``folder`` is a PNG image that PIL reads, of a figure's size."""
+    for name in names:
+        with Image.open(folder / name) as im:
+            im.verify()
+            assert im.format == "PNG" and im.width > 300 and im.height > 200, (name, im.size)
 
 
 def _match(a, b) -> float:
@@ -273,6 +288,13 @@ def test_stability_cli_writes_a_complete_run(tmp_path, capsys):
         assert f"| {r['time']} | {md_cell(r['end'])} | {r['count']} |" in report  # '|' escaped in a cell
     cfg = json.loads((out / "config.json").read_text())
     assert cfg["command"] == "stability" and cfg["config"]["models"] == 3 and "versions" in cfg
+    # the claims' figures drawn from the tables (no Oja starts, no β sweep here: the negative bipartite counts only),
+    # listed in the report, and the same drawn again from a copy of the run made without its figures
+    wrote = names & set(CLAIM_FIGURES)
+    assert wrote == {"negative_bipartite.png"} and "![negative_bipartite.png](negative_bipartite.png)" in report
+    old = tmp_path / "old"
+    shutil.copytree(out, old, ignore=shutil.ignore_patterns("*.png"))
+    assert set(study.claim_figures(old)) == wrote and wrote <= {p.name for p in old.iterdir()}
 
 
 @pytest.mark.e2e
@@ -294,8 +316,6 @@ def test_stability_random_starts_and_the_beta_sweep(tmp_path, capsys):
     low = [r for r in sweep if float(r["beta"]) == 0.01]
     assert all(r["stable"] == "1" and r["stable_consensus_v1"] == "1" for r in low), low
     assert all(0 <= int(r["stable_bipartite_negative"]) <= int(r["bipartite_negative"]) for r in sweep)
-    from jaxattn.studies import stability as study
-
     cfg = study.StabilityConfig(d=3, tokens=[4], models=3, beta=16.0, time="discrete")  # float64: the conftest's
     pats, _ = study._patterns(4, cfg, jax.random.fold_in(jax.random.key(0), 10_004))
     m = study.random_symmetric_single_head(jax.random.fold_in(jax.random.fold_in(jax.random.key(0), 4), 1), 3)
@@ -311,6 +331,11 @@ def test_stability_random_starts_and_the_beta_sweep(tmp_path, capsys):
     assert sum(int(r["count"]) for r in oja if r["kind"] == "consensus" and r["eigenvector"] == "1") >= 30, oja
     report = (out / "report.md").read_text()
     assert "## The stable equilibria against β" in report and "## Where random starts end in the Oja system" in report
+    # --no-figures: none in the run; every claim's figure drawn from its tables into another folder
+    assert not list(out.glob("*.png"))
+    assert study.claim_figures(out, tmp_path / "drawn") == list(CLAIM_FIGURES)
+    _check_pngs(tmp_path / "drawn", CLAIM_FIGURES)
+    assert not list(out.glob("*.png"))
 
 
 @pytest.mark.parametrize("args,match", [
@@ -341,8 +366,6 @@ def test_a_bipartite_consensus_at_a_negative_eigenvalue_is_stable_only_where_tok
     """Remark 10 of the power-method paper's supplement: at a negative eigenvalue λ, 1 + αλc > 1 needs the group's
     net weight c < 0. Where w = β vᵀQᵀKv ≥ 0 the larger group has c > 0, so no such equilibrium is stable (map and
     flow); with w < 0 some are (model 7 below), and the Jacobian says so, not only the closed form."""
-    from jaxattn.studies import stability as study
-
     cfg = study.StabilityConfig(d=3, tokens=[4], models=8, alpha=0.5, beta=4.0)
     pats, _ = study._patterns(4, cfg, jax.random.key(0))
     totals = np.zeros(4, int)
@@ -358,3 +381,69 @@ def test_a_bipartite_consensus_at_a_negative_eigenvalue_is_stable_only_where_tok
                        row["bipartite_negative_w_nonneg"], row["stable_bipartite_negative_w_nonneg"]]
     assert totals[2] > 0 and totals[3] == 0, totals  # w >= 0: counted, never stable
     assert totals[1] > 0, totals  # w < 0: stable ones exist
+
+
+def _counted(n: int, model: int, lambda_1: float = 1.0, alpha_bound: float = float("inf"), stable: int = 1,
+             **counts) -> dict:
+    """One row of the counts' tables (count_stable's columns) for the map: the principal consensus stable, ``counts``
+    in place of the zeros."""
+    row = {"model": model, "mode": "exhaustive", "time": "discrete", "n": n, "lambda_1": lambda_1, "lambda_d": -0.5,
+           "alpha_bound": alpha_bound, "candidates": 12, "not_fixed": 0, "stable": stable,
+           "stable_consensus": 1, "stable_bipartite": stable - 1, "stable_consensus_v1": 1,
+           "stable_consensus_other": 0, "stable_bipartite_v1": 0, "stable_bipartite_other": stable - 1,
+           "analytic_stable": stable, "agree": 12, "marginal": 0, "bipartite_negative": 3,
+           "stable_bipartite_negative": 0, "bipartite_negative_w_nonneg": 2, "stable_bipartite_negative_w_nonneg": 0}
+    return {**row, **counts}
+
+
+def _tables(run, alpha: float = 0.5, bound: float = float("inf")) -> None:
+    """A small finished run's tables, as the study writes them, with the map's step ``alpha`` and step bound ``bound``:
+    counts at n = 3, 4 (one model beyond a step bound 0.4, one with a stable bipartite equilibrium at a negative
+    eigenvalue where w < 0), the Oja counts and random starts (model 1 at n = 4 beyond a step bound 0.4), and a β sweep
+    (one model with λ1 < 0)."""
+    run.mkdir(parents=True, exist_ok=True)
+    counts = [_counted(3, 0, alpha_bound=bound),
+              _counted(3, 1, alpha_bound=bound, stable=2, stable_bipartite_negative=1),
+              _counted(4, 0, alpha_bound=bound),
+              _counted(4, 1, alpha_bound=0.4, stable=3, stable_bipartite_negative=2)]
+    oja = [_counted(n, i, alpha_bound=0.4 if (n, i) == (4, 1) else bound) for n in (3, 4) for i in (0, 1)]
+    ends = [{"n": n, "model": i, "heads": 1, "end": end, "kind": kind, "eigenvector": k, "count": c, "starts": 8,
+             "fraction": c / 8, "ci_low": 0.0, "ci_high": 1.0}
+            for n in (3, 4) for i in (0, 1)
+            for end, kind, k, c in (("consensus v1", "consensus", 1, 6), ("bipartite v2 2|1", "bipartite", 2, 1),
+                                    ("not converged", "not converged", 0, 1))]
+    sweep = [{"beta": b, **_counted(4, i, lambda_1=1.0 if i < 2 else -0.1, alpha_bound=bound,
+                                    stable=1 if b < 1 else 1 + i)}
+             for b in (0.05, 1.0, 16.0) for i in range(3)]
+    for name, rows in (("counts", counts), ("oja_counts", oja), ("oja_basins", ends), ("beta_sweep", sweep)):
+        (run / f"{name}.csv").write_text(csv_text(rows))
+    (run / "config.json").write_text(json.dumps({"command": "stability", "config": {"alpha": alpha}}))
+
+
+def test_claim_figures_are_drawn_from_a_runs_tables(tmp_path):
+    """Each claim's figure from the tables of a finished run into another folder (the run left as it was); a missing
+    table leaves its figure out and draws the others; an earlier version's counts without the negative-eigenvalue
+    columns draw no negative_bipartite.png; cases all outside the assumptions draw nothing."""
+    run = tmp_path / "run"
+    _tables(run)
+    before = sorted(p.name for p in run.iterdir())
+    assert study.claim_figures(run, tmp_path / "all") == list(CLAIM_FIGURES)
+    _check_pngs(tmp_path / "all", CLAIM_FIGURES)
+    assert sorted(p.name for p in run.iterdir()) == before
+    for table, figure in (("oja_basins.csv", "oja_starts.png"), ("beta_sweep.csv", "beta_sweep.png"),
+                          ("counts.csv", "negative_bipartite.png")):
+        if figure == "oja_starts.png":
+            (run / table).write_text("")  # an empty table: left out as a missing one
+        else:
+            (run / table).unlink()
+        rest = [f for f in CLAIM_FIGURES if f != figure]
+        assert study.claim_figures(run, tmp_path / f"without-{figure}") == rest, table
+        assert sorted(p.name for p in (tmp_path / f"without-{figure}").iterdir()) == sorted(rest)
+        _tables(run)
+    earlier = [{k: v for k, v in r.items() if "negative" not in k} for r in _csv_rows(run / "counts.csv")]
+    (run / "counts.csv").write_text(csv_text(earlier))
+    assert study.claim_figures(run, tmp_path / "earlier") == ["oja_starts.png", "beta_sweep.png"]
+    _tables(run, alpha=2.0, bound=1.0)  # every case beyond its step bound: none left to draw
+    (run / "beta_sweep.csv").unlink()
+    assert study.claim_figures(run, tmp_path / "outside") == []
+    assert study.claim_figures(tmp_path / "nothing", tmp_path / "none") == []

@@ -46,7 +46,7 @@ from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
 from jaxattn.studies.cluster_checks import _nothing, cluster_horizon, solve_rescaled
 from jaxattn.studies.clusters import spectra_matrices
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.studies.skeleton import csv_rows, csv_text
 from jaxattn.studies.verdicts import T
 
 #: Directions of the support-function test of the shrinking hull (unit vectors in every d of the run).
@@ -230,9 +230,10 @@ def triple_figure(path: Path, key, n: int, d: int, t1: float) -> None:
 def study(out: Path, dts: str = "1,0.5,0.1", horizon: float = 30.0, num: int = 64, table_n: str = "10,20,40",
           table_d: str = "2,3", triple_n: int = 40, good_num: int = 64, triples: int = 8,
           triple_num: int = 32, triple_horizons: float = 2.0, tol: float = 1e-3, seed: int = 0) -> None:
-    """Write ``discrete.csv``, ``good_triples_3d.csv`` and ``good_triples_3d.png`` into ``out`` (the options as the
-    reproductions' registry writes them: lists as comma-separated text). ``horizon``: the discrete runs' time
-    ``k Δt``; ``triple_horizons``: the flow's horizon in multiples of the time the gap of clear clusters needs."""
+    """Write ``discrete.csv``, ``good_triples_3d.csv``, ``good_triples_3d.png`` and ``discrete.png`` into ``out``
+    (the options as the reproductions' registry writes them: lists as comma-separated text). ``horizon``: the
+    discrete runs' time ``k Δt``; ``triple_horizons``: the flow's horizon in multiples of the time the gap of clear
+    clusters needs."""
     floats = lambda s: tuple(float(x) for x in str(s).split(","))
     ints = lambda s: tuple(int(x) for x in str(s).split(","))
     with jax.enable_x64(True):
@@ -246,3 +247,88 @@ def study(out: Path, dts: str = "1,0.5,0.1", horizon: float = 30.0, num: int = 6
         atomic_write_text(out / "good_triples_3d.csv",
                           csv_text(triple_rows(jax.random.fold_in(key, 3), triples, triple_num, triple_n, 3, t1, tol)))
         triple_figure(out / "good_triples_3d.png", jax.random.fold_in(key, 3), triple_n, 3, t1)
+    claim_figures(out)  # from the tables just written, as for a run made by an earlier version
+
+
+# ------------------------------------------------------------------------------------------ figures from the tables
+def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
+    """The claims' figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
+    into ``dest`` (default ``run``): ``discrete.png`` (``discrete.csv``); a figure whose table is missing or empty is
+    left out, and without matplotlib none is drawn. Returns the names written."""
+    plt = plots.pyplot()
+    if plt is None:
+        return []
+    run = Path(run)
+    dest = run if dest is None else Path(dest)
+    rows = csv_rows(run / "discrete.csv")
+    if not rows:
+        return []
+    plots.save(_discrete_figure(plt, rows), dest / "discrete.png", 120)
+    return ["discrete.png"]
+
+
+def _settled(row: dict[str, str]) -> bool:
+    """A condition whose tokens are finite and may move no farther than the run's tolerance (the reproductions'
+    test: only those are asked where they end)."""
+    return row["finite"] == "True" and float(row["remaining"]) <= float(row["tol"])
+
+
+#: The discrete-time settings and what each is asked: (setting, label, test of a settled condition's row).
+_DISCRETE = (("V = I", "V = I: every token at a vertex or 0", lambda r: r["all_at_vertices"] == "True"),
+             ("good triple", "good triple: at most three hyperplanes", lambda r: 0 <= int(r["hyperplanes"]) <= 3))
+
+
+def _discrete_figure(plt, rows: list[dict[str, str]]):
+    """Per step Δt: the share of settled conditions at Theorem 3.1's end (V = I) and at Theorem 4.1's (good triple),
+    and the largest excursion of a step's rescaled tokens beyond the previous step's hull (V = I)."""
+    dts = sorted({float(r["dt"]) for r in rows}, reverse=True)
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), gridspec_kw={"width_ratios": (3, 2)})
+    width = 0.8 / len(_DISCRETE)
+    for i, (setting, label, ends) in enumerate(_DISCRETE):
+        share, notes = [], []
+        for dt in dts:
+            mine = [r for r in rows if r["setting"] == setting and float(r["dt"]) == dt]
+            done = [r for r in mine if _settled(r)]
+            hits = sum(ends(r) for r in done)
+            share.append(hits / len(done) if done else np.nan)
+            notes.append("" if not mine else f"none of {len(mine)}\nsettled" if not done else
+                         f"{hits}/{len(done)}" + (f"\n({len(mine)})" if len(done) < len(mine) else ""))
+        at = np.arange(len(dts)) + (i - (len(_DISCRETE) - 1) / 2) * width
+        axes[0].bar(at, share, width, color=f"C{i}", label=label)
+        for a, v, note in zip(at, share, notes, strict=True):
+            if note:
+                axes[0].text(a, (0.0 if np.isnan(v) else v) + 0.02, note, ha="center", va="bottom", fontsize=6)
+    axes[0].set_xticks(range(len(dts)), [f"Δt = {dt:g}" for dt in dts])
+    axes[0].set(ylabel="share of settled conditions", xlim=(-0.5, len(dts) - 0.5), ylim=(0, 1.35),
+                title="where the rescaled tokens end (numbers: of the settled conditions;\nin brackets: all "
+                      "conditions, where some have not settled)")
+    axes[0].title.set_fontsize(8)
+    axes[0].legend(fontsize=7, loc="upper right")
+    ident = [r for r in rows if r["setting"] == "V = I"]
+    if ident:
+        worst = [max(float(r["hull_excursion"]) for r in ident if float(r["dt"]) == dt) for dt in dts]
+        # an excursion of exactly 0 (the hull never grew) is drawn at the axis' floor
+        floor = 1e-20
+        axes[1].bar(range(len(dts)), [max(w, floor) if np.isfinite(w) else np.nan for w in worst], 0.6,
+                    color="C2")
+        for j, w in enumerate(worst):
+            axes[1].text(j, max(w, floor) * 2 if np.isfinite(w) else floor,
+                         f"{w:.1e}" if np.isfinite(w) and w else "0" if w == 0 else "overflowed", ha="center",
+                         va="bottom", fontsize=6)
+        axes[1].axhline(T("machine"), color="k", lw=0.6, ls="--", label=f"round-off tolerance {T('machine'):g}")
+        axes[1].set_xticks(range(len(dts)), [f"Δt = {dt:g}" for dt in dts])
+        top = max([1.0, *(10 * w for w in worst if np.isfinite(w))])
+        axes[1].set(yscale="log", xlim=(-0.5, len(dts) - 0.5), ylim=(floor / 2, top),
+                    ylabel="largest excursion / size of the step before",
+                    title="V = I: tokens beyond the previous step's hull")
+        axes[1].title.set_fontsize(8)
+        axes[1].legend(fontsize=7, loc="upper left")
+    else:
+        axes[1].set_axis_off()
+    sizes = "; ".join(f"{setting}: " + ", ".join(f"n {n} d {d}" for n, d in sorted(
+        {(int(r["n"]), int(r["d"])) for r in rows if r["setting"] == setting}))
+        for setting in dict.fromkeys(r["setting"] for r in rows))
+    fig.suptitle(f"The transformer's Euler iteration (Q = K = I), rescaled z = (I + Δt V)^(−k) x\n{sizes}",
+                 fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -46,7 +46,8 @@ from jaxattn.io.results import atomic_write_text
 from jaxattn.model.nn import ellipsoid
 from jaxattn.model.params import Layers, Model, from_heads
 from jaxattn.model.sampling import random_model
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_rows, csv_text
 from jaxattn.studies.verdicts import T
 
 #: solver tolerances of every solve here: the relative decrease tolerated in E (T("machine") = 1e-9) is ten times
@@ -263,12 +264,100 @@ def theorem53_rows(seed: int, n: int, d: int, models: int, starts: int, omegas: 
     return rows, series
 
 
+# ------------------------------------------------------------------------------------------ figures
+def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
+    """The study's figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
+    into ``dest`` (default ``run``): ``potential.png``, ``theorem52.png``, ``theorem53.png``; a figure whose
+    tables are missing is left out, and without matplotlib none is drawn. Returns the names written."""
+    plt = plots.pyplot()
+    if plt is None:
+        return []
+    run = Path(run)
+    dest = run if dest is None else Path(dest)
+    names = []
+    for name, tables, draw in (("potential.png", ("potential.csv",), _potential_figure),
+                               ("theorem52.png", ("theorem52_series.csv",), _theorem52_figure),
+                               ("theorem53.png", ("theorem53_series.csv", "theorem53.csv"), _theorem53_figure)):
+        read = [csv_rows(run / t) for t in tables]
+        if all(read):
+            plots.save(draw(plt, *read), dest / name, 120)
+            names.append(name)
+    return names
+
+
+def _potential_figure(plt, rows: list[dict[str, str]]):
+    """The share of conditions whose potential fell, per (size, β): none under the theorem's hypotheses, some in the
+    two controls that break them."""
+    fig, ax = plt.subplots(figsize=(8, 3.8))
+    cases = list(dict.fromkeys((r["n"], r["d"], r["beta"]) for r in rows))
+    x = np.arange(len(cases))
+    width = 0.8 / len(SETTINGS)
+    for i, setting in enumerate(SETTINGS):
+        for k, (kernel, hatch) in enumerate(zip(KERNELS, ("", "//"), strict=True)):
+            share = [next((int(r["decreases"]) / int(r["conditions"]) for r in rows if r["setting"] == setting
+                           and r["attention"] == kernel and (r["n"], r["d"], r["beta"]) == c), np.nan) for c in cases]
+            at = x + (i - (len(SETTINGS) - 1) / 2) * width + (k - 0.5) * width / 2
+            ax.bar(at, share, width / 2, color=f"C{i}", hatch=hatch, label=f"{setting}, {kernel}")
+            for a, v in zip(at, share, strict=True):
+                if v == 0:  # no bar: say it is a zero, not a missing case
+                    ax.text(a, 0.005, "0", color=f"C{i}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(x, [f"n {n}, d {d}\nβ {float(b):g}" for n, d, b in cases], fontsize=7)
+    ax.set(ylabel="share of conditions where E fell",
+           title="E(X) = (1/(2β)) Σ_ij exp(β <Q x_i, K x_j>) along the flow: the theorem's setting and two controls")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=6, ncol=3)
+    fig.tight_layout()
+    return fig
+
+
+def _theorem52_figure(plt, series: list[dict[str, str]]):
+    """max_i (1 − <x_i, v1>) against time for each kind of time-varying Q, K: the tokens reach the consensus at v1."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, weights in enumerate(dict.fromkeys(r["weights"] for r in series)):
+        mine = [r for r in series if r["weights"] == weights]
+        t = [float(r["t"]) for r in mine]
+        ax.semilogy(t, [max(float(r["off_mean"]), 1e-18) for r in mine], color=f"C{i}", label=f"{weights}: mean")
+        ax.semilogy(t, [max(float(r["off_max"]), 1e-18) for r in mine], color=f"C{i}", ls="--",
+                    label=f"{weights}: largest")
+    ax.set(xlabel="t", ylabel="max_i (1 − <x_i, v1>) over the conditions",
+           title="Theorem 5.2: causal attention, constant symmetric V, time-varying Q(t), K(t)")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _theorem53_figure(plt, series: list[dict[str, str]], ends: list[dict[str, str]]):
+    """The radius around the moving consensus against time per speed ω (left), and its late mean against ω with a
+    lone token's steady lag behind v1(t) (right)."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    omegas = sorted({float(r["omega"]) for r in series})
+    for i, w in enumerate(omegas):
+        mine = [r for r in series if float(r["omega"]) == w]
+        axes[0].semilogy([float(r["t"]) for r in mine], [max(float(r["radius_mean"]), 1e-18) for r in mine],
+                         color=f"C{i}", label=f"ω = {w:g}")
+    axes[0].set(xlabel="t", ylabel="mean of max_i (1 − |<x_i, v1(t)>|)", title="the radius around v1(t)")
+    axes[0].legend(fontsize=7)
+    moving = [w for w in omegas if w > 0]
+    radius = [np.mean([float(r["radius"]) for r in ends if float(r["omega"]) == w]) for w in moving]
+    lag = [next(float(r["first_lag_predicted"]) for r in ends if float(r["omega"]) == w) for w in moving]
+    axes[1].loglog(moving, radius, "o", label="mean radius over the last quarter")
+    axes[1].loglog(moving, lag, "-", lw=0.8, label="1 − cos θ*, sin 2θ* = 2ω/(λ1 − λ2)")
+    axes[1].set(xlabel="speed ω of v1(t)", title="the radius against the speed (ω = 0: below round-off)")
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
 def study(out: Path, sizes: str = "8x3,16x8", betas: str = "1,2,4", models: int = 4, starts: int = 16,
           t1: float = 10.0, saved: int = 201, n: int = 10, d: int = 3, sets: int = 10, horizon: float = 40.0,
           omegas: str = "0,0.01,0.02,0.05,0.1,0.2", seed: int = 0) -> None:
-    """Write ``potential.csv``, ``theorem52.csv``, ``theorem53.csv`` and their ``_series.csv`` into ``out`` (the
-    options as the reproductions' registry writes them: lists as comma-separated text; ``sizes`` as ``NxD``
-    pairs). ``t1``: the potential's horizon; ``horizon``: the causal settings'."""
+    """Write ``potential.csv``, ``theorem52.csv``, ``theorem53.csv`` and their ``_series.csv`` into ``out``, and the
+    figures drawn from them (:func:`claim_figures`). The options as the reproductions' registry writes them: lists
+    as comma-separated text; ``sizes`` as ``NxD`` pairs. ``t1``: the potential's horizon; ``horizon``: the causal
+    settings'."""
     floats = lambda s: tuple(float(x) for x in str(s).split(","))
     pairs = tuple((int(a), int(b)) for a, b in (p.split("x") for p in str(sizes).split(",")))
     with jax.enable_x64(True):
@@ -281,3 +370,4 @@ def study(out: Path, sizes: str = "8x3,16x8", betas: str = "1,2,4", models: int 
         ends, series = theorem53_rows(seed + 2, n, d, models, starts, floats(omegas), horizon, 161)
         atomic_write_text(out / "theorem53.csv", csv_text(ends))
         atomic_write_text(out / "theorem53_series.csv", csv_text(series))
+    claim_figures(out)

@@ -36,7 +36,8 @@ from jaxattn.io.checkpoints import load_any
 from jaxattn.io.results import atomic_write_text
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
-from jaxattn.studies.skeleton import csv_text
+from jaxattn.studies import plots
+from jaxattn.studies.skeleton import csv_rows, csv_text
 from jaxattn.studies.stability import random_symmetric_single_head
 from jaxattn.studies.verdicts import T
 
@@ -189,12 +190,112 @@ def load_float64(spec: str) -> Model:
     return load_any(spec).astype(jnp.float64)
 
 
+# ------------------------------------------------------------------------------------------ figures
+def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
+    """The study's figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
+    into ``dest`` (default ``run``): ``lemma9.png``, ``lyapunov.png``, ``steered_spectrum.png``; a figure whose
+    table is missing is left out, and without matplotlib none is drawn. Returns the names written."""
+    plt = plots.pyplot()
+    if plt is None:
+        return []
+    run = Path(run)
+    dest = run if dest is None else Path(dest)
+    names = []
+    for name, table, draw in (("lemma9.png", "lemma9.csv", _lemma9_figure),
+                              ("lyapunov.png", "lyapunov.csv", _lyapunov_figure),
+                              ("steered_spectrum.png", "steered_spectrum.csv", _steered_figure)):
+        rows = csv_rows(run / table)
+        if rows:
+            plots.save(draw(plt, rows), dest / name, 120)
+            names.append(name)
+    return names
+
+
+def _lemma9_figure(plt, rows: list[dict[str, str]]):
+    """How many states have each (clusters, attention rank): Lemma 9 puts them all on the diagonal."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
+    for ax, (source, title) in zip(axes, (("end state", "end states of random starts"),
+                                          ("equilibrium ±v_k", "equilibria at the eigenvectors ±v_k")), strict=True):
+        mine = [r for r in rows if r["source"] == source and r["kind"] != "not converged"]
+        left = sum(r["source"] == source and r["kind"] == "not converged" for r in rows)
+        if not mine:
+            ax.set_axis_off()
+            continue
+        m = max(max(int(r["clusters"]), int(r["rank"])) for r in mine)
+        counts = np.zeros((m, m), int)
+        for r in mine:
+            counts[int(r["rank"]) - 1, int(r["clusters"]) - 1] += 1
+        ax.imshow(np.log10(1 + counts), origin="lower", cmap="Blues", extent=(0.5, m + 0.5, 0.5, m + 0.5))
+        for (i, j), c in np.ndenumerate(counts):
+            if c:
+                ax.text(j + 1, i + 1, str(c), ha="center", va="center", fontsize=8)
+        ax.plot([0.5, m + 0.5], [0.5, m + 0.5], "r--", lw=0.8, label="rank = clusters (Lemma 9)")
+        ax.set(xlabel="clusters of the state (1: consensus)", ylabel="numerical rank of the attention",
+               xticks=range(1, m + 1), yticks=range(1, m + 1))
+        ax.set_title(title + (f" ({left} not converged left out)" if left else ""), fontsize=9)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
+
+
+def _lyapunov_figure(plt, rows: list[dict[str, str]]):
+    """The share of starts along which W (W̄) rose, against the map's step α, with the step bounds; the flow
+    apart."""
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    for i, system in enumerate(dict.fromkeys(r["system"] for r in rows)):
+        mine = [r for r in rows if r["system"] == system]
+        maps = sorted((float(r["alpha"]), int(r["rises"]) / int(r["conditions"])) for r in mine if r["run"] != "flow")
+        flow = [int(r["rises"]) / int(r["conditions"]) for r in mine if r["run"] == "flow"]
+        ax.plot(*zip(*maps, strict=True), "o-", color=f"C{i}", label=f"{system}: the map")
+        if flow:
+            ax.axhline(flow[0], color=f"C{i}", ls=":", label=f"{system}: the flow ({flow[0]:.2g})")
+    r0 = rows[0]
+    ax.axvline(float(r0["alpha_psd"]), color="0.4", ls="--", lw=0.8, label="I + αV positive semi-definite below")
+    ax.axvline(float(r0["alpha_bound"]), color="0.4", ls="-.", lw=0.8, label="the step bound 2/(|λ_d| − λ1)")
+    ax.set(xlabel="step α of the map", ylabel="share of starts along which W rose",
+           title=f"W = ½(λ1 − R(x)) along the Oja map and flow (λ1 {float(r0['lambda_1']):g}, "
+                 f"λ_d {float(r0['lambda_d']):g})")
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _steered_figure(plt, rows: list[dict[str, str]]):
+    """F' = F + β u wᵀ: λ1(F') against β wᵀu for a random u (left); at an eigenpair, the distance of the spectrum
+    from F's with λ_j moved to λ_j + β (right)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    rand = [r for r in rows if r["test"] == "random u"]
+    if rand:
+        beta = np.array([float(r["beta"]) for r in rand])
+        axes[0].loglog(beta, [float(r["lambda1_after_re"]) for r in rand], "o", label="Re λ1(F')")
+        axes[0].loglog(beta, [float(r["predicted"]) for r in rand], "-", lw=0.8, label="β wᵀu")
+        axes[0].loglog(beta, [float(r["rel_error"]) for r in rand], "s--", label="relative difference")
+        axes[0].loglog(beta, [1 - float(r["align_u"]) for r in rand], "^--", label="1 − |<v1(F'), u>|")
+        axes[0].set(xlabel="β (the gain γ times |λ1(F)|)", title="a random direction u")
+        axes[0].legend(fontsize=7)
+    eig = [r for r in rows if r["test"] == "eigenvector"]
+    for j in sorted({int(r["j"]) for r in eig}):
+        mine = [r for r in eig if int(r["j"]) == j]
+        axes[1].loglog([float(r["beta"]) for r in mine], [float(r["spectrum_distance"]) for r in mine], "o-",
+                       label=f"u, w at λ_{j} = {float(mine[0]['lambda_j']):.3g}")
+    axes[1].axhline(T("closed-form"), color="r", ls="--", lw=0.8, label="closed-form tolerance")
+    axes[1].set(xlabel="β", ylabel="distance to F's spectrum with λ_j + β (relative)",
+                title="u, w right and left eigenvectors")
+    axes[1].legend(fontsize=7)
+    for ax in axes:
+        ax.title.set_fontsize(9)
+    fig.tight_layout()
+    return fig
+
+
 def study(out: Path, models: int = 12, starts: int = 32, n: int = 6, d: int = 3, alpha: float = 0.5,
           betas: str = "1,4,9", steps: int = 1500, lyap_num: int = 64, lyap_n: int = 10, lyap_steps: int = 200,
           alphas: str = "0.2,0.4,1,1.5", t1: float = 20.0, gammas: str = "1,10,20,100,1000", eigen: int = 3,
           model: str = "minilm", seed: int = 0) -> None:
-    """Write ``lemma9.csv``, ``lyapunov.csv`` and ``steered_spectrum.csv`` into ``out`` (the options as the
-    reproductions' registry writes them: lists as comma-separated text)."""
+    """Write ``lemma9.csv``, ``lyapunov.csv`` and ``steered_spectrum.csv`` into ``out``, and the figures drawn from
+    them (:func:`claim_figures`); the options as the reproductions' registry writes them: lists as comma-separated
+    text."""
     floats = lambda s: tuple(float(x) for x in str(s).split(","))
     with jax.enable_x64(True):
         key = jax.random.key(seed)
@@ -208,3 +309,4 @@ def study(out: Path, models: int = 12, starts: int = 32, n: int = 6, d: int = 3,
                                                                   floats(alphas), lyap_num, lyap_n, lyap_steps, t1)))
         atomic_write_text(out / "steered_spectrum.csv",
                           csv_text(steered_spectrum(load_float64(model), floats(gammas), eigen, seed + 1)))
+    claim_figures(out)

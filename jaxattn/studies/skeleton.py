@@ -46,6 +46,15 @@ def csv_text(rows: Sequence[dict], digits: int = 9) -> str:
     return buf.getvalue()
 
 
+def csv_rows(path: Path) -> list[dict[str, str]]:
+    """The rows of a table :func:`csv_text` wrote, as text (empty without the file): what a figure drawn from a
+    finished run's tables reads, the study's own or an earlier version's."""
+    if not Path(path).exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def run_into(out, body: Callable[[Path], T], *, command: str, overwrite: bool = False) -> T:
     """``body(path)``, which writes the study ``command`` into the run directory ``out``, checked and prepared
     first by :func:`jaxattn.io.rundir.start` (a finished study is replaced only with ``overwrite``: written beside

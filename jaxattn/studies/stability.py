@@ -24,6 +24,7 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -54,7 +55,16 @@ from jaxattn.io.results import atomic_write_text, provenance, write_json
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import check_options, csv_text, md_cell, own_run_in_float64, refuse_inert, write_report
+from jaxattn.studies.skeleton import (
+    check_options,
+    csv_rows,
+    csv_text,
+    md_cell,
+    own_run_in_float64,
+    refuse_inert,
+    write_report,
+)
+from jaxattn.studies.verdicts import assumed
 
 TIMES = ("discrete", "continuous", "both")
 TRAJECTORY_SPECTRUM = (1.0, 0.4, -0.6)
@@ -485,7 +495,8 @@ def _write(out: Path, cfg: StabilityConfig, tables, hist, example, perturb_traj,
             atomic_write_text(out / f"{name}.csv", csv_text(rows))
     write_json(out / "config.json", {"command": "stability", "config": dataclasses.asdict(cfg), **provenance()})
     L_extra = _extra_sections(tables)
-    figs = _figures(out, cfg, tables, hist, perturb_traj, traj) if cfg.figures else []
+    # the claims' figures are drawn from the tables just written, as they are for a run made by an earlier version
+    figs = _figures(out, cfg, tables, hist, perturb_traj, traj) + claim_figures(out) if cfg.figures else []
     L = ["# Equilibria and stability", "",
          f"Single-head models with a random symmetric value matrix, d = {cfg.d}, inverse temperature β = {cfg.beta:g}; "
          f"the map is D2 with step α = {cfg.alpha:g}, the flow is C2. Equilibria are counted up to the global flip "
@@ -674,3 +685,145 @@ def _figures(out: Path, cfg: StabilityConfig, tables, hist, perturb_traj, traj) 
         plots.save(fig, out / "basins.png", 120)
         names.append("basins.png")
     return names
+
+
+# ------------------------------------------------------------------------------------------ figures from the tables
+def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
+    """The claims' figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
+    into ``dest`` (default ``run``): ``oja_starts.png`` (``oja_basins.csv``), ``beta_sweep.png``
+    (``beta_sweep.csv``) and ``negative_bipartite.png`` (``counts.csv``), each without the cases outside the
+    assumptions (λ1 > 0 and, for the map, the step ``alpha`` of ``config.json`` below the step bound); a figure whose
+    table is missing or empty is left out, and without matplotlib none is drawn. Returns the names written."""
+    plt = plots.pyplot()
+    if plt is None:
+        return []
+    run = Path(run)
+    dest = run if dest is None else Path(dest)
+    config = run / "config.json"
+    alpha = float((json.loads(config.read_text()) if config.exists() else {}).get("config", {}).get("alpha", 1.0))
+    names = []
+    for name, draw in (("oja_starts.png", _oja_starts_figure), ("beta_sweep.png", _beta_sweep_figure),
+                       ("negative_bipartite.png", _negative_bipartite_figure)):
+        fig = draw(plt, run, alpha)
+        if fig is not None:
+            plots.save(fig, dest / name, 120)
+            names.append(name)
+    return names
+
+
+#: The ends of random starts, in the order they are stacked: (label, test of an ``oja_basins.csv`` row).
+_ENDS = (("consensus at ±v1", lambda r: r["kind"] == "consensus" and int(r["eigenvector"]) == 1),
+         ("consensus at another eigenvector", lambda r: r["kind"] == "consensus" and int(r["eigenvector"]) != 1),
+         ("bipartite", lambda r: r["kind"] == "bipartite"),
+         ("other end (clustering, polygonal)", lambda r: r["kind"] not in ("consensus", "bipartite", "not converged")),
+         ("not converged", lambda r: r["kind"] == "not converged"))
+
+
+def _oja_starts_figure(plt, run: Path, alpha: float):
+    """The share of the Oja map's random starts ending at each kind of end, per n (Theorem 2: almost all at ±v1)."""
+    rows = csv_rows(run / "oja_basins.csv")
+    # Theorem 2 assumes λ1 > 0 and the step bound: its cases outside are read from the Oja counts (the same models,
+    # the same keys) and left out, as the reproductions' check does
+    outside = {(r["n"], r["model"]) for r in csv_rows(run / "oja_counts.csv")
+               if r["time"] == "discrete" and not assumed(r, alpha)}
+    left = len({(r["n"], r["model"]) for r in rows} & outside)
+    rows = [r for r in rows if (r["n"], r["model"]) not in outside]
+    if not rows:
+        return None
+    ns = sorted({int(r["n"]) for r in rows})
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    bottom = np.zeros(len(ns))
+    starts = np.array([sum(int(r["starts"]) for r in {r["model"]: r for r in rows if int(r["n"]) == n}.values())
+                       for n in ns])
+    for i, (label, keep) in enumerate(_ENDS):
+        share = np.array([sum(int(r["count"]) for r in rows if int(r["n"]) == n and keep(r)) for n in ns]) / starts
+        ax.bar(range(len(ns)), share, 0.6, bottom=bottom, color=f"C{i}", label=label)
+        bottom += share
+    for j, n in enumerate(ns):
+        models = len({r["model"] for r in rows if int(r["n"]) == n})
+        ax.text(j, 1.01, f"{models} model{'s' * (models != 1)}\n{starts[j]} starts", ha="center", va="bottom",
+                fontsize=7)
+    ax.set_xticks(range(len(ns)), [str(n) for n in ns])
+    ax.set(xlabel="tokens n", ylabel="share of random starts", ylim=(0, 1.25),
+           title="Where random starts of the Oja map (uniform attention) end"
+                 + (f"\n({left} (n, model) cases outside Theorem 2's assumptions left out)" if left else ""))
+    ax.title.set_fontsize(9)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    fig.tight_layout()
+    return fig
+
+
+#: The stable classes of the counts drawn against β: (column, label).
+_STABLE_CLASSES = (("stable_consensus_v1", "consensus at v1"), ("stable_consensus_other", "consensus elsewhere"),
+                   ("stable_bipartite_v1", "bipartite at v1"), ("stable_bipartite_other", "bipartite elsewhere"))
+
+
+def _beta_sweep_figure(plt, run: Path, alpha: float):
+    """The map's stable equilibria against β: their mean number per model, and how many models have each class."""
+    every = csv_rows(run / "beta_sweep.csv")
+    rows = [r for r in every if assumed(r, alpha)]  # λ1 and the step bound do not depend on β: whole models go
+    if not rows:
+        return None
+    left = len({r["model"] for r in every}) - len({r["model"] for r in rows})
+    betas = sorted({float(r["beta"]) for r in rows})
+    at = {b: [r for r in rows if float(r["beta"]) == b] for b in betas}
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    axes[0].plot(betas, [np.mean([int(r["stable"]) for r in at[b]]) for b in betas], "o-", color="C3")
+    axes[0].axhline(1.0, color="k", lw=0.6, ls=":", label="1: the principal consensus alone")
+    axes[0].set(xscale="log", xlabel="inverse temperature β", ylabel="stable equilibria per model (mean)")
+    axes[0].legend(fontsize=7)
+    for i, (col, label) in enumerate(_STABLE_CLASSES):
+        axes[1].plot(betas, [sum(int(r[col]) > 0 for r in at[b]) for b in betas], "os^v"[i] + "-", color=f"C{i}",
+                     label=label)
+    models = len({r["model"] for r in rows})
+    axes[1].set(xscale="log", xlabel="inverse temperature β", ylabel="models with a stable one",
+                ylim=(-0.3, models + 0.5))
+    axes[1].yaxis.set_major_locator(plt.MaxNLocator(integer=True))
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"The map's stable equilibria against β: {models} models, n = {rows[0]['n']}"
+                 + (f" ({left} outside the assumptions left out)" if left else ""), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+#: The counts of bipartite equilibria at an eigenvector of a negative eigenvalue: (column, label).
+_NEGATIVE = (("bipartite_negative", "bipartite at a negative eigenvalue"),
+             ("stable_bipartite_negative", "of them stable"),
+             ("bipartite_negative_w_nonneg", "with w ≥ 0"),
+             ("stable_bipartite_negative_w_nonneg", "stable with w ≥ 0"))
+
+
+def _negative_bipartite_figure(plt, run: Path, alpha: float):
+    """Per n, the map's bipartite equilibria at an eigenvector of a negative eigenvalue and how many are stable, in all
+    and where w ≥ 0 (Remark 10's argument holds there: none stable)."""
+    rows = [r for r in csv_rows(run / "counts.csv") if r["time"] == "discrete" and assumed(r, alpha)]
+    if not rows or _NEGATIVE[0][0] not in rows[0]:  # an earlier version's counts do not split them out
+        return None
+    ns = sorted({int(r["n"]) for r in rows})
+
+    def total(col: str, n: int) -> float:
+        # -1: not computed (no closed form), and a column an earlier version did not write is not drawn
+        counted = [int(r[col]) for r in rows if int(r["n"]) == n and int(r.get(col, -1)) >= 0]
+        return float(sum(counted)) if counted else np.nan
+
+    fig, ax = plt.subplots(figsize=(min(9.0, 4.0 + 1.2 * len(ns)), 3.8))
+    width = 0.8 / len(_NEGATIVE)
+    counts = {col: np.array([total(col, n) for n in ns]) for col, _ in _NEGATIVE}
+    for i, (col, label) in enumerate(_NEGATIVE):
+        at = np.arange(len(ns)) + (i - (len(_NEGATIVE) - 1) / 2) * width
+        ax.bar(at, counts[col], width, color=f"C{i}", label=label)
+        for a, c in zip(at, counts[col], strict=True):
+            if np.isfinite(c):  # every count written: a zero has no bar on the log axis
+                ax.text(a, max(c, 0.6) * 1.1, str(int(c)), ha="center", va="bottom", fontsize=6)
+    top = max(float(np.nanmax(np.concatenate(list(counts.values())))), 1.0)
+    ax.set_xticks(range(len(ns)), [str(n) for n in ns])
+    ax.set(yscale="log", ylim=(0.5, 5 * top), xlabel="tokens n", ylabel="equilibria (all models)")
+    summed = [int(np.nansum(counts[col])) for col, _ in _NEGATIVE]
+    w = (f"with w = β vᵀQᵀKv ≥ 0: {summed[3]} of {summed[2]}" if np.isfinite(counts[_NEGATIVE[2][0]]).any() else
+         "w not computed")
+    ax.set_title("Bipartite equilibria of the map at an eigenvector of a negative eigenvalue of V\n"
+                 f"one head, λ1 > 0, α = {alpha:g} within the step bound: {summed[1]} of {summed[0]} stable; {w}",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    return fig
