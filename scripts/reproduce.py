@@ -578,7 +578,9 @@ def render_record(record: dict) -> str:
         "interval straddles its threshold, or a run is still converging at its horizon (the check gives the rate). "
         "Fractions are judged with their 95% Wilson interval; a statement about every case fails on one "
         "counterexample (its rate's 95% upper bound is given). The tag in brackets after a check says where its "
-        "threshold comes from: the paper, or a line of the table below.",
+        "threshold comes from: the paper, or a line of the table below. A figure is the run's own file or, for a "
+        "study that draws its figures from its tables and a run made before the figure existed, drawn from that "
+        "run's tables by the study's code.",
         "",
     ]
     if missing:
