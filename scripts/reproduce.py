@@ -485,7 +485,11 @@ def figure_of(run: str, d: Path, name: str, scratch: Path) -> Path | None:
     drawn = scratch / run
     if not drawn.exists():  # every figure of the run at once, once
         drawn.mkdir(parents=True)
-        importlib.import_module(module).claim_figures(d, drawn)
+        try:
+            importlib.import_module(module).claim_figures(d, drawn)
+        except Exception as e:  # a figure that cannot be drawn costs the row its figure, not the page
+            print(f"reproduce: warning: {run}'s figures could not be drawn from its tables ({type(e).__name__}: "
+                  f"{e}); its rows show none", file=sys.stderr)
     return drawn / name if (drawn / name).exists() else None
 
 
@@ -646,21 +650,23 @@ def render_record(record: dict) -> str:
 
 
 def _provenance_line(entries: dict) -> str:
-    """Whether the page's runs were all made by one commit of the code (clean: no ``+``), or by which ones."""
+    """Whether the page's runs were all made by one commit of the code, from a clean checkout, or which commits made
+    them (a run recorded before commits were has none; ``+``: a working tree that differed from the commit)."""
     made = [(e.get("timing") or {}).get("commit", "?") for e in entries.values()]
-    commits = sorted(set(made))
     if not made:
         return "**No run has been made yet.**"
-    if len(commits) == 1 and commits[0] != "?" and not commits[0].endswith("+"):
-        return (f"**Every run was made at one commit**, `{commits[0]}` ({len(made)} runs, a clean checkout), and "
-                "measured from its files as the table of runs at the end says.")
-    dirty = [c for c in commits if c == "?" or c.endswith("+")]
-    at = "one commit" if len(commits) == 1 else f"{len(commits)} commits"
-    return (f"**The runs were made at {at}** ({', '.join(f'`{c}`' for c in commits)}"
-            + (f"; {', '.join(f'`{c}`' for c in dirty)}: a working tree that differed from its commit, or not "
-               "recorded" if dirty else "")
-            + "): the table of runs at the end says which run each made. `make reproduce` from one clean checkout "
-              "makes them all at one.")
+    commits = sorted({c for c in made if c != "?"})
+    unknown = made.count("?")
+    if len(commits) == 1 and not unknown and not commits[0].endswith("+"):
+        return (f"**Every run on this page was made at one commit**, `{commits[0]}` ({len(made)} "
+                f"run{'s' if len(made) > 1 else ''}, from a clean checkout).")
+    named = ", ".join(f"`{c[:-1]}` with local changes" if c.endswith("+") else f"`{c}`" for c in commits)
+    parts = [f"{len(commits)} commit{'s' if len(commits) != 1 else ''} ({named})"] if commits else []
+    if unknown:
+        parts.append(f"{unknown} run{'s' if unknown > 1 else ''} recording no commit")
+    return (f"**The runs on this page were not all made at one clean commit**: {' and '.join(parts)}; the table of "
+            "runs at the end says which commit made each run. `make reproduce` from one clean checkout makes them "
+            "all at one.")
 
 
 def _dash(x: str) -> str:

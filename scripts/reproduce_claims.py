@@ -421,13 +421,13 @@ def pm_theorem1(d: Path) -> Result:
 
 # ------------------------------------------------------------------------------------------ power method: lemmas
 def pm_attn_rank(d: Path) -> Result:
-    from jaxattn.studies.pm_lemmas import SETTLED, expected_rank
+    from jaxattn.studies.pm_lemmas import LEMMA9_KINDS, SETTLED, expected_rank
 
     rs = rows(d / "lemma9.csv")
     checks, parts = [], []
     # the lemma's classes; end states still moving are not equilibria, and a polygonal one is none of its classes
-    left = _hist(r["kind"] for r in rs if r["kind"] not in ("consensus", "bipartite", "clustering"))
-    rs = [r for r in rs if r["kind"] in ("consensus", "bipartite", "clustering")]
+    left = _hist(r["kind"] for r in rs if r["kind"] not in LEMMA9_KINDS)
+    rs = [r for r in rs if r["kind"] in LEMMA9_KINDS]
     for source, label in (("end state", "end states of random starts"),
                           ("equilibrium ±v_k", "consensus and bipartite equilibria at ±v_k")):
         mine = [r for r in rs if r["source"] == source]

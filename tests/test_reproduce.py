@@ -1424,20 +1424,39 @@ def test_the_recorded_commit_is_dirty_only_for_code(tmp_path, monkeypatch):
 
 
 def test_the_page_says_whether_its_runs_were_made_at_one_commit():
-    """The header names the one clean commit that made every run, or each commit when they differ (a working tree
-    that differed from its commit, or a run recorded before commits were, never counts as one commit)."""
+    """The header names the one clean commit that made every run, or says they were not all made at one: several
+    commits, a working tree with local changes, a run recording no commit."""
     def entries(*commits):
         return {f"r{i}": {"timing": {"commit": c}} if c else {} for i, c in enumerate(commits)}
 
     one = rep._provenance_line(entries("fad8030b12", "fad8030b12", "fad8030b12"))
-    assert one.startswith("**Every run was made at one commit**, `fad8030b12` (3 runs")
-    several = rep._provenance_line(entries("fad8030b12", "0123456789"))
-    assert several.startswith("**The runs were made at 2 commits** (`0123456789`, `fad8030b12`)")
-    for odd in (entries("fad8030b12+", "fad8030b12+"), entries("fad8030b12", None)):
-        line = rep._provenance_line(odd)
-        assert line.startswith("**The runs were made at") and "differed from its commit, or not recorded" in line
-    assert rep._provenance_line(entries("fad8030b12+")).startswith("**The runs were made at one commit** (`fad80")
+    assert one == ("**Every run on this page was made at one commit**, `fad8030b12` (3 runs, from a clean "
+                   "checkout).")
+    assert "(1 run," in rep._provenance_line(entries("fad8030b12"))
+    not_one = "**The runs on this page were not all made at one clean commit**: "
+    assert rep._provenance_line(entries("fad8030b12", "0123456789")).startswith(
+        not_one + "2 commits (`0123456789`, `fad8030b12`);")
+    assert rep._provenance_line(entries("fad8030b12+", "fad8030b12+")).startswith(
+        not_one + "1 commit (`fad8030b12` with local changes);")
+    assert rep._provenance_line(entries("fad8030b12", None)).startswith(
+        not_one + "1 commit (`fad8030b12`) and 1 run recording no commit;")
+    assert rep._provenance_line(entries(None, None)).startswith(not_one + "2 runs recording no commit;")
     assert rep._provenance_line({}) == "**No run has been made yet.**"
+
+
+def test_a_figure_that_cannot_be_drawn_costs_its_row_the_figure_not_the_page(tmp_path, monkeypatch, capsys):
+    """A study's figure code failing on a run's tables (an earlier version's odd table) leaves the rows without the
+    figure, says so on stderr, and the page is still written."""
+    module = importlib.import_module(rep.DRAWN_FROM_TABLES["pm_lemmas"])
+
+    def broken(run, dest=None):
+        raise ZeroDivisionError("a table with no conditions")
+
+    monkeypatch.setattr(module, "claim_figures", broken)
+    run = tmp_path / "runs" / "pm_lemmas"
+    run.mkdir(parents=True)
+    assert rep.figure_of("pm_lemmas", run, "lemma9.png", tmp_path / "scratch") is None
+    assert "pm_lemmas's figures could not be drawn" in capsys.readouterr().err
 
 
 #: per study drawing its figures from its tables: one table and the figure drawn from it
@@ -1469,5 +1488,12 @@ def test_a_run_made_before_its_figures_shows_them_drawn_from_its_tables(tmp_path
             assert im.format == "PNG" and im.width > 100
     assert sorted(p.name for p in old.iterdir()) == before  # nothing written into the run
     assert rep.figure_of(name, made, _ONE_TABLE[name][1], scratch) == made / _ONE_TABLE[name][1]  # its own first
+    # the page: the rows of a run without its figures show the ones drawn from its tables, copied beside the page
+    page_runs = _only(shared_folder(tmp_path_factory, "reproduce-reduced"), {name}, tmp_path / "page-runs")
+    for png in (page_runs / name).glob("*.png"):
+        png.unlink()
+    cells, _ = rep.build(page_runs, tmp_path / "img")
+    shown = {Path(c["figure"]).name for c in cells if c["figure"]}
+    assert {f"{name}_{f}" for f in drawable} <= shown and all((tmp_path / "img" / f).exists() for f in shown)
     (old / _ONE_TABLE[name][0]).unlink()
     assert set(module.claim_figures(old, tmp_path / "fewer")) == drawable - {_ONE_TABLE[name][1]}

@@ -294,15 +294,17 @@ def _potential_figure(plt, rows: list[dict[str, str]]):
     width = 0.8 / len(SETTINGS)
     for i, setting in enumerate(SETTINGS):
         for k, (kernel, hatch) in enumerate(zip(KERNELS, ("", "//"), strict=True)):
-            share = [next((int(r["decreases"]) / int(r["conditions"]) for r in rows if r["setting"] == setting
-                           and r["attention"] == kernel and (r["n"], r["d"], r["beta"]) == c), np.nan) for c in cases]
+            share = [next((int(r["decreases"]) / max(int(r["conditions"]), 1) for r in rows
+                           if r["setting"] == setting and r["attention"] == kernel
+                           and (r["n"], r["d"], r["beta"]) == c), np.nan) for c in cases]
             at = x + (i - (len(SETTINGS) - 1) / 2) * width + (k - 0.5) * width / 2
-            ax.bar(at, share, width / 2, color=f"C{i}", hatch=hatch, label=f"{setting}, {kernel}")
+            extension = " (jaxattn's extension, not judged)" if kernel == "unnormalised" else ""
+            ax.bar(at, share, width / 2, color=f"C{i}", hatch=hatch, label=f"{setting}, {kernel}{extension}")
             for a, v in zip(at, share, strict=True):
                 if v == 0:  # no bar: say it is a zero, not a missing case
                     ax.text(a, 0.005, "0", color=f"C{i}", ha="center", va="bottom", fontsize=6)
     ax.set_xticks(x, [f"n {n}, d {d}\nβ {float(b):g}" for n, d, b in cases], fontsize=7)
-    ax.set(ylabel="share of conditions where E fell",
+    ax.set(ylabel="share of conditions where E fell", ylim=(0, 1.35),
            title="E(X) = (1/(2β)) Σ_ij exp(β <Q x_i, K x_j>) along the flow: the theorem's setting and two controls")
     ax.title.set_fontsize(9)
     ax.legend(fontsize=6, ncol=3)
@@ -339,11 +341,11 @@ def _theorem53_figure(plt, series: list[dict[str, str]], ends: list[dict[str, st
     axes[0].set(xlabel="t", ylabel="mean of max_i (1 − |<x_i, v1(t)>|)", title="the radius around v1(t)")
     axes[0].legend(fontsize=7)
     moving = [w for w in omegas if w > 0]
-    radius = [np.mean([float(r["radius"]) for r in ends if float(r["omega"]) == w]) for w in moving]
-    lag = [next(float(r["first_lag_predicted"]) for r in ends if float(r["omega"]) == w) for w in moving]
+    radius = [np.mean([float(r["radius"]) for r in ends if float(r["omega"]) == w] or [np.nan]) for w in moving]
+    lag = [next((float(r["first_lag_predicted"]) for r in ends if float(r["omega"]) == w), np.nan) for w in moving]
     axes[1].loglog(moving, radius, "o", label="mean radius over the last quarter")
     axes[1].loglog(moving, lag, "-", lw=0.8, label="1 − cos θ*, sin 2θ* = 2ω/(λ1 − λ2)")
-    axes[1].set(xlabel="speed ω of v1(t)", title="the radius against the speed (ω = 0: below round-off)")
+    axes[1].set(xlabel="speed ω of v1(t)", title="the radius against the speed (ω > 0: ω = 0 is off the log axis)")
     axes[1].legend(fontsize=7)
     for ax in axes:
         ax.title.set_fontsize(9)

@@ -43,6 +43,8 @@ from jaxattn.studies.verdicts import T
 
 #: the expected rank of the attention per class of equilibrium (Lemma 9); clustering: its number of clusters
 EXPECTED_RANK = {"consensus": 1, "bipartite": 2}
+#: the classes Lemma 9 is about (a polygonal end and one not settled are neither)
+LEMMA9_KINDS = ("consensus", "bipartite", "clustering")
 #: Lemma 9 is about equilibria: an end state counts as one when a step moves it by at most this (Frobenius, unit
 #: tokens). Looser, the classification's default 1e-7 admits states still merging (6 "clusters" of 6 tokens 1e-4
 #: apart, residuals 1.5e-9 to 7e-8 after 1500 steps) whose nearly equal attention rows measure a rank below m;
@@ -216,8 +218,9 @@ def _lemma9_figure(plt, rows: list[dict[str, str]]):
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.8))
     for ax, (source, title) in zip(axes, (("end state", "end states of random starts"),
                                           ("equilibrium ±v_k", "equilibria at the eigenvectors ±v_k")), strict=True):
-        mine = [r for r in rows if r["source"] == source and r["kind"] != "not converged"]
-        left = sum(r["source"] == source and r["kind"] == "not converged" for r in rows)
+        # the lemma's classes only: an end state still moving is no equilibrium, a polygonal one none of its classes
+        mine = [r for r in rows if r["source"] == source and r["kind"] in LEMMA9_KINDS]
+        left = sum(r["source"] == source and r["kind"] not in LEMMA9_KINDS for r in rows)
         if not mine:
             ax.set_axis_off()
             continue
@@ -232,7 +235,8 @@ def _lemma9_figure(plt, rows: list[dict[str, str]]):
         ax.plot([0.5, m + 0.5], [0.5, m + 0.5], "r--", lw=0.8, label="rank = clusters (Lemma 9)")
         ax.set(xlabel="clusters of the state (1: consensus)", ylabel="numerical rank of the attention",
                xticks=range(1, m + 1), yticks=range(1, m + 1))
-        ax.set_title(title + (f" ({left} not converged left out)" if left else ""), fontsize=9)
+        ax.set_title(title + (f" ({left} not settled or of no class of the lemma, left out)" if left else ""),
+                     fontsize=9)
         ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     return fig
@@ -244,9 +248,11 @@ def _lyapunov_figure(plt, rows: list[dict[str, str]]):
     fig, ax = plt.subplots(figsize=(6.5, 3.8))
     for i, system in enumerate(dict.fromkeys(r["system"] for r in rows)):
         mine = [r for r in rows if r["system"] == system]
-        maps = sorted((float(r["alpha"]), int(r["rises"]) / int(r["conditions"])) for r in mine if r["run"] != "flow")
-        flow = [int(r["rises"]) / int(r["conditions"]) for r in mine if r["run"] == "flow"]
-        ax.plot(*zip(*maps, strict=True), "o-", color=f"C{i}", label=f"{system}: the map")
+        share = lambda r: int(r["rises"]) / max(int(r["conditions"]), 1)
+        maps = sorted((float(r["alpha"]), share(r)) for r in mine if r["run"] != "flow")
+        flow = [share(r) for r in mine if r["run"] == "flow"]
+        if maps:
+            ax.plot(*zip(*maps, strict=True), "o-", color=f"C{i}", label=f"{system}: the map")
         if flow:
             ax.axhline(flow[0], color=f"C{i}", ls=":", label=f"{system}: the flow ({flow[0]:.2g})")
     r0 = rows[0]

@@ -724,8 +724,10 @@ def _oja_starts_figure(plt, run: Path, alpha: float):
     rows = csv_rows(run / "oja_basins.csv")
     # Theorem 2 assumes λ1 > 0 and the step bound: its cases outside are read from the Oja counts (the same models,
     # the same keys) and left out, as the reproductions' check does
-    outside = {(r["n"], r["model"]) for r in csv_rows(run / "oja_counts.csv")
-               if r["time"] == "discrete" and not assumed(r, alpha)}
+    counts = csv_rows(run / "oja_counts.csv")
+    if not counts:  # no figure rather than one showing cases the assumptions would leave out, unmarked
+        return None
+    outside = {(r["n"], r["model"]) for r in counts if r["time"] == "discrete" and not assumed(r, alpha)}
     left = len({(r["n"], r["model"]) for r in rows} & outside)
     rows = [r for r in rows if (r["n"], r["model"]) not in outside]
     if not rows:

@@ -213,7 +213,7 @@ def assumed(row: dict[str, str], alpha: float) -> bool:
     """Assumption 1 of the multistability results (λ1 > 0) and, for the map, the step bound α < 2/(|λ_d| − λ1), for
     a row of the stability study's counts at the map's step ``alpha``: the cases its checks count and its figures
     show."""
-    return float(row["lambda_1"]) > 0 and (row.get("time") != "discrete" or alpha < float(row["alpha_bound"]))
+    return float(row["lambda_1"]) > 0 and (row["time"] != "discrete" or alpha < float(row["alpha_bound"]))
 
 
 VERDICTS = ("reproduced", "differs", "not observed", "inconclusive")
