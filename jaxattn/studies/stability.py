@@ -733,7 +733,7 @@ def _oja_starts_figure(plt, run: Path, alpha: float):
     if not rows:
         return None
     ns = sorted({int(r["n"]) for r in rows})
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    fig, ax = plt.subplots(figsize=(8.5, 3.8))  # room for each bar's counts
     bottom = np.zeros(len(ns))
     starts = np.array([sum(int(r["starts"]) for r in {r["model"]: r for r in rows if int(r["n"]) == n}.values())
                        for n in ns])
@@ -744,7 +744,7 @@ def _oja_starts_figure(plt, run: Path, alpha: float):
     for j, n in enumerate(ns):
         models = len({r["model"] for r in rows if int(r["n"]) == n})
         ax.text(j, 1.01, f"{models} model{'s' * (models != 1)}\n{starts[j]} starts", ha="center", va="bottom",
-                fontsize=7)
+                fontsize=6)
     ax.set_xticks(range(len(ns)), [str(n) for n in ns])
     ax.set(xlabel="tokens n", ylabel="share of random starts", ylim=(0, 1.25),
            title="Where random starts of the Oja map (uniform attention) end"
