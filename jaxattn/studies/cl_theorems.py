@@ -46,7 +46,7 @@ from jaxattn.model.sampling import init_tokens
 from jaxattn.studies import plots
 from jaxattn.studies.cluster_checks import _nothing, cluster_horizon, solve_rescaled
 from jaxattn.studies.clusters import spectra_matrices
-from jaxattn.studies.skeleton import csv_rows, csv_text
+from jaxattn.studies.skeleton import csv_text
 from jaxattn.studies.verdicts import T
 
 #: Directions of the support-function test of the shrinking hull (unit vectors in every d of the run).
@@ -253,18 +253,9 @@ def study(out: Path, dts: str = "1,0.5,0.1", horizon: float = 30.0, num: int = 6
 # ------------------------------------------------------------------------------------------ figures from the tables
 def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
     """The claims' figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
-    into ``dest`` (default ``run``): ``discrete.png`` (``discrete.csv``); a figure whose table is missing or empty is
-    left out, and without matplotlib none is drawn. Returns the names written."""
-    plt = plots.pyplot()
-    if plt is None:
-        return []
-    run = Path(run)
-    dest = run if dest is None else Path(dest)
-    rows = csv_rows(run / "discrete.csv")
-    if not rows:
-        return []
-    plots.save(_discrete_figure(plt, rows), dest / "discrete.png", 120)
-    return ["discrete.png"]
+    into ``dest`` (default ``run``): ``discrete.png`` (``discrete.csv``; :func:`jaxattn.studies.plots.from_tables`).
+    Returns the names written."""
+    return plots.from_tables(run, dest, (("discrete.png", ("discrete.csv",), _discrete_figure),))
 
 
 def _settled(row: dict[str, str]) -> bool:

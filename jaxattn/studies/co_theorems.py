@@ -47,7 +47,7 @@ from jaxattn.model.nn import ellipsoid
 from jaxattn.model.params import Layers, Model, from_heads
 from jaxattn.model.sampling import random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import csv_rows, csv_text
+from jaxattn.studies.skeleton import csv_text
 from jaxattn.studies.verdicts import T
 
 #: solver tolerances of every solve here: the relative decrease tolerated in E (T("machine") = 1e-9) is ten times
@@ -267,22 +267,12 @@ def theorem53_rows(seed: int, n: int, d: int, models: int, starts: int, omegas: 
 # ------------------------------------------------------------------------------------------ figures
 def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
     """The study's figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
-    into ``dest`` (default ``run``): ``potential.png``, ``theorem52.png``, ``theorem53.png``; a figure whose
-    tables are missing is left out, and without matplotlib none is drawn. Returns the names written."""
-    plt = plots.pyplot()
-    if plt is None:
-        return []
-    run = Path(run)
-    dest = run if dest is None else Path(dest)
-    names = []
-    for name, tables, draw in (("potential.png", ("potential.csv",), _potential_figure),
-                               ("theorem52.png", ("theorem52_series.csv",), _theorem52_figure),
-                               ("theorem53.png", ("theorem53_series.csv", "theorem53.csv"), _theorem53_figure)):
-        read = [csv_rows(run / t) for t in tables]
-        if all(read):
-            plots.save(draw(plt, *read), dest / name, 120)
-            names.append(name)
-    return names
+    into ``dest`` (default ``run``): ``potential.png``, ``theorem52.png``, ``theorem53.png``
+    (:func:`jaxattn.studies.plots.from_tables`). Returns the names written."""
+    return plots.from_tables(run, dest, (
+        ("potential.png", ("potential.csv",), _potential_figure),
+        ("theorem52.png", ("theorem52_series.csv",), _theorem52_figure),
+        ("theorem53.png", ("theorem53_series.csv", "theorem53.csv"), _theorem53_figure)))
 
 
 def _potential_figure(plt, rows: list[dict[str, str]]):

@@ -5,12 +5,14 @@ movies of trajectories (:func:`movie`, :func:`frames`, from :mod:`jaxattn.plotti
 from __future__ import annotations
 
 import io
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from jaxattn.io.results import atomic_write_bytes
 from jaxattn.plotting import encoder_available, frames, movie
+from jaxattn.studies.skeleton import csv_rows
 
 #: The x axis of the per-layer figures: the step k of layers.csv and the report (its layer maps state k to k+1).
 STEP = "step k (layer k maps state k to k+1)"
@@ -38,6 +40,26 @@ def save(fig, path: Path, dpi: int = 110) -> Path:
     if plt is not None:
         plt.close(fig)
     return atomic_write_bytes(path, buf.getvalue())
+
+
+def from_tables(run: Path, dest: Path | None, figures: Sequence[tuple[str, Sequence[str], Callable]]) -> list[str]:
+    """Figures drawn from the tables of a finished run in ``run`` (its own version's or an earlier one's) into ``dest``
+    (default ``run``): for each ``(name, tables, draw)``, ``draw(plt, *rows)`` with the rows of each table (text, as
+    written), its figure saved as ``name``; a figure whose tables are missing or empty, or whose ``draw`` returns
+    ``None``, is left out, and without matplotlib none is drawn. Returns the names written."""
+    plt = pyplot()
+    if plt is None:
+        return []
+    run = Path(run)
+    dest = run if dest is None else Path(dest)
+    names = []
+    for name, tables, draw in figures:
+        read = [csv_rows(run / t) for t in tables]
+        fig = draw(plt, *read) if all(read) else None
+        if fig is not None:
+            save(fig, dest / name, 120)
+            names.append(name)
+    return names
 
 
 def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str) -> list[Path]:

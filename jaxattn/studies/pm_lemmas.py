@@ -37,7 +37,7 @@ from jaxattn.io.results import atomic_write_text
 from jaxattn.model.params import Model
 from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
-from jaxattn.studies.skeleton import csv_rows, csv_text
+from jaxattn.studies.skeleton import csv_text
 from jaxattn.studies.stability import random_symmetric_single_head
 from jaxattn.studies.verdicts import T
 
@@ -195,22 +195,11 @@ def load_float64(spec: str) -> Model:
 # ------------------------------------------------------------------------------------------ figures
 def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
     """The study's figures, drawn from the tables of a finished run in ``run`` (this version's or an earlier one's)
-    into ``dest`` (default ``run``): ``lemma9.png``, ``lyapunov.png``, ``steered_spectrum.png``; a figure whose
-    table is missing is left out, and without matplotlib none is drawn. Returns the names written."""
-    plt = plots.pyplot()
-    if plt is None:
-        return []
-    run = Path(run)
-    dest = run if dest is None else Path(dest)
-    names = []
-    for name, table, draw in (("lemma9.png", "lemma9.csv", _lemma9_figure),
-                              ("lyapunov.png", "lyapunov.csv", _lyapunov_figure),
-                              ("steered_spectrum.png", "steered_spectrum.csv", _steered_figure)):
-        rows = csv_rows(run / table)
-        if rows:
-            plots.save(draw(plt, rows), dest / name, 120)
-            names.append(name)
-    return names
+    into ``dest`` (default ``run``): ``lemma9.png``, ``lyapunov.png``, ``steered_spectrum.png``
+    (:func:`jaxattn.studies.plots.from_tables`). Returns the names written."""
+    return plots.from_tables(run, dest, (("lemma9.png", ("lemma9.csv",), _lemma9_figure),
+                                         ("lyapunov.png", ("lyapunov.csv",), _lyapunov_figure),
+                                         ("steered_spectrum.png", ("steered_spectrum.csv",), _steered_figure)))
 
 
 def _lemma9_figure(plt, rows: list[dict[str, str]]):

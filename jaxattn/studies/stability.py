@@ -694,21 +694,13 @@ def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
     (``beta_sweep.csv``) and ``negative_bipartite.png`` (``counts.csv``), each without the cases outside the
     assumptions (λ1 > 0 and, for the map, the step ``alpha`` of ``config.json`` below the step bound); a figure whose
     table is missing or empty is left out, and without matplotlib none is drawn. Returns the names written."""
-    plt = plots.pyplot()
-    if plt is None:
-        return []
     run = Path(run)
-    dest = run if dest is None else Path(dest)
     config = run / "config.json"
     alpha = float((json.loads(config.read_text()) if config.exists() else {}).get("config", {}).get("alpha", 1.0))
-    names = []
-    for name, draw in (("oja_starts.png", _oja_starts_figure), ("beta_sweep.png", _beta_sweep_figure),
-                       ("negative_bipartite.png", _negative_bipartite_figure)):
-        fig = draw(plt, run, alpha)
-        if fig is not None:
-            plots.save(fig, dest / name, 120)
-            names.append(name)
-    return names
+    # each reads its own tables (and the assumptions' from another): none named to from_tables
+    return plots.from_tables(run, dest, [(name, (), lambda plt, draw=draw: draw(plt, run, alpha)) for name, draw in (
+        ("oja_starts.png", _oja_starts_figure), ("beta_sweep.png", _beta_sweep_figure),
+        ("negative_bipartite.png", _negative_bipartite_figure))])
 
 
 #: The ends of random starts, in the order they are stacked: (label, test of an ``oja_basins.csv`` row).
