@@ -526,7 +526,9 @@ def _build(runs: Path, img_dir: Path | None, scratch: Path) -> tuple[list[dict],
         cells.append({"id": c.id, "paper": c.paper, "where": c.where, "statement": c.statement,
                       "jaxattn": res.value, "scale": scale(c.run, d), "command": cmd, "verdict": res.verdict,
                       "why": res.why, "checks": [[ch.mark, ch.shown] for ch in res.checks], "note": res.note,
-                      "figure": fig, "run": c.run, "sources": [str(d / s) for s in res.sources]})
+                      "figure": fig, "run": c.run, "sources": [str(d / s) for s in res.sources],
+                      # drawn now from the run's tables by this checkout's code, not a file the run made
+                      "figure_drawn": src is not None and src.is_relative_to(scratch)})
     return cells, {"timings": timings, "missing": missing, "finished": finished}
 
 
@@ -607,6 +609,8 @@ def render_record(record: dict) -> str:
                 "|---|---|---|---|---|---|---|---|"]
         for c in rows_:
             fig = f"[{Path(c['figure']).name}]({c['figure']})" if c["figure"] else "–"
+            if c.get("figure_drawn"):
+                fig += " (drawn from the run's tables when measured)"
             out.append("| " + " | ".join(_cell(x) for x in (
                 c["id"], c["where"], c["statement"], c["jaxattn"], c["scale"], f"`{c['command']}`",
                 f"**{c['verdict']}**: {c['why']}", fig)) + " |")

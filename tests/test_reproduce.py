@@ -1495,5 +1495,9 @@ def test_a_run_made_before_its_figures_shows_them_drawn_from_its_tables(tmp_path
     cells, _ = rep.build(page_runs, tmp_path / "img")
     shown = {Path(c["figure"]).name for c in cells if c["figure"]}
     assert {f"{name}_{f}" for f in drawable} <= shown and all((tmp_path / "img" / f).exists() for f in shown)
+    drawn = {Path(c["figure"]).name for c in cells if c["figure_drawn"]}
+    assert drawn == {f"{name}_{f}" for f in drawable}  # marked as drawn; a figure the run made itself is not
+    assert not any(c["figure_drawn"] for c in rep.build(_only(shared_folder(tmp_path_factory, "reproduce-reduced"),
+                                                              {name}, tmp_path / "own"))[0])
     (old / _ONE_TABLE[name][0]).unlink()
     assert set(module.claim_figures(old, tmp_path / "fewer")) == drawable - {_ONE_TABLE[name][1]}
