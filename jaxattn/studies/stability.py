@@ -24,6 +24,7 @@ Four parts, written into one run directory (``config.json``, CSV tables, PNG fig
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,7 +58,6 @@ from jaxattn.model.sampling import init_tokens, random_model
 from jaxattn.studies import plots
 from jaxattn.studies.skeleton import (
     check_options,
-    csv_rows,
     csv_text,
     md_cell,
     own_run_in_float64,
@@ -697,10 +697,10 @@ def claim_figures(run: Path, dest: Path | None = None) -> list[str]:
     run = Path(run)
     config = run / "config.json"
     alpha = float((json.loads(config.read_text()) if config.exists() else {}).get("config", {}).get("alpha", 1.0))
-    # each reads its own tables (and the assumptions' from another): none named to from_tables
-    return plots.from_tables(run, dest, [(name, (), lambda plt, draw=draw: draw(plt, run, alpha)) for name, draw in (
-        ("oja_starts.png", _oja_starts_figure), ("beta_sweep.png", _beta_sweep_figure),
-        ("negative_bipartite.png", _negative_bipartite_figure))])
+    return plots.from_tables(run, dest, (
+        ("oja_starts.png", ("oja_basins.csv", "oja_counts.csv"), functools.partial(_oja_starts_figure, alpha=alpha)),
+        ("beta_sweep.png", ("beta_sweep.csv",), functools.partial(_beta_sweep_figure, alpha=alpha)),
+        ("negative_bipartite.png", ("counts.csv",), functools.partial(_negative_bipartite_figure, alpha=alpha))))
 
 
 #: The ends of random starts, in the order they are stacked: (label, test of an ``oja_basins.csv`` row).
@@ -711,14 +711,11 @@ _ENDS = (("consensus at ±v1", lambda r: r["kind"] == "consensus" and int(r["eig
          ("not converged", lambda r: r["kind"] == "not converged"))
 
 
-def _oja_starts_figure(plt, run: Path, alpha: float):
-    """The share of the Oja map's random starts ending at each kind of end, per n (Theorem 2: almost all at ±v1)."""
-    rows = csv_rows(run / "oja_basins.csv")
-    # Theorem 2 assumes λ1 > 0 and the step bound: its cases outside are read from the Oja counts (the same models,
-    # the same keys) and left out, as the reproductions' check does
-    counts = csv_rows(run / "oja_counts.csv")
-    if not counts:  # no figure rather than one showing cases the assumptions would leave out, unmarked
-        return None
+def _oja_starts_figure(plt, rows: list[dict[str, str]], counts: list[dict[str, str]], *, alpha: float):
+    """The share of the Oja map's random starts (``oja_basins.csv``) ending at each kind of end, per n (Theorem 2:
+    almost all at ±v1). Theorem 2 assumes λ1 > 0 and the step bound: its cases outside are read from the Oja counts
+    (``oja_counts.csv``: the same models, the same keys) and left out, as the reproductions' check does; without
+    those counts no figure is drawn (from_tables), rather than one showing such cases unmarked."""
     outside = {(r["n"], r["model"]) for r in counts if r["time"] == "discrete" and not assumed(r, alpha)}
     left = len({(r["n"], r["model"]) for r in rows} & outside)
     rows = [r for r in rows if (r["n"], r["model"]) not in outside]
@@ -752,9 +749,9 @@ _STABLE_CLASSES = (("stable_consensus_v1", "consensus at v1"), ("stable_consensu
                    ("stable_bipartite_v1", "bipartite at v1"), ("stable_bipartite_other", "bipartite elsewhere"))
 
 
-def _beta_sweep_figure(plt, run: Path, alpha: float):
-    """The map's stable equilibria against β: their mean number per model, and how many models have each class."""
-    every = csv_rows(run / "beta_sweep.csv")
+def _beta_sweep_figure(plt, every: list[dict[str, str]], *, alpha: float):
+    """The map's stable equilibria against β (``beta_sweep.csv``): their mean number per model, and how many models
+    have each class."""
     rows = [r for r in every if assumed(r, alpha)]  # λ1 and the step bound do not depend on β: whole models go
     if not rows:
         return None
@@ -787,10 +784,10 @@ _NEGATIVE = (("bipartite_negative", "bipartite at a negative eigenvalue"),
              ("stable_bipartite_negative_w_nonneg", "stable with w ≥ 0"))
 
 
-def _negative_bipartite_figure(plt, run: Path, alpha: float):
+def _negative_bipartite_figure(plt, table: list[dict[str, str]], *, alpha: float):
     """Per n, the map's bipartite equilibria at an eigenvector of a negative eigenvalue and how many are stable, in all
-    and where w ≥ 0 (Remark 10's argument holds there: none stable)."""
-    rows = [r for r in csv_rows(run / "counts.csv") if r["time"] == "discrete" and assumed(r, alpha)]
+    and where w ≥ 0 (Remark 10's argument holds there: none stable), from ``counts.csv``."""
+    rows = [r for r in table if r["time"] == "discrete" and assumed(r, alpha)]
     if not rows or _NEGATIVE[0][0] not in rows[0]:  # an earlier version's counts do not split them out
         return None
     ns = sorted({int(r["n"]) for r in rows})
