@@ -45,6 +45,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 
@@ -276,7 +277,10 @@ def environment() -> dict:
 
     info = {"jax_backend": jax.default_backend(), "jax_device": jax.devices()[0].device_kind,
             "cpu_count": os.cpu_count(), "platform": platform.platform(), "jax_devices": len(jax.local_devices()),
-            "xla_flags": os.environ.get("XLA_FLAGS", "")}
+            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            # other jobs' load when the run starts: a busy machine moves the ratios (one CPU-bound job beside it
+            # slowed torch more than XLA; the matrix-product probe above says how fast the machine was)
+            "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
     try:
         import torch
 
@@ -427,6 +431,10 @@ def main(argv=None):
                         "sets xla_force_host_platform_device_count")
     a = p.parse_args(argv)
     cpu_devices(a.cpu_devices)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if load > 0.5 * (os.cpu_count() or 1):
+        print(f"run.py: the machine is busy (load average {load:.1f} on {os.cpu_count()} cores): other jobs slow "
+              "the implementations unequally, so the ratios move; recorded as load_average_1min", file=sys.stderr)
     names = [w for w in a.workloads.split(",") if w]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
@@ -437,9 +445,9 @@ def main(argv=None):
     bad = [f"{w}: {k}: {r['error']}" for w, wr in res["workloads"].items() for k, r in wr.get("results", {}).items()
            if "error" in r]
     if not a.quick:
-        with open(a.out, "w") as f:
-            json.dump(res, f, indent=2)
-            f.write("\n")
+        from jaxattn.io.results import atomic_write_text  # after bench: importing jaxattn starts JAX
+
+        atomic_write_text(a.out, json.dumps(res, indent=2) + "\n")  # an interrupted write keeps the old results
     if bad:
         raise SystemExit("failed or disagreed:\n" + "\n".join(bad))
 
