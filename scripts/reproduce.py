@@ -646,8 +646,9 @@ def render_record(record: dict) -> str:
                    f"{dev.get('backend', '?')} | {t.get('wall_s', '?')} | `{_cell(cmd)}` |")
     walls = [float(w) for e in entries.values() if isinstance(w := (e.get("timing") or {}).get("wall_s"), int | float)]
     total = f" (together {sum(walls) / 3600:.1f} h for the {len(walls)} runs timed)" if walls else ""
-    out += ["", "Wall times on 2 shared CPU cores under `nice` (other jobs running), not benchmarks. A full "
-            f"reproduction takes hours there{total}, so the page is completed run by run: "
+    out += ["", "Wall times as each run recorded them, on the device of its row, often beside other jobs (tests, "
+            f"other runs): not benchmarks. A full reproduction on 2 CPU cores takes hours{total}, so the page can "
+            "be completed run by run: "
             "`--only RUN` followed by `--page-only` measures the runs present and keeps the others' cells from "
             "`docs/reproductions.json`.", ""]
     return "\n".join(out)
