@@ -271,16 +271,20 @@ def matmul_throughput(precision: str = "highest", size: int = 2048) -> float:
     return reps * 2 * size**3 / (time.perf_counter() - t)
 
 
+def load_average() -> float | None:
+    """Other jobs' load (the 1-minute load average) where the system reports one: a busy machine moves the ratios
+    (one CPU-bound job beside the suite slowed torch more than XLA; the matrix-product probe says how fast the
+    machine was)."""
+    return round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None
+
+
 def environment() -> dict:
     """The device the numbers come from."""
     import jax
 
     info = {"jax_backend": jax.default_backend(), "jax_device": jax.devices()[0].device_kind,
             "cpu_count": os.cpu_count(), "platform": platform.platform(), "jax_devices": len(jax.local_devices()),
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
-            # other jobs' load when the run starts: a busy machine moves the ratios (one CPU-bound job beside it
-            # slowed torch more than XLA; the matrix-product probe above says how fast the machine was)
-            "load_average_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
+            "xla_flags": os.environ.get("XLA_FLAGS", ""), "load_average_1min": load_average()}
     try:
         import torch
 
@@ -430,15 +434,20 @@ def main(argv=None):
                    help="XLA devices on the CPU, for the jaxattn-cores row [one per core]; no effect once XLA_FLAGS "
                         "sets xla_force_host_platform_device_count")
     a = p.parse_args(argv)
+    for flag, v in (("--repeats", a.repeats), ("--torch-chunk", a.torch_chunk), ("--cpu-devices", a.cpu_devices)):
+        if v is not None and v < 1:
+            p.error(f"{flag} must be at least 1, got {v}")
+    if not a.quick and (os.path.isdir(a.out) or not os.path.isdir(os.path.dirname(os.path.abspath(a.out)))):
+        p.error(f"--out {a.out}: not a file in an existing folder (checked before the minutes of timing)")
     cpu_devices(a.cpu_devices)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
-    if load > 0.5 * (os.cpu_count() or 1):
+    load = load_average()
+    if load is not None and load > 0.5 * (os.cpu_count() or 1):
         print(f"run.py: the machine is busy (load average {load:.1f} on {os.cpu_count()} cores): other jobs slow "
               "the implementations unequally, so the ratios move; recorded as load_average_1min", file=sys.stderr)
     names = [w for w in a.workloads.split(",") if w]
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
-        raise SystemExit(f"unknown workload(s) {unknown}; known: {', '.join(WORKLOADS)}")
+        p.error(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
     res = bench(names, a.repeats, a.quick, torch_chunk=a.torch_chunk,
                 on_workload=lambda name, r: print(name, json.dumps(r["results"]), flush=True))
     print(json.dumps(res, indent=2))
@@ -453,4 +462,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # results are written only at the end (atomically): nothing half-written is left
+        print("run.py: error: interrupted; nothing written", file=sys.stderr)
+        raise SystemExit(2) from None
