@@ -2,7 +2,9 @@
 #   make demo   the main job on the built-in default model (creates .venv on first use)
 #   make test   ruff, mypy and the fast tier of the tests, <= 10 minutes on 2 cores (creates .venv on first use)
 #   make test-all  ruff, mypy and both tiers: also the documented commands, the reduced reproductions, the gpu-check
-#               rehearsal, multi-process runs, every converted family, the docs site built --strict (CI runs this)
+#               rehearsal, multi-process runs, every converted family, the docs site built --strict, and the compile
+#               tier (the drivers compiled for an H100 and an H200 here, in .venv-gpu) (CI runs this)
+#   make gpu-compile the benchmark workloads compiled for an H100 and an H200 on this machine, and read (docs/gpu.md)
 #   make docs   the documentation site into build/site (mkdocs build --strict)
 #   make gpu-check  everything a GPU can tell (docs/gpu.md); a reduced form off a GPU
 #   make gpu-wheels the wheels a GPU image lacks, into .whl/ (make gpu-check installs them there)
@@ -13,6 +15,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.jaxattn-installed
 DOCS_STAMP := $(VENV)/.jaxattn-docs-installed
+# the GPU compiler without a GPU: jax's CUDA plugin at jax's own version over .venv's packages (one copy of the stack)
+GPU_VENV   ?= .venv-gpu
+GPU_STAMP  := $(GPU_VENV)/.jaxattn-gpu-installed
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
@@ -22,7 +27,7 @@ GPU_CHECK_PY   ?=
 GPU_CHECK_OUT  ?= runs/gpu-check
 GPU_CHECK_ARGS ?=
 
-.PHONY: demo test test-all coverage docs bench gpu-check gpu-wheels reproduce clean
+.PHONY: demo test test-all coverage docs bench gpu-check gpu-compile gpu-wheels reproduce clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,22 +43,27 @@ demo: $(STAMP)
 	$(VENV)/bin/jaxattn analyze --out runs/demo --overwrite
 
 # lint (ruff, pyproject.toml [tool.ruff]) and type-check (mypy, [tool.mypy]) first, then the tests.
-# The fast tier (not marked e2e) is held to 600 s of summed test durations on this project's 2-core machine
-# (--tier-budget, tests/conftest.py); PYTEST_ARGS adds options (e.g. PYTEST_ARGS="--cov" for coverage).
+# The fast tier (not marked e2e or compile) reports its tests' summed durations against 600 s, the project's budget on
+# its 2-core machine (--tier-budget, tests/conftest.py): a busy machine is reported, never a failure of make test;
+# TIER_BUDGET_STRICT=1 fails an over-budget run (the project's own check). PYTEST_ARGS adds options (e.g. "--cov").
 PYTEST_ARGS ?=
 TIER_BUDGET ?= 600
+TIER_BUDGET_STRICT ?=
 test: $(STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -n auto -m "not e2e" $(if $(TIER_BUDGET),--tier-budget=$(TIER_BUDGET)) $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m "not e2e and not compile" $(if $(TIER_BUDGET),--tier-budget=$(TIER_BUDGET) \
+		$(if $(TIER_BUDGET_STRICT),,--tier-report-only)) $(PYTEST_ARGS)
 
 # both tiers, the fast one first (its summed durations reported against the budget, not enforced: CI's machine may be
 # busier); the docs test builds the site with --strict, so the docs' packages are installed first
-test-all: $(STAMP) $(DOCS_STAMP)
+test-all: $(STAMP) $(DOCS_STAMP) $(GPU_STAMP)
 	$(VENV)/bin/ruff check
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -n auto -m "not e2e" --tier-budget=$(or $(TIER_BUDGET),600) --tier-report-only $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n auto -m "not e2e and not compile" --tier-budget=$(or $(TIER_BUDGET),600) --tier-report-only \
+		$(PYTEST_ARGS)
 	JAXATTN_TEST_ALL=1 $(PY) -m pytest -q -n auto -m e2e $(PYTEST_ARGS)
+	JAXATTN_COMPILE_TIER=1 JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python -m pytest -q -n auto -m compile $(PYTEST_ARGS)
 
 # what the fast tier covers of what both tiers cover (package lines, test processes and the processes they start):
 # each tier into its own coverage file, then the figure the README quotes (scripts/tier_coverage.py)
@@ -71,6 +81,17 @@ $(DOCS_STAMP): $(STAMP) pyproject.toml constraints.txt
 # notebooks of examples/, executed during the build (a few minutes; JAXATTN_DOCS_EXECUTE=false skips running them)
 docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+$(GPU_STAMP): $(STAMP) constraints.txt
+	$(PYTHON) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps -c constraints.txt jax-cuda13-plugin jax-cuda13-pjrt
+	$(GPU_VENV)/bin/python scripts/layer_env.py $(VENV)
+	touch $(GPU_STAMP)
+
+# the report of docs/gpu.md: every workload's program for the H100 and H200 targets, and the maps on this CPU
+gpu-compile: $(GPU_STAMP)
+	@mkdir -p build
+	JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python scripts/gpu_compile.py --cpu --markdown build/gpu-compile.md
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'
@@ -98,4 +119,4 @@ reproduce: $(STAMP)
 	PYTHONPATH=.$(if $(PYTHONPATH),:$(PYTHONPATH)) $(PY) scripts/reproduce.py $(if $(REDUCED),--reduced)
 
 clean:
-	rm -rf $(VENV) runs build/site
+	rm -rf $(VENV) $(GPU_VENV) runs build/site

@@ -18,6 +18,7 @@ parameter pytrees, :mod:`jaxattn.model.params`; the studies' runners, ``jaxattn.
 
 from importlib import metadata as _metadata
 
+from jaxattn import aot as aot
 from jaxattn.analysis import metrics as metrics
 from jaxattn.analysis import observables as observables
 from jaxattn.analysis.alignment import alignment as alignment
@@ -114,6 +115,7 @@ __all__ = [
     "StabilityConfig",
     "__version__",
     "alignment",
+    "aot",
     "beta_grid",
     "convert",
     "critical_beta",

@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxattn.dynamics._target import _TARGET, Compiled, platform
 from jaxattn.dynamics.options import PRECISIONS, Batch
 from jaxattn.errors import ConfigError, real
 from jaxattn.model import concrete
@@ -75,7 +76,7 @@ class Context(NamedTuple):
 
 def block_budget() -> int:
     """Bytes one block of the default lane width may take on this backend (:data:`LANE_BUDGET`)."""
-    return LANE_BUDGET.get(jax.default_backend(), 16 * 2**30)
+    return LANE_BUDGET.get(platform(), 16 * 2**30)
 
 
 def checked(observe: Callable) -> Callable:
@@ -124,7 +125,7 @@ def default_lanes(condition_bytes: int | None = None, one_head_bytes: int | None
         >>> default_lanes(conditions=5), default_lanes(conditions=1)            # 5 conditions: one block of 8
         (8, 1)
     """
-    backend = jax.default_backend()
+    backend = platform()
     lanes = DEFAULT_LANES.get(backend, 1024)
     if one_head_bytes:
         widest, room = WIDE_LANES.get(backend, lanes), WIDE_BLOCK_BYTES.get(backend, 0)
@@ -195,7 +196,11 @@ def check_precision(precision: str) -> str:
 
 
 def memory_limit() -> int:
-    """Bytes one device can hold: its allocator's limit on accelerators, the physical memory on a CPU."""
+    """Bytes one device can hold: its allocator's limit on accelerators, the physical memory on a CPU; a target's
+    (:func:`compiling_for`) from its description."""
+    target = _TARGET.get()
+    if target is not None:
+        return target.memory
     try:
         stats = jax.local_devices()[0].memory_stats()
     except Exception:  # backends without memory statistics
@@ -241,7 +246,32 @@ def run(program, X0: jax.Array, params: Any, *, batch: Batch = Batch(), conditio
                           f"{default_lanes(condition_bytes, one_head_bytes, share)} here)")
     width = lanes * (1 if mesh is None else mesh.size)
     with jax.default_matmul_precision(xla_precision):  # part of the compilation cache key
+        if _TARGET.get() is not None:
+            raise Compiled(_ahead(program, X0, params, lanes=lanes, mesh=mesh, pad=(-B) % width,
+                                  devices=batch.devices), lanes)
         return _run(program, X0, params, lanes=lanes, mesh=mesh, pad=(-B) % width)
+
+
+def _ahead(program, X0, params, *, lanes, mesh, pad, devices) -> Any:
+    """``_run``'s program compiled for ``devices`` (a target's, which need not be this process's: a topology's
+    devices of :mod:`jax.experimental.topologies`) from the shapes of its inputs alone."""
+    P = jax.sharding.PartitionSpec
+    if mesh is None:
+        if not devices:
+            raise ConfigError("compiling ahead of time needs the target's devices: Batch(devices=target.devices)")
+        one = jax.sharding.Mesh(np.asarray(devices[:1]), ("conditions",))
+        batched = replicated = jax.sharding.NamedSharding(one, P())
+    else:
+        batched = jax.sharding.NamedSharding(mesh, P(mesh.axis_names[0]))
+        replicated = jax.sharding.NamedSharding(mesh, P())
+
+    def spec(a, sharding):
+        a = a if hasattr(a, "shape") and hasattr(a, "dtype") else np.asarray(a)
+        return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+
+    X = spec(X0, batched if mesh is not None else replicated)
+    p = jax.tree_util.tree_map(lambda a: spec(a, replicated), params)
+    return _run.lower(program, X, p, lanes=lanes, mesh=mesh, pad=pad).compile()
 
 
 def traced(tree: Any) -> bool:

@@ -50,14 +50,21 @@ class Geometry:
             return jnp.sum((X @ self.S) * V, axis=-1)
         return jnp.sum(X * V, axis=-1)
 
-    def retract(self, Y: jax.Array) -> jax.Array:
+    def retract(self, Y: jax.Array, *, scaled: bool = False) -> jax.Array:
         """Normalisation over the last axis (the discrete models' ``N`` or ``N_S``).
 
         A token whose squared norm overflowed (an update too large for the precision) comes out NaN, not
-        ``y / inf = 0``: a zero token would read as a finite state, at consensus with the others.
+        ``y / inf = 0``: a zero token would read as a finite state, at consensus with the others. ``scaled``
+        (the sphere; a GPU's form, :mod:`jaxattn.model.forms`): ``y`` divided by its largest coordinate first, so
+        that the sum of squares cannot overflow (a finite ``y`` gets its direction, an infinite one NaN), in one
+        fused kernel on a GPU where the select is a second one. The scale is a constant of the derivative: the
+        direction does not depend on it.
         """
         if self.kind == "flat":
             return Y
+        if scaled and self.kind == "sphere":
+            Z = Y / jax.lax.stop_gradient(jnp.abs(Y).max(axis=-1, keepdims=True))
+            return Z * jax.lax.rsqrt(jnp.sum(Z * Z, axis=-1, keepdims=True))
         m = self._metric(Y, Y)[..., None]
         return jnp.where(m < jnp.inf, Y / jnp.sqrt(m), jnp.nan)
 

@@ -301,13 +301,14 @@ def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False
 
     With ``form.key_chunk`` (and not ``return_probs``) the update is evaluated over chunks of keys without
     forming the ``[H, n, n]`` weights; otherwise, without ``return_probs``, softmax attention divides the
-    weighted sum by the row sums instead of normalising the weights first (same numbers to round-off)."""
+    weighted sum by the row sums instead of normalising the weights first (same numbers to round-off), unless
+    ``form.division`` is ``'before'`` (a GPU's form: XLA fuses the normalisation into its softmax kernel)."""
     form = GENERAL if form is None else form
     if form.key_chunk is not None and not return_probs:
         if attention not in ATTENTIONS:
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
         return _attend_chunked(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
-    if attention == "softmax" and not return_probs:
+    if attention == "softmax" and not return_probs and form.division == "after":
         return _attend_softmax(X, lw, beta, biases=biases, rope=rope, form=form)
     A = weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
     out = apply_weights(X, A, lw, biases=biases, form=form)
