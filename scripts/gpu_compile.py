@@ -255,15 +255,16 @@ def markdown(res: dict) -> str:
     a, b = res["fit"]["a_us"], res["fit"]["b_us"]
     lines = [f"Estimate of a step: {a:.1f} µs + {b:.2f} µs a kernel (least squares through the H200's "
              f"{len(H200_STEPS)} measured programs), or the roofline bound where that is larger.", "",
-             "| target | workload | program | kernels a step | by kind | MFLOP a step | MB a step | roofline µs "
-             "(compute / memory / bound) | estimate µs |", "|---|---|---|---|---|---|---|---|---|"]
+             "| target | workload | program | lanes | kernels a step | by kind | MFLOP a step | MB a step | "
+             "roofline µs (compute / memory / bound) | estimate µs |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["gpu"]["rows"]:
         if "error" in r:
-            lines.append(f"| {r['target']} | {r['case']} | {r['program']} | {r['error']} | | | | | |")
+            lines.append(f"| {r['target']} | {r['case']} | {r['program']} | | {r['error']} | | | | | |")
             continue
         kinds = ", ".join(f"{v} {k}" for k, v in r["by_kind"].items())
         roof = r["roofline_us"]
-        lines.append(f"| {r['target']} | {r['case']} | {r['program']} | {r['kernels']:.3g} | {kinds} | "
+        lines.append(f"| {r['target']} | {r['case']} | {r['program']} | {r['lanes'] or ''} | {r['kernels']:.3g} | "
+                     f"{kinds} | "
                      f"{r['mflop_step']:.3g} | {r['mb_step']:.3g} | {roof['compute']:.3g} / {roof['memory']:.3g} / "
                      f"{roof['bound']:.3g} | {r['estimate_us']:.3g} |")
     if res.get("cpu"):
@@ -299,9 +300,9 @@ def main(argv=None) -> int:
     if args.cpu:
         res["cpu"] = cpu_report(cases, args.cpu_batch)
     if args.json:
-        from jaxattn.io._atomic import replace_bytes
-
-        replace_bytes(Path(args.json), (json.dumps(res, indent=1, default=str) + "\n").encode())
+        tmp = Path(args.json).with_suffix(".tmp")  # written whole or not at all
+        tmp.write_text(json.dumps(res, indent=1, default=str) + "\n")
+        tmp.replace(args.json)
     if args.markdown:
         Path(args.markdown).write_text(markdown(res))
     return 0

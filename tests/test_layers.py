@@ -20,8 +20,8 @@ ROOT = Path(jaxattn.__file__).parent
 #: draws what ``io`` reads and writes its files, for the studies and the command line alike; a study composes the
 #: layers below it; the package face (``jaxattn/__init__.py``) re-exports them all, so only the command line (and
 #: users) import it.
-ORDER = ("errors", "config", "model", "dynamics", "analysis", "io", "plotting", "sweeps", "studies", "jaxattn",
-         "cli")
+ORDER = ("errors", "config", "model", "dynamics", "analysis", "io", "plotting", "sweeps", "aot", "studies",
+         "jaxattn", "cli")
 
 #: Function-local imports of jaxattn modules that have a reason, by importing module (a folder prefix ends with
 #: a dot): none. The command line once imported a subcommand's machinery when it ran, which saved nothing:

@@ -11,9 +11,9 @@ import equinox._errors as _eqx_errors
 import jax
 import numpy as np
 
+from jaxattn import dynamics
 from jaxattn.aot._program import Program
 from jaxattn.aot._targets import Target
-from jaxattn.dynamics import _target
 from jaxattn.dynamics.options import Batch
 from jaxattn.errors import ConfigError
 
@@ -34,7 +34,7 @@ def compile(driver: Callable, *args: Any, target: Target, **kwargs: Any) -> Prog
     Examples:
         On a machine without a GPU (the CUDA plugin installed, as ``make gpu-compile`` does):
 
-        >>> import jax, jaxattn as ja                                    # doctest: +SKIP
+        >>> import jax, jaxattn as ja
         >>> h100 = ja.aot.target("h100")                                 # doctest: +SKIP
         >>> model = ja.random_model(jax.random.key(0), 2, weights="identity", value="identity", scale=1.0)
         >>> X0 = ja.init_tokens(jax.random.key(1), 2048, 32, 2)
@@ -53,10 +53,10 @@ def compile(driver: Callable, *args: Any, target: Target, **kwargs: Any) -> Prog
                           "target's first device) or give some of target.devices")
     devices = batch.devices or target.devices[:1]
     kwargs["batch"] = dataclasses.replace(batch, devices=tuple(devices))
-    with _target.compiling_for(target.run_target()._replace(devices=tuple(devices))), _checks_as_nan():
+    with dynamics.compiling_for(target.run_target()._replace(devices=tuple(devices))), _checks_as_nan():
         try:
             driver(*args, **kwargs)
-        except _target.Compiled as done:
+        except dynamics.Compiled as done:
             return Program(done.compiled, target=target, lanes=done.lanes, devices=len(devices))
     raise ConfigError(f"{getattr(driver, '__name__', driver)!r} ran no program to compile (it must run through "
                       "jaxattn.simulate, solve or repeated_passes)")

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import jax
 
-from jaxattn.dynamics._target import Target as _RunTarget
+from jaxattn.dynamics import Target as _RunTarget
 from jaxattn.errors import ConfigError
 
 #: The GPU targets kept with the package: name -> target description file (``jaxattn/aot/targets``).

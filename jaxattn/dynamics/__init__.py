@@ -17,3 +17,8 @@ from jaxattn.dynamics._runner import replicate as replicate
 from jaxattn.dynamics._runner import resolve_dtype as resolve_dtype
 from jaxattn.dynamics._runner import traced as traced
 from jaxattn.dynamics._runner import working_bytes as working_bytes
+
+# the target a run is compiled for ahead of time (jaxattn.aot): its devices and the choices taken for them
+from jaxattn.dynamics._target import Compiled as Compiled
+from jaxattn.dynamics._target import Target as Target
+from jaxattn.dynamics._target import compiling_for as compiling_for
