@@ -15,15 +15,18 @@ anything is timed (final states within :data:`AGREE`), timed in one run (best of
   (``lax.map`` over the blocks, each block the loop above): at large ``B`` the whole-batch loops stream arrays of
   hundreds of MB through memory at every step, so the floor for a blocked simulator is the blocked floor;
 * ``jax-floor-observed``: the blocked floor computing the default observables at every step in the fewest lines
-  (:func:`_floor_observables`): the floor for ``jaxattn`` with its observables, so that ``jaxattn`` against it is
-  jaxattn's own overhead, and ``jax-floor-observed`` against ``jax-floor-blocks`` what the observables cost in any
-  implementation;
+  (:func:`jaxattn.aot.floor_observables`): the floor for ``jaxattn`` with its observables, so that ``jaxattn``
+  against it is jaxattn's own overhead, and ``jax-floor-observed`` against ``jax-floor-blocks`` what the observables
+  cost in any implementation;
 * ``jaxattn``: :func:`jaxattn.simulate` with its default observables (diameter and cosine consensus at every step);
 * ``jaxattn-last``: :func:`jaxattn.simulate` observing the last step only (``Save(every="last")``);
 * ``jaxattn-general``: ``jaxattn`` with the general form forced (``Batch(form=ja.model.forms.GENERAL)``: four
   projections per head, no structure used): what the structure-aware forms gain;
 * ``jaxattn-lanes64``: ``jaxattn`` in blocks of 64 conditions (``Batch(size=64)``, the CPU's width for every model
-  before one-head maps got wider blocks): what the wider blocks gain.
+  before one-head maps got wider blocks): what the wider blocks gain;
+* the iteration variants: ``jax-floor-unroll4``/``8`` (the floor's ``lax.scan(unroll=k)``) and
+  ``jaxattn-last-unroll4``/``8`` (``jaxattn-last`` with ``Batch(unroll=k)``): on a GPU each iteration of a loop
+  launches its kernels and checks its condition, and only the device's clock says what fewer iterations gain.
 
 Timings are interleaved (one repeat of every implementation, then the next round) and the best of
 ``repeats`` kept: on a shared CPU the speed drifts over minutes, and a drift must not favour whichever
@@ -64,7 +67,8 @@ import numpy as np
 AGREE = {"float32": 1e-4, "float64": 1e-12}
 CHECK_STEPS = 10
 IMPLS = ("torch", "torch.compile", "jax-floor", "jax-floor-bcast", "jax-floor-blocks", "jax-floor-observed", "jaxattn",
-         "jaxattn-last", "jaxattn-general", "jaxattn-lanes64")
+         "jaxattn-last", "jaxattn-general", "jaxattn-lanes64", "jax-floor-unroll4", "jax-floor-unroll8",
+         "jaxattn-last-unroll4", "jaxattn-last-unroll8")
 #: name: (d, n, B, steps, beta, value) -- value 'identity' (the sphere model) or 'random' (the clustering model)
 CASES = {
     "sphere2": (2, 32, 2048, 300, 4.0, "identity"),
@@ -120,30 +124,14 @@ def make_torch(X0, V, steps, beta, compiled: bool):
     return run
 
 
-def _floor_observables(X):
-    """The default observables of a batch ``X: [b, n, d]`` in the fewest lines: the diameter from the squared
-    differences at d <= 2 (as jaxattn computes it there), from the uncentred Gram form above (a paper script's
-    formula: the cheapest, if not the most accurate near consensus), and the cosine consensus from the sum of the
-    unit tokens."""
-    import jax.numpy as jnp
-
-    _, n, d = X.shape
-    if d <= 2:
-        sq = ((X[:, :, None, :] - X[:, None, :, :]) ** 2).sum(-1)
-    else:
-        s = (X * X).sum(-1)
-        sq = s[:, :, None] + s[:, None, :] - 2.0 * jnp.einsum("bid,bjd->bij", X, X, precision="highest")
-    diameter = jnp.sqrt(jnp.maximum(sq.max(axis=(1, 2)), 0.0))
-    m = (X / jnp.linalg.norm(X, axis=-1, keepdims=True)).sum(1)
-    return diameter, 1.0 - ((m * m).sum(-1) - n) / (n * (n - 1.0))
-
-
-def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None, observed: bool = False):
+def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None, observed: bool = False, unroll: int = 1):
     """The floor; ``lanes``: run it over blocks of that many conditions (padded with copies of the first);
-    ``observed``: with the default observables at every step (:func:`_floor_observables`, returned by the program
-    so that XLA computes them)."""
+    ``observed``: with the default observables at every step (:func:`jaxattn.aot.floor_observables`, returned by the
+    program so that XLA computes them); ``unroll``: steps per iteration of its loop (``lax.scan(unroll=...)``)."""
     import jax
     import jax.numpy as jnp
+
+    from jaxattn.aot import floor_observables
 
     eye = np.allclose(V, np.eye(V.shape[0]))
     Vj = jnp.asarray(V, X0.dtype)
@@ -159,10 +147,10 @@ def make_floor(X0, V, steps, beta, bcast: bool, lanes: int | None = None, observ
             U = (P[..., None] * X[:, None, :, :]).sum(2) if bcast else jnp.einsum("bij,bjd->bid", P, X, precision=HI)
             Y = X + ALPHA * (U if eye else jnp.matmul(U, Vj.T, precision=HI))
             Y = Y / jnp.linalg.norm(Y, axis=-1, keepdims=True)
-            return Y, (_floor_observables(Y) if observed else None)
+            return Y, (floor_observables(Y) if observed else None)
 
-        Y, seen = jax.lax.scan(f, X, None, length=k)
-        return Y, ((_floor_observables(X), seen) if observed else None)
+        Y, seen = jax.lax.scan(f, X, None, length=k, unroll=min(unroll, max(k, 1)))
+        return Y, ((floor_observables(X), seen) if observed else None)
 
     Xj = jnp.asarray(X0)
     if lanes is None:
@@ -193,14 +181,16 @@ def lanes_of(model, n: int, dtype, B: int) -> int:
     return simulate_lanes(model, n, dtype=dtype, conditions=B)
 
 
-def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None):
+def make_jaxattn(model, X0, steps, beta, last: bool, general: bool = False, size: int | None = None,
+                 unroll: int = 1):
     import jax.numpy as jnp
 
     import jaxattn as ja
 
     Xj = jnp.asarray(X0)
     save = ja.Save(every="last") if last else ja.Save()
-    batch = ja.Batch(form=ja.model.forms.GENERAL, size=size) if general else ja.Batch(size=size)
+    batch = (ja.Batch(form=ja.model.forms.GENERAL, size=size, unroll=unroll) if general
+             else ja.Batch(size=size, unroll=unroll))
     return lambda k=steps: np.asarray(ja.simulate(model, Xj, k, alpha=ALPHA, beta=beta, save=save,
                                                   batch=batch).final)
 
@@ -245,6 +235,10 @@ def bench_case(name: str, dtype: str, repeats: int = 3, quick: bool = False, imp
         "jaxattn-last": lambda: make_jaxattn(model, X0, steps, beta, last=True),
         "jaxattn-general": lambda: make_jaxattn(model, X0, steps, beta, last=False, general=True),
         "jaxattn-lanes64": lambda: make_jaxattn(model, X0, steps, beta, last=False, size=64),
+        "jax-floor-unroll4": lambda: make_floor(X0, V, steps, beta, bcast=False, unroll=4),
+        "jax-floor-unroll8": lambda: make_floor(X0, V, steps, beta, bcast=False, unroll=8),
+        "jaxattn-last-unroll4": lambda: make_jaxattn(model, X0, steps, beta, last=True, unroll=4),
+        "jaxattn-last-unroll8": lambda: make_jaxattn(model, X0, steps, beta, last=True, unroll=8),
     }
     form = form_of(model, ja.D1, n, dtype)
     res: dict = {"d": d, "n": n, "B": B, "steps": steps, "beta": beta, "alpha": ALPHA, "value": value, "dtype": dtype,

@@ -442,7 +442,9 @@ def stage_bench_consensus(ctx: Ctx) -> dict:
 #: stage's 65 s) and the clustering model (never reached in a window); every case, implementation and dtype:
 #: ``python benchmarks/papers.py``.
 PAPERS_CASES = [("sphere2", "float32"), ("sphere3-n64", "float32")]
-PAPERS_IMPLS = ("torch", "jax-floor", "jax-floor-blocks", "jaxattn", "jaxattn-last")
+#: jaxattn against torch and the floor first, then the iteration variants (docs/gpu.md: the GPU's clock decides)
+PAPERS_IMPLS = ("torch", "jax-floor", "jax-floor-blocks", "jax-floor-observed", "jaxattn", "jaxattn-last",
+                "jax-floor-unroll4", "jax-floor-unroll8", "jaxattn-last-unroll4", "jaxattn-last-unroll8")
 
 
 def stage_bench_papers(ctx: Ctx) -> dict:

@@ -163,6 +163,10 @@ def programs(case: Case, target: ja.aot.Target) -> dict[str, Callable[[], ja.aot
     out: dict[str, Callable[[], ja.aot.Program]] = {"jaxattn": lambda: jaxattn_program(case, target)}
     if case.kind == "map":
         out["jaxattn-last"] = lambda: jaxattn_program(case, target, last=True)
+    if case.floor:  # the iteration variants (Batch(unroll=k)), observing the last step
+        for k in (4, 8):
+            out[f"jaxattn-last-unroll{k}"] = functools.partial(jaxattn_program, case, target, last=True,
+                                                               batch=ja.Batch(unroll=k))
     if case.floor:
         out["floor"] = lambda: floor_program(case, target, observed=False)
         out["floor-observed"] = lambda: floor_program(case, target, observed=True)
@@ -201,7 +205,8 @@ def cpu_report(cases, B: int) -> dict:
     """The workloads at ``B`` conditions on this CPU: the compiled program's FLOPs and bytes a call (jaxattn's
     reading of its own CPU program) against the measured call time and the CPU's measured peaks."""
     peak = _cpu_peaks()
-    cpu = ja.aot.Target("cpu", "cpu", tuple(jax.local_devices()[:1]), 0, peak["flops"], peak["bytes"], 1)
+    cpu = ja.aot.Target("cpu", "cpu", tuple(jax.local_devices()[:1]), ja.dynamics.memory_limit(), peak["flops"],
+                        peak["bytes"], 1)
     rows = []
     for name in cases:
         case = dataclasses.replace(CASES[name], B=min(B, CASES[name].B))

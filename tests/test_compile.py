@@ -145,3 +145,15 @@ def test_the_report_compiles_every_workload_for_both_targets(tmp_path):
     assert not [row for row in rows if "error" in row]
     assert {row["target"] for row in rows} == {"h100", "h200"}
     assert len(md.read_text().splitlines()) >= len(rows) + 3
+
+
+def test_the_iteration_variants_hold_several_steps_an_iteration(h100):
+    """Batch(unroll=k): k steps in one iteration of the compiled loop (what the gpu-check window times against the
+    plain loop), every step's kernels there, the loop's own counter once."""
+    model = sphere(2)
+    X0 = tokens(2048, 32, 2)
+    one = ja.aot.compile(ja.simulate, model, X0, 40, beta=4.0, save=ja.Save(every="last"), target=h100)
+    four = ja.aot.compile(ja.simulate, model, X0, 40, beta=4.0, save=ja.Save(every="last"), target=h100,
+                          batch=ja.Batch(unroll=4))
+    assert four.by_kind()["gemm"] == 4 * one.by_kind()["gemm"]
+    assert four.kernels_per_step() < 4 * one.kernels_per_step()

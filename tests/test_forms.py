@@ -511,3 +511,22 @@ def test_the_choice_follows_the_target_and_returns():
     assert (there.division, there.retract) == ("before", "scaled")
     assert (here.division, here.retract) == ("after", "checked") == (form_of(sphere, ja.D1, 32, "float32").division,
                                                                      form_of(sphere, ja.D1, 32, "float32").retract)
+
+
+@pytest.mark.parametrize("save", [ja.Save(), ja.Save(every="last"), ja.Save(every=3), ja.Save(steps=(0, 4, 9))],
+                         ids=["every", "last", "every3", "listed"])
+def test_unrolled_loops_compute_the_same_map(save):
+    """Batch(unroll=k) runs k steps per loop iteration (a GPU's iteration variant): the same observables and final
+    states in float64 to round-off, whatever the period of observation; solve refuses it (nothing to unroll)."""
+    model = MODELS["clusters-d16"]
+    X0 = ja.init_tokens(jax.random.key(3), 5, 7, 16, dtype=jnp.float64)
+    ref = ja.simulate(model, X0, 10, beta=2.0, save=save)
+    for k in (2, 4, 16):
+        got = ja.simulate(model, X0, 10, beta=2.0, save=save, batch=ja.Batch(unroll=k))
+        np.testing.assert_allclose(got.final, ref.final, rtol=0, atol=1e-13)
+        for name in ref.observables:
+            np.testing.assert_allclose(got.observables[name], ref.observables[name], rtol=0, atol=1e-13)
+    with pytest.raises(ConfigError, match="unroll"):
+        ja.solve(model, X0, 1.0, batch=ja.Batch(unroll=2))
+    with pytest.raises(ConfigError, match="positive integer"):
+        ja.Batch(unroll=0)

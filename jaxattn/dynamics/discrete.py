@@ -395,7 +395,7 @@ def saved_steps(steps: int, every=None) -> Int[np.ndarray, " T"]:
     return np.asarray(sorted(set(range(0, steps, int(every))) | {steps}))
 
 
-def _scan(f: Callable, carry, ks: jax.Array):
+def _scan(f: Callable, carry, ks: jax.Array, unroll: int = 1):
     """``lax.scan(f, carry, ks)`` arranged for reverse-mode differentiation in ``O(√L)`` memory.
 
     The ``L`` steps run as an outer scan over ``⌈√L⌉``-step segments, each segment rematerialised
@@ -405,24 +405,27 @@ def _scan(f: Callable, carry, ks: jax.Array):
     each step was measured slower as well as larger on a CPU: the saved attention weights cost more
     memory traffic than the recomputation.) Without differentiation the steps, their order and their
     arithmetic are those of the plain scan (``checkpoint`` only changes what autodiff saves).
+    ``unroll``: steps per iteration of each loop (``lax.scan(unroll=...)``, :class:`~jaxattn.Batch`): the same
+    arithmetic in fewer iterations, each of which costs a GPU a launch and a check of its own.
     """
     L = ks.shape[0]
     f = jax.checkpoint(f, prevent_cse=False)
     s = math.isqrt(L - 1) + 1 if L > 1 else 1  # ⌈√L⌉
+    s = -(-s // unroll) * unroll  # whole iterations of `unroll` steps in a segment (no remainder loop in each)
     q, r = divmod(L, s)
     if q <= 1:
-        return jax.lax.scan(f, carry, ks)
-    inner = jax.checkpoint(lambda c, kk: jax.lax.scan(f, c, kk), prevent_cse=False)
+        return jax.lax.scan(f, carry, ks, unroll=min(unroll, max(L, 1)))
+    inner = jax.checkpoint(lambda c, kk: jax.lax.scan(f, c, kk, unroll=min(unroll, s)), prevent_cse=False)
     carry, out = jax.lax.scan(inner, carry, ks[: q * s].reshape(q, s))
     out = jax.tree_util.tree_map(lambda a: a.reshape((q * s, *a.shape[2:])), out)
     if r:
-        carry, rest = jax.lax.scan(f, carry, ks[q * s:])
+        carry, rest = jax.lax.scan(f, carry, ks[q * s:], unroll=min(unroll, r))
         out = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b]), out, rest)
     return carry, out
 
 
 def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, steps: int, every: int | tuple[int, ...],
-            observe: Callable, trajectory: bool, pass_norm: bool, form: Form = GENERAL):
+            observe: Callable, trajectory: bool, pass_norm: bool, form: Form = GENERAL, unroll: int = 1):
     """The map core: ``steps`` blocks from one configuration ``X0: [n, d]``, starting at global step
     ``start`` (the weight set of step ``k`` is ``schedule[k % depth]``), returning
     ``(observables [T, ...], final [n, d], trajectory [T, n, d] | None)``.
@@ -432,7 +435,7 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
     observable when the observable asks for them (a tuple ``every``: the steps listed, see :func:`_listed`).
     ``pass_norm``: the model's final norm (``ln_f``) after every block that ends a pass (global step ``k`` with
     ``(k + 1) % depth == 0``), as calling a real model pass after pass does. ``form``: how each layer's attention
-    is evaluated (:mod:`jaxattn.model.forms`).
+    is evaluated (:mod:`jaxattn.model.forms`); ``unroll`` the steps of each loop iteration (:func:`_scan`).
     """
     depth = model.depth
     observe = checked(observe)
@@ -471,12 +474,12 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
     def run_plain(X, k0, length):
         if length == 0:
             return X
-        X, _ = _scan(plain, X, k0 + jnp.arange(length, dtype=jnp.int32))
+        X, _ = _scan(plain, X, k0 + jnp.arange(length, dtype=jnp.int32), unroll)
         return X
 
     start = jnp.asarray(start, jnp.int32)
     if isinstance(every, tuple):
-        return _listed(X0, every, steps, start, advance, on_demand, observe, aux, trajectory)
+        return _listed(X0, every, steps, start, advance, on_demand, observe, aux, trajectory, unroll)
     m = every
     q = steps // m if m else 0
     X = X0
@@ -487,7 +490,7 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
             rec, A = look(X, k0)
             return run_plain(advance(X, k0, A), k0 + 1, m - 1), rec
 
-        X, seen = _scan(segment, X, jnp.arange(q, dtype=jnp.int32))
+        X, seen = _scan(segment, X, jnp.arange(q, dtype=jnp.int32), unroll)
     r = steps - q * m
     if m and r:  # a last, shorter segment: observed at its start like the others
         k0 = start + q * m
@@ -508,7 +511,7 @@ def _evolve(X0, model: Model, alpha, beta, S, aux, start, *, dyn: Dynamics, step
 
 
 def _listed(X0, listed: tuple[int, ...], steps: int, start, advance: Callable, on_demand: Callable, observe: Callable,
-            aux, trajectory: bool):
+            aux, trajectory: bool, unroll: int = 1):
     """:func:`_evolve` for ``Save(steps=...)``: one scan over every step that records at the ``listed`` local steps
     (sorted, within ``0..steps``) into buffers of ``len(listed)`` rows carried along. One program whatever the
     steps listed (a segment per gap would compile a loop per distinct gap), holding the listed steps only (a
@@ -537,7 +540,7 @@ def _listed(X0, listed: tuple[int, ...], steps: int, start, advance: Callable, o
 
     X = X0
     if steps:
-        (X, kept), _ = _scan(one, (X0, kept), jnp.arange(steps, dtype=jnp.int32))
+        (X, kept), _ = _scan(one, (X0, kept), jnp.arange(steps, dtype=jnp.int32), unroll)
     obs, traj = keep(kept, X, jnp.int32(steps))
     return obs, X, traj
 
@@ -560,11 +563,13 @@ class _MapProgram:
     trajectory: bool
     pass_norm: bool = False
     form: Form = GENERAL
+    unroll: int = 1
 
     def __call__(self, X0, p):
         model, alpha, beta, S, aux, start = p
         return _evolve(X0, model, alpha, beta, S, aux, start, dyn=self.dyn, steps=self.steps, every=self.every,
-                       observe=self.observe, trajectory=self.trajectory, pass_norm=self.pass_norm, form=self.form)
+                       observe=self.observe, trajectory=self.trajectory, pass_norm=self.pass_norm, form=self.form,
+                       unroll=self.unroll)
 
 
 def check_steps(steps) -> int:
@@ -687,7 +692,8 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
         batch = dataclasses.replace(batch, size=1)
     saved_steps(steps, save.when)  # listed steps within the run, or one line
     program = _MapProgram(dyn=dynamics, steps=steps, every=_every(save.when),
-                          observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form)
+                          observe=save.observe or consensus_observables, trajectory=bool(save.trajectory), form=form,
+                          unroll=batch.unroll)
     params = (model, scalar_of(alpha, dtype), scalar_of(beta, dtype), S, cast_floats(save.aux, dtype), np.int32(0))
     cost, one_head = _condition_bytes(model, X0.shape[1], dtype, form, steps, save)
     obs, final, traj = run(program, X0.astype(dtype), params, batch=batch, condition_bytes=cost,

@@ -178,6 +178,11 @@ class Batch(eqx.Module):
         form: how each layer's attention is arranged on the plain path: ``'auto'`` (the cheapest exact form,
             :func:`jaxattn.model.forms.choose`) or a :class:`jaxattn.model.forms.Form` to force one (tests, benchmarks;
             ``ja.model.forms.Form()`` is the general per-head form). Every form gives the same numbers up to round-off.
+        unroll: steps of a map per iteration of its compiled loop (``lax.scan(unroll=...)``; 1, the default, one):
+            the same arithmetic in fewer iterations. On a GPU each iteration launches its kernels and checks the
+            loop's condition, so a small step may run faster unrolled (``make gpu-check`` times 1, 4 and 8; its
+            compiled structure: ``make gpu-compile``); XLA may fuse across the unrolled steps, which changes float32
+            results to round-off. Maps only: :func:`jaxattn.solve` refuses it (diffrax's adaptive loop is its own).
 
     Examples:
         >>> import jaxattn as ja
@@ -200,9 +205,11 @@ class Batch(eqx.Module):
         "auto and plain are the same path (kept so that configurations naming it still run; a fused kernel, slower on "
         "a GPU, was removed: docs/gpu.md); formerly 'kernel'", choices=PATHS, removed=REMOVED_PATHS, only="discrete"))
     form: Form | str = static("auto")
+    unroll: int = static(1, converter=lambda v: int(v) if is_integer(v) else v)
 
     def __check_init__(self):
         integer("Batch(size=...)", self.size, none=True)
+        integer("Batch(unroll=...)", self.unroll, minimum=1)
         if self.devices is not None:
             if not isinstance(self.devices, tuple):
                 raise ConfigError(f"Batch(devices=...) must be a sequence of JAX devices, got {self.devices!r}")
@@ -240,6 +247,9 @@ def check_batch(batch, driver: str) -> Batch:
     """``batch`` as a :class:`Batch`, refused with one line otherwise (``driver`` names the caller)."""
     if not isinstance(batch, Batch):
         raise ConfigError(f"batch must be a jaxattn.Batch, got {batch!r}")
+    if driver == "solve" and batch.unroll != 1:  # an option that would change nothing is refused, not ignored
+        raise ConfigError(f"Batch(unroll={batch.unroll}) unrolls the steps of a map; solve's steps are diffrax's "
+                          "adaptive loop: leave unroll out")
     return batch
 
 

@@ -142,7 +142,8 @@ def repeated_passes(model: Model, X0: Float[ArrayLike, "B n d"], passes: int, *,
     # every block is observed, then the saved steps are picked: the records of a redrawn run are joined
     # pass by pass, and the numbers kept are those of the every-step run whatever Save(every=...) is
     program = lambda steps: _MapProgram(dyn=dynamics, steps=steps, every=1, observe=observe,
-                                        trajectory=bool(save.trajectory), pass_norm=bool(final_norm))
+                                        trajectory=bool(save.trajectory), pass_norm=bool(final_norm),
+                                        unroll=batch.unroll)
     params = lambda m, start: (m, jnp.asarray(1.0, dt), jnp.asarray(1.0, dt), None, aux, jnp.int32(start))
     cost = prompt_bytes(base, X.shape[1], dt, saved=passes * depth + 1 if save.trajectory else 0)
     if not redraw:  # every pass in one scan of the map core: observations at 0 .. passes·depth
