@@ -89,9 +89,12 @@ $(GPU_STAMP): $(STAMP) constraints.txt
 	touch $(GPU_STAMP)
 
 # the report of docs/gpu.md: every workload's program for the H100 and H200 targets, and the maps on this CPU
+# (GPU_COMPILE_ARGS="--docs docs/gpu.md" puts its tables into the page)
+GPU_COMPILE_ARGS ?=
 gpu-compile: $(GPU_STAMP)
 	@mkdir -p build
-	JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python scripts/gpu_compile.py --cpu --markdown build/gpu-compile.md
+	JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python scripts/gpu_compile.py --cpu --markdown build/gpu-compile.md \
+		$(GPU_COMPILE_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[bench]'

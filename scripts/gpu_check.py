@@ -609,7 +609,7 @@ STAGE_MIN = 10.0
 STAGES: dict[str, Stage] = {
     "environment": Stage(stage_environment, 25, REDUCED_BUDGET, "device and versions", 22),
     "bench_papers": Stage(stage_bench_papers, 70, REDUCED_BUDGET,
-                          "benchmarks/papers.py: the sphere model against torch and the JAX floor", 40),
+                          "benchmarks/papers.py: the sphere model against torch and the JAX floor; unrolled loops", 45),
     "bench_run": Stage(stage_bench_run, 130, REDUCED_BUDGET,
                        "benchmarks/run.py: W1, MiniLM- and GPT-2-small-shaped batches against torch; W1 at TF32", 122),
     "bench_flows": Stage(stage_bench_flows, 50, REDUCED_BUDGET, "benchmarks/flows.py: C2 against torchdiffeq", 45),

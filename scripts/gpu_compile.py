@@ -255,6 +255,21 @@ def _cpu_peaks() -> dict:
     return {"flops": 2 * 1024**3 / t, "bytes": 2 * big.nbytes / tc}
 
 
+def into_docs(page: Path, md: str) -> None:
+    """The report's tables into ``page`` between its markers (docs/gpu.md), the rest of the page as it is."""
+    gpu, _, cpu = md.partition("\nThis CPU")
+    text = page.read_text()
+    for name, table in (("GPU tables", gpu), ("CPU table", cpu.split("\n", 2)[-1] if cpu else "")):
+        start, end = f"<!-- make gpu-compile: the {name} -->\n", f"\n<!-- end of the {name} -->"
+        if not table or start not in text:
+            continue
+        a, b = text.index(start) + len(start), text.index(end)
+        text = text[:a] + table.strip() + text[b:]
+    tmp = page.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(page)
+
+
 def markdown(res: dict) -> str:
     """The report's tables, as docs/gpu.md holds them."""
     a, b = res["fit"]["a_us"], res["fit"]["b_us"]
@@ -292,6 +307,7 @@ def main(argv=None) -> int:
     p.add_argument("--cpu-batch", type=int, default=1024, help="conditions of the CPU part (default 1024)")
     p.add_argument("--json", default="benchmarks/results_gpu_compile.json", help="where the results go ('' none)")
     p.add_argument("--markdown", default="", help="also write the tables as Markdown to this file")
+    p.add_argument("--docs", default="", help="and put them into this page between its markers (docs/gpu.md)")
     args = p.parse_args(argv)
     cases = [c for c in args.cases.split(",") if c]
     unknown = [c for c in cases if c not in CASES]
@@ -310,6 +326,8 @@ def main(argv=None) -> int:
         tmp.replace(args.json)
     if args.markdown:
         Path(args.markdown).write_text(markdown(res))
+    if args.docs:
+        into_docs(Path(args.docs), markdown(res))
     return 0
 
 
