@@ -1,6 +1,10 @@
 """The ``--out`` contract (jaxattn.io.rundir): jaxattn deletes or replaces only what it wrote itself."""
 
 import json
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from jaxattn.errors import ConfigError
 from jaxattn.io import rundir
 
 from . import hf_models
+from .subprocess_env import one_device_env
 
 SIM = ["simulate", "--d", "8", "--heads", "2", "--depth", "2", "--num-init", "8", "--n", "3", "--chunk", "4",
        "--no-progress"]
@@ -314,3 +319,39 @@ def test_a_write_of_the_marker_itself_killed_is_not_foreign(tmp_path):
     (out / "..jaxattn-run.json.a1b2c3d4.tmp").write_text("{")  # killed while writing the first marker
     run = rundir.start(out, "consensus")
     assert sorted(p.name for p in run.path.iterdir()) == [rundir.MARKER]
+
+
+# ---------------------------------------------------------------- a read-only --out
+META = ["metastability", "--dims", "2", "--n", "4", "--betas", "2", "--num", "2", "--t1", "10", "--saves", "10",
+        "--boot", "5", "--no-figures", "--no-movie", "--no-progress"]
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("mount") is None, reason="needs unshare and mount")
+def test_a_read_only_out_is_refused_in_one_line_before_any_work(tmp_path):
+    """An --out on a read-only filesystem (a tmpfs mounted read-only in a namespace of the test's own): simulate,
+    analyze, metastability and movie each end in one 'jaxattn: error:' line, exit 2, no traceback (they raised
+    ``OSError: [Errno 30]`` from the marker's write; movie after rendering for 11 s); solve said it already."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    runs = [SIM, ANALYZE, META, SOLVE, ["movie", str(tmp_path / "run"), "--no-progress"]]
+    prep = [sys.executable, "-m", "jaxattn.cli", *SIM, "--out", str(tmp_path / "run")]
+    r = subprocess.run(prep, env=one_device_env(), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    script = [f"mount -t tmpfs -o ro tmpfs {shlex.quote(str(ro))} || exit 99"]
+    for argv in runs:
+        out = ro / "movie.gif" if argv[0] == "movie" else ro
+        cmd = shlex.join([sys.executable, "-m", "jaxattn.cli", *argv, "--out", str(out)])
+        script.append(f"echo '### {argv[0]}'; {cmd} 2>&1; echo \"### rc=$?\"")
+    r = subprocess.run(["unshare", "-rm", "sh", "-c", "\n".join(script)], env=one_device_env(), capture_output=True,
+                       text=True, timeout=900)
+    if r.returncode == 99:
+        pytest.skip(f"cannot mount a read-only tmpfs here: {r.stderr.strip()[:200]}")
+    blocks = r.stdout.split("### ")[1:]
+    outputs = {b.split("\n", 1)[0]: b.split("\n", 1)[1] for b in blocks if not b.startswith("rc=")}
+    codes = [b.strip() for b in blocks if b.startswith("rc=")]
+    assert list(outputs) == [a[0] for a in runs] and codes == ["rc=2"] * len(runs), r.stdout[-3000:]
+    for name, text in outputs.items():
+        errors = [line for line in text.splitlines() if line.startswith("jaxattn: error:")]
+        assert len(errors) == 1 and "Traceback" not in text, f"{name}: {text[-2000:]}"
+        assert "Read-only file system" in errors[0] or "cannot" in errors[0], errors[0]

@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -85,6 +86,19 @@ def _check_parents(path: Path, option: str) -> None:
             return
 
 
+def check_writable(folder: Path, option: str, path: Path | None = None) -> None:
+    """Refuse, before any work, a ``folder`` that cannot be written in (a read-only filesystem, no permission): a file
+    made and removed there says so where asking the permissions would not (root, network mounts). ``path``: what the
+    option named, if not the folder itself (a file's parent)."""
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".jaxattn-write-check-")
+    except OSError as e:
+        raise ConfigError(f"{option} {path or folder}: cannot write in {folder} ({e.strerror or e}); choose a "
+                          "writable directory") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
 def dir_out(raw, option: str = "--out") -> Path:
     """A directory that a command creates or resumes on its own terms (the sweep store of ``sweep`` and
     ``solve``, with its own manifest): refused if empty, a file, or under a file. Nothing is created."""
@@ -104,6 +118,9 @@ def file_out(raw, overwrite: bool, option: str = "--out") -> Path:
     _check_parents(path, option)
     if path.exists() and not overwrite:
         raise ConfigError(f"{option} {path} exists; choose another name or pass --overwrite to replace it")
+    parent = next((p for p in path.parents if p.is_dir()), None)
+    if parent is not None:
+        check_writable(parent, option, path)
     return path
 
 
@@ -295,6 +312,8 @@ def start(raw, command: str, *, overwrite: bool = False, resumable: bool = False
     another is written into its :func:`replacement` (``RunDir.path``) and swapped in by :func:`finish`.
     """
     out = out_path(raw, option)
+    if out.is_dir():  # a read-only one fails here in one line, not at the marker's write with a traceback
+        check_writable(out, option)
     recover(out)
     created = _create(out, option)
     marker = None if created else read_marker(out)
