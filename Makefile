@@ -15,7 +15,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.jaxattn-installed
 DOCS_STAMP := $(VENV)/.jaxattn-docs-installed
-# the GPU compiler without a GPU: jax's CUDA plugin at jax's own version over .venv's packages (one copy of the stack)
+# the GPU compiler without a GPU: jax's CUDA plugin at jax's own version over .venv's packages (one copy of the stack),
+# and libtpu for a TPU slice
 GPU_VENV   ?= .venv-gpu
 GPU_STAMP  := $(GPU_VENV)/.jaxattn-gpu-installed
 export HF_HUB_OFFLINE := 1
@@ -84,7 +85,7 @@ docs: $(DOCS_STAMP)
 
 $(GPU_STAMP): $(STAMP) constraints.txt
 	$(PYTHON) -m venv $(GPU_VENV)
-	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps -c constraints.txt jax-cuda13-plugin jax-cuda13-pjrt
+	$(GPU_VENV)/bin/python -m pip install --quiet --no-deps -c constraints.txt jax-cuda13-plugin jax-cuda13-pjrt libtpu
 	$(GPU_VENV)/bin/python scripts/layer_env.py $(VENV)
 	touch $(GPU_STAMP)
 

@@ -11,7 +11,10 @@ it), bare and with the default observables, and its iteration variants (``lax.sc
 The CPU part (``--cpu``) runs the same workloads at a reduced batch on this machine's CPU and reports the achieved
 FLOP/s and bytes/s of the compiled CPU program against the measured peaks (a matrix product and a copy).
 
-Run: ``make gpu-compile`` (creates ``.venv-gpu``: the CUDA plugin of jax's version over ``.venv``), or
+A TPU v5e slice (``tpu:v5e:2x2``, through libtpu) gets the papers' cases and W1 (:data:`TPU_CASES`): its fusions a step
+beside the GPU's kernels.
+
+Run: ``make gpu-compile`` (creates ``.venv-gpu``: the CUDA plugin of jax's version and libtpu over ``.venv``), or
 ``.venv-gpu/bin/python scripts/gpu_compile.py [--cases sphere2,W1] [--targets h100,h200] [--cpu] [--markdown F]``.
 Results: printed, and written to ``benchmarks/results_gpu_compile.json`` (``--json``).
 """
@@ -175,13 +178,23 @@ def programs(case: Case, target: ja.aot.Target) -> dict[str, Callable[[], ja.aot
     return out
 
 
+#: On a TPU target (its kernels a step beside the GPU's: "runs unchanged on TPU" checked to the compiled program) the
+#: papers' cases and W1, jaxattn's programs and the floors (a TPU compiles several times slower than a GPU here).
+TPU_CASES = ("sphere2", "sphere3-n64", "clusters16", "W1")
+TPU_PROGRAMS = ("jaxattn", "jaxattn-last", "floor", "floor-observed")
+
+
 def report(cases, targets, fitted) -> dict:
     rows = []
     for tname in targets:
         target = ja.aot.target(tname)
         for name in cases:
             case = CASES[name]
+            if target.platform == "tpu" and name not in TPU_CASES:
+                continue
             for prog_name, make in programs(case, target).items():
+                if target.platform == "tpu" and prog_name not in TPU_PROGRAMS:
+                    continue
                 t0 = time.perf_counter()
                 try:
                     prog = make()
@@ -302,7 +315,7 @@ def markdown(res: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, from {', '.join(CASES)}")
-    p.add_argument("--targets", default="h100,h200", help="comma-separated targets (jaxattn.aot.target)")
+    p.add_argument("--targets", default="h100,h200,tpu:v5e:2x2", help="comma-separated targets (jaxattn.aot.target)")
     p.add_argument("--cpu", action="store_true", help="also run the maps on this CPU (reduced batch)")
     p.add_argument("--cpu-batch", type=int, default=1024, help="conditions of the CPU part (default 1024)")
     p.add_argument("--json", default="benchmarks/results_gpu_compile.json", help="where the results go ('' none)")

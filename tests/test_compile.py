@@ -27,6 +27,10 @@ if importlib.util.find_spec("jax_cuda13_plugin") is None:  # the fast tier's .ve
     if os.environ.get("JAXATTN_COMPILE_TIER"):
         raise RuntimeError("the compile tier runs in .venv-gpu (make test-all), which has jax's CUDA plugin: not here")
     pytest.skip("the compile tier needs jax's CUDA plugin (.venv-gpu, make test-all)", allow_module_level=True)
+if importlib.util.find_spec("libtpu") is None:
+    if os.environ.get("JAXATTN_COMPILE_TIER"):
+        raise RuntimeError("the compile tier runs in .venv-gpu (make test-all), which has libtpu: not here")
+    pytest.skip("the compile tier needs libtpu (.venv-gpu, make test-all)", allow_module_level=True)
 
 
 @pytest.fixture(scope="module", params=["h100", "h200"])
@@ -133,7 +137,8 @@ def test_a_batch_over_several_target_devices_is_one_program_per_device(h100):
 
 def test_the_report_compiles_every_workload_for_both_targets(tmp_path):
     """make gpu-compile's report (and so the programs the gpu-check window runs, compiled here first): every workload
-    and floor compiles for the H100 and the H200, and the Markdown table has a row for each."""
+    and floor compiles for the H100 and the H200 (and the papers' cases and W1 for a TPU slice), and the Markdown
+    table has a row for each."""
     out = tmp_path / "report.json"
     md = tmp_path / "report.md"
     r = subprocess.run([sys.executable, "scripts/gpu_compile.py", "--json", str(out), "--markdown", str(md)],
@@ -143,7 +148,7 @@ def test_the_report_compiles_every_workload_for_both_targets(tmp_path):
 
     rows = json.loads(out.read_text())["gpu"]["rows"]
     assert not [row for row in rows if "error" in row]
-    assert {row["target"] for row in rows} == {"h100", "h200"}
+    assert {row["target"] for row in rows} == {"h100", "h200", "tpu:v5e:2x2"}
     assert len(md.read_text().splitlines()) >= len(rows) + 3
 
 
@@ -157,3 +162,24 @@ def test_the_iteration_variants_hold_several_steps_an_iteration(h100):
                           batch=ja.Batch(unroll=4))
     assert four.by_kind()["gemm"] == 4 * one.by_kind()["gemm"]
     assert four.kernels_per_step() < 4 * one.kernels_per_step()
+
+
+@pytest.fixture(scope="module")
+def tpu():
+    return ja.aot.target("tpu:v5e:2x2")
+
+
+def test_every_driver_compiles_for_a_tpu_slice(tpu):
+    """"Runs unchanged on TPU", checked to the compiled program: simulate on one chip and split over the slice's four
+    (shard_map), solve, repeated_passes and a sweep's chunk compile for a v5e 2x2 here, with a TPU's lane width."""
+    model = sphere(2)
+    X0 = tokens(2048, 32, 2)
+    one = ja.aot.compile(ja.simulate, model, X0, 20, beta=4.0, target=tpu)
+    assert one.lanes == 2048 and one.kernels_per_step() > 0
+    four = ja.aot.compile(ja.simulate, model, X0, 20, beta=4.0, target=tpu, batch=ja.Batch(devices=tpu.devices))
+    assert four.devices == 4 and four.lanes == 512
+    flow = ja.aot.compile(ja.solve, ja.random_model(jax.random.key(0), 8, 2), tokens(64, 6, 8), 1.0, target=tpu)
+    assert flow.step_loop().kernels
+    passes = ja.aot.compile(ja.repeated_passes, ja.random_model(jax.random.key(0), 8, 2, 3, shared=False),
+                            tokens(16, 6, 8), 2, dynamics=ja.D1, target=tpu)
+    assert passes.kernels_per_step() > 0

@@ -24,9 +24,10 @@ from jaxattn.errors import ConfigError
 
 #: The GPU targets kept with the package: name -> target description file (``jaxattn/aot/targets``).
 GPUS = {"h100": "h100.txtpb", "h200": "h200.txtpb"}
-#: TPU targets by name -> (topology name, chips' float32 peak FLOP/s, bytes/s of memory bandwidth, bytes of memory
-#: per chip), the published figures of a v5e chip (197 TFLOP/s bf16: float32 products take several bf16 passes).
-TPUS = {"v5e:2x2": ("v5e:2x2", 197e12 / 3, 819e9, 16 * 2**30)}
+#: TPU targets by name -> (topology name, a chip's float32 FLOP/s, bytes/s of memory bandwidth, bytes of memory per
+#: chip): the published figures of a v5e chip (197 TFLOP/s in bfloat16; a float32 product at full precision takes six
+#: bfloat16 passes, 819 GB/s, 16 GiB).
+TPUS = {"v5e:2x2": ("v5e:2x2", 197e12 / 6, 819e9, 16 * 2**30)}
 
 
 @dataclasses.dataclass(frozen=True)
