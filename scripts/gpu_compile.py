@@ -146,7 +146,7 @@ def describe(prog: ja.aot.Program, steps: int, fitted: tuple[float, float]) -> d
     steps: ``steps_per_iteration``)."""
     loop = prog.step_loop()
     trips = (loop.trips or 1) * loop.calls
-    per = max(1, round(steps / trips)) if steps else 1
+    per = max(1, round(steps / trips)) if steps and loop.trips else 1  # no proven trip count (a TPU's): one a step
     flops, trans, moved = prog.step_cost()
     roof = prog.roofline()
     a, b = fitted

@@ -136,7 +136,7 @@ def _kind(ins: Instruction, called: list[Instruction]) -> str:
     if ins.op == "custom-call":
         target = re.search(r'custom_call_target="([^"]*)"', ins.attrs)
         return "gemm" if target and re.search(r"gemm|matmul|dot", target.group(1), re.I) else "other"
-    if "gemm" in emitter or "dot" in ops or ins.op in ("dot", "convolution"):
+    if "gemm" in emitter or ops & {"dot", "convolution"} or ins.op in ("dot", "convolution"):  # a TPU's: convolutions
         return "gemm"
     if emitter.startswith("__triton") and "reduce" in ops:
         return "softmax"
