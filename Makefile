@@ -19,6 +19,9 @@ DOCS_STAMP := $(VENV)/.jaxattn-docs-installed
 # and libtpu for a TPU slice
 GPU_VENV   ?= .venv-gpu
 GPU_STAMP  := $(GPU_VENV)/.jaxattn-gpu-installed
+# a process that only compiles: the CUDA plugin registers without a driver under JAX_PLATFORMS=cpu, and libtpu loads
+# in several processes at once (the compile tier's workers) without its one-process lock file
+COMPILE_ENV := JAX_PLATFORMS=cpu ALLOW_MULTIPLE_LIBTPU_LOAD=1
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
@@ -64,7 +67,7 @@ test-all: $(STAMP) $(DOCS_STAMP) $(GPU_STAMP)
 	$(PY) -m pytest -q -n auto -m "not e2e and not compile" --tier-budget=$(or $(TIER_BUDGET),600) --tier-report-only \
 		$(PYTEST_ARGS)
 	JAXATTN_TEST_ALL=1 $(PY) -m pytest -q -n auto -m e2e $(PYTEST_ARGS)
-	JAXATTN_COMPILE_TIER=1 JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python -m pytest -q -n auto -m compile $(PYTEST_ARGS)
+	JAXATTN_COMPILE_TIER=1 $(COMPILE_ENV) $(GPU_VENV)/bin/python -m pytest -q -n auto -m compile $(PYTEST_ARGS)
 
 # what the fast tier covers of what both tiers cover (package lines, test processes and the processes they start):
 # each tier into its own coverage file, then the figure the README quotes (scripts/tier_coverage.py)
@@ -94,7 +97,7 @@ $(GPU_STAMP): $(STAMP) constraints.txt
 GPU_COMPILE_ARGS ?=
 gpu-compile: $(GPU_STAMP)
 	@mkdir -p build
-	JAX_PLATFORMS=cpu $(GPU_VENV)/bin/python scripts/gpu_compile.py --cpu --markdown build/gpu-compile.md \
+	$(COMPILE_ENV) $(GPU_VENV)/bin/python scripts/gpu_compile.py --cpu --markdown build/gpu-compile.md \
 		$(GPU_COMPILE_ARGS)
 
 bench: $(STAMP)

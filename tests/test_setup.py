@@ -39,3 +39,4 @@ def test_make_test_all_runs_both_tiers_and_the_compile_tier():
     assert len(lines) == 3
     assert "--tier-report-only" in lines[0] and "-m e2e" in lines[1]
     assert "-m compile" in lines[2] and ".venv-gpu/bin/python" in lines[2] and "JAX_PLATFORMS=cpu" in lines[2]
+    assert "ALLOW_MULTIPLE_LIBTPU_LOAD=1" in lines[2]  # the workers and the report's process each load libtpu

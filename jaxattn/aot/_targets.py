@@ -97,7 +97,8 @@ def _tpu(name: str) -> Target:
         topo = topologies.get_topology_desc(platform="tpu", topology_name=topology)
     except Exception as e:
         raise ConfigError(f"cannot compile for the TPU target {name!r} here: {str(e).splitlines()[0][:200]} (it "
-                          f"needs libtpu: pip install 'jax[tpu]=={jax.__version__}')") from None
+                          f"needs libtpu, pip install 'jax[tpu]=={jax.__version__}'; several processes at once need "
+                          "ALLOW_MULTIPLE_LIBTPU_LOAD=1 set before JAX starts)") from None
     return Target(f"tpu:{name}", "tpu", tuple(topo.devices), memory, flops, bandwidth, len(topo.devices))
 
 
