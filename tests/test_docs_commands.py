@@ -47,7 +47,7 @@ TINY = {
     "stability": ["--tokens", "3", "--models", "1", "--basin-num", "4", "--basin-n", "3", "--steps", "10",
                   "--perturb-num", "2", "--search", "2", "--no-figures", "--no-progress"],
     "metastability": ["--dims", "2", "--n", "4", "--betas", "2", "--num", "2", "--t1", "10", "--saves", "10",
-                      "--boot", "5", "--movie-beta", "2", "--no-figures", "--no-movie", "--no-progress"],
+                      "--boot", "5", "--no-figures", "--no-movie", "--no-progress"],
 }
 #: The theorem settings of `consensus` made small, when the command runs them (not with --no-synthetic).
 TINY_SYNTHETIC = ["--synthetic-d", "3", "--synthetic-n", "3", "--synthetic-num", "2", "--t1", "1"]

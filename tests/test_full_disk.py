@@ -280,7 +280,7 @@ def test_a_study_command_on_a_full_disk_leaves_its_directory_as_found(tmp_path, 
     """`metastability` (a study, which cannot resume): one line saying so, and no directory left."""
     out = tmp_path / "m"
     argv = ["metastability", "--dims", "2", "--n", "4", "--betas", "2", "--num", "2", "--t1", "10", "--saves", "10",
-            "--boot", "5", "--movie-beta", "2", "--no-figures", "--no-movie", "--no-progress", "--out", str(out)]
+            "--boot", "5", "--no-figures", "--no-movie", "--no-progress", "--out", str(out)]
     fill_disk(monkeypatch, at="report.md")
     assert main(argv) == 2
     assert _one_error_line(capsys.readouterr().err) == (

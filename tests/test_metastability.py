@@ -347,6 +347,7 @@ def test_claims_can_fail():
 
 @pytest.mark.parametrize("bad,match", [
     (dict(movie_beta=3.0), "movie_beta = 3 is not among betas"),
+    (dict(movie=False), "movie_beta does nothing with movie = false"),
     (dict(t_min=100.0), "t_min = 100 must be below t1"),
     (dict(alpha=0.5), "alpha is the step of D1"),
     (dict(betas=[6.0, 6.0]), "betas: 6.0 is given twice"),
@@ -361,7 +362,7 @@ def test_config_refusals(bad, match):
 def test_the_command(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["metastability", "--dims", "2", "--n", "4", "--betas", "3", "--num", "3", "--t1", "20", "--saves", "20",
-            "--boot", "10", "--movie-beta", "3", "--no-figures", "--no-movie", "--no-progress", "--out", str(out)]
+            "--boot", "10", "--no-figures", "--no-movie", "--no-progress", "--out", str(out)]
     assert main(args) == 0
     text = capsys.readouterr().out
     assert "n=4" in text and "report" in text
@@ -371,3 +372,8 @@ def test_the_command(tmp_path, capsys):
     assert not (tmp_path / "r2").exists()
     want = "jaxattn: error: --movie-beta 5 is not among betas 3: give one of them"
     assert capsys.readouterr().err.splitlines()[-1] == want
+    # issue 66: the movie's beta without a movie changed nothing and was recorded; now it is refused, saying why
+    assert main([*args[:-2], "--out", str(tmp_path / "r3"), "--movie-beta", "3"]) == 2
+    assert not (tmp_path / "r3").exists()
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err.startswith("jaxattn: error: --movie-beta does nothing with") and "movie" in err.split("with", 1)[1]

@@ -447,7 +447,7 @@ ROUND_2026_11_27 = [
     ("metastability --dims 2 --n 4 --betas 1 --num 2 --t1 5 --saves 10 --movie --movie-beta 1 (tiny run)",
      "rc 0 in 19 s, movie.gif and trajectory.safetensors", "good", ""),
     ("metastability ... --no-movie --movie-beta 1", "rc 0, --movie-beta changes nothing and is recorded", "silent",
-     "remains (tests pass --movie-beta with --no-movie)"),
+     "fixed: refused, --movie-beta does nothing with --no-movie (MetastabilityConfig.inert)"),
     ("movie ; nosuch ; an empty folder ; a sweep store ; a consensus run ; a file", "rc 2, one line each", "good", ""),
     ("movie r/sim --out x.txt | --out under a file | --out ''", "rc 2, one line each", "good", ""),
     ("movie r/sim ; again ; movie r/so --out m.gif ; again", "rc 0; rc 2 'exists ... --overwrite'; rc 0 in 33 s; "

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from jaxattn.config import at_least, option, positive
 from jaxattn.config import seed as seed_check
 from jaxattn.errors import ConfigError
-from jaxattn.studies.skeleton import check_options
+from jaxattn.studies.skeleton import check_options, refuse_inert
 
 DYNAMICS = ("C2", "D1")
 
@@ -68,6 +68,7 @@ class MetastabilityConfig:
         check_options(self)
         if self.t_min >= self.t1:
             raise ConfigError(f"t_min = {self.t_min:g} must be below t1 = {self.t1:g}")
+        refuse_inert(self, self.inert())
         if self.movie and float(self.movie_beta) not in [float(b) for b in self.betas]:
             raise ConfigError(f"movie_beta = {self.movie_beta:g} is not among betas "
                               f"{', '.join(f'{float(b):g}' for b in self.betas)}: give one of them")
@@ -83,6 +84,11 @@ class MetastabilityConfig:
             if len(set(v)) < len(v):
                 raise ConfigError(f"{name} repeats a value: {getattr(self, name)}")
         return self
+
+    def inert(self) -> dict[str, str]:
+        """The options that change nothing with the others, each with the reason (refused when set): the movie's
+        beta without a movie."""
+        return {} if self.movie else {"movie_beta": "movie = false (no movie is made)"}
 
 
 #: The study's public shape (as every study's): ``Config`` and ``run``.
