@@ -326,11 +326,17 @@ def main(argv=None) -> int:
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         p.error(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
+    targets = [t for t in args.targets.split(",") if t]
+    try:  # an unknown target, or one this environment cannot compile for, before any work: one line
+        for t in targets:
+            ja.aot.target(t)
+    except ja.errors.ConfigError as e:
+        p.error(str(e))
     a, b = fit()
     res = {"jax": jax.__version__, "jaxattn": ja.__version__, "python": platform.python_version(),
            "fit": {"a_us": a, "b_us": b, "points": H200_STEPS}, "h200_calls": {f"{k[0]}/{k[1]}": v
                                                                                for k, v in H200_CALLS.items()},
-           "gpu": report(cases, [t for t in args.targets.split(",") if t], (a, b))}
+           "gpu": report(cases, targets, (a, b))}
     if args.cpu:
         res["cpu"] = cpu_report(cases, args.cpu_batch)
     if args.json:

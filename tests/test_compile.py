@@ -183,3 +183,16 @@ def test_every_driver_compiles_for_a_tpu_slice(tpu):
     passes = ja.aot.compile(ja.repeated_passes, ja.random_model(jax.random.key(0), 8, 2, 3, shared=False),
                             tokens(16, 6, 8), 2, dynamics=ja.D1, target=tpu)
     assert passes.kernels_per_step() > 0
+
+
+def test_a_users_own_jit_of_the_pure_core_gets_the_gpus_arrangement(h100):
+    """``jit(vmap(simulate_one))`` compiled for the H100 by the user, with no jaxattn.aot in between: the arithmetic's
+    arrangement is chosen as the program is lowered (jaxattn.model.backend), so its step holds the floor's kernels
+    too (it held 7 against the floor's 5). The model in float32, a float32 run's (the suite runs with x64 on)."""
+    model = sphere(2).astype(np.float32)
+    core = jax.vmap(lambda x: ja.simulate_one(model, x, 300, alpha=0.1, beta=4.0, save=ja.Save(every="last")).final)
+    ours = ja.aot.compile_function(core, np.zeros((2048, 32, 2), np.float32), target=h100)
+    floor = ja.aot.compile_function(ja.aot.floor(300, alpha=0.1, beta=4.0), np.zeros((2048, 32, 2), np.float32),
+                                    target=h100)
+    assert ours.kernels_per_step() <= floor.kernels_per_step() + 1
+    assert ours.kernels_per_step() == 5

@@ -19,6 +19,7 @@ from jaxattn.dynamics.discrete import form_of
 from jaxattn.errors import ConfigError
 from jaxattn.model import forms
 from jaxattn.model.attention import attend, probabilities
+from jaxattn.model.backend import arranged_as
 
 from . import reference as ref
 from .test_discrete import weight_sets
@@ -82,9 +83,6 @@ def _forms(model):
         out += [forms.Form(identity=ids), forms.Form(identity=ids, products="broadcast", key_chunk=4)]
     if forms.unmasked(model.layers):
         out += [forms.Form(masked=False), forms.Form(identity=ids, key_chunk=3, masked=False)]
-    # a GPU's forms (weights normalised before their sum, the sphere normalised by its largest coordinate first)
-    out += [forms.Form(division="before", retract="scaled"),
-            forms.Form(identity=ids, division="before", retract="scaled", products="broadcast")]
     if model.layers.bq is None:
         out += [forms.Form(scores="bilinear", values="bilinear"),
                 forms.Form(scores="bilinear", values="heads", identity=tuple(m for m in ids if m in "vo"), key_chunk=3)]
@@ -464,21 +462,27 @@ def assert_forms_agree_on(model, n: int = 9) -> None:
 
 
 def test_the_gpu_retract_holds_the_overflow_promise_without_a_select():
-    """The sphere's scaled normalisation (a GPU's form): a finite token whose squares overflow float32 still gets its
-    direction (the checked form makes it NaN: its sum overflowed), a token that is not finite comes out NaN, never a
-    zero token read as consensus; elsewhere it equals the checked form, and so does its derivative."""
+    """The sphere's normalisation as a GPU arranges it (jaxattn.model.backend): a finite token whose squares overflow
+    float32 still gets its direction (the CPU's checked form makes it NaN: its sum overflowed), a token that is not
+    finite comes out NaN, never a zero token read as consensus; elsewhere it equals the checked form, and so does
+    its derivative."""
     sphere = ja.dynamics.geometry.SPHERE
     big = np.array([[3e30, -4e30], [1.0, 2.0], [np.inf, 1.0], [np.nan, 0.0]], np.float32)
-    got = np.asarray(sphere.retract(jnp.asarray(big), scaled=True))
+
+    def retract(Y, where):
+        with arranged_as(where):
+            return sphere.retract(Y)
+
+    got = np.asarray(retract(jnp.asarray(big), "gpu"))
     want = big[:2].astype(np.float64) / np.linalg.norm(big[:2].astype(np.float64), axis=-1, keepdims=True)
     np.testing.assert_allclose(got[:2], want, rtol=2e-7)
     assert np.isnan(got[2:]).all(axis=-1).all()
-    checked = np.asarray(sphere.retract(jnp.asarray(big)))
+    checked = np.asarray(retract(jnp.asarray(big), "cpu"))
     assert np.isnan(checked[0]).all() and not np.isnan(got[0]).any()  # where the two differ, and why
     Y = jnp.asarray(np.random.default_rng(0).normal(size=(5, 3)))
-    np.testing.assert_allclose(sphere.retract(Y, scaled=True), sphere.retract(Y), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(retract(Y, "gpu"), retract(Y, "cpu"), rtol=0, atol=1e-15)
     w = jnp.asarray(np.random.default_rng(1).normal(size=(5, 3)))
-    grads = [jax.grad(lambda Y, s=s: jnp.sum(sphere.retract(Y, scaled=s) * w))(Y) for s in (True, False)]
+    grads = [jax.grad(lambda Y, a=a: jnp.sum(retract(Y, a) * w))(Y) for a in ("gpu", "cpu")]
     np.testing.assert_allclose(grads[0], grads[1], rtol=0, atol=1e-14)
 
 
@@ -486,31 +490,35 @@ def test_the_gpu_retract_holds_the_overflow_promise_without_a_select():
 def test_a_gpus_diameter_is_the_diameter_and_nan_when_blown_up(d):
     """On a GPU the diameter checks for a blown-up configuration inside its one reduction (a non-finite pair counts
     as an infinite distance): the same value as the CPU's arrangement in float64, NaN for a NaN or infinite token."""
-    from jaxattn.dynamics import _target
     from jaxattn.dynamics.observables import diameter
 
     X = jnp.asarray(np.random.default_rng(d).normal(size=(9, d)))
-    gpu = _target.Target("gpu", (), 0)
-    with _target.compiling_for(gpu):  # the choices only: diameter runs here, eagerly
+    with arranged_as("gpu"):  # the GPU's arrangement, here, eagerly
         got = float(diameter(X))
         blown = [float(diameter(X.at[4, 0].set(v))) for v in (np.nan, np.inf, -np.inf)]
         same = float(diameter(jnp.zeros((5, d))))
-    assert got == pytest.approx(float(diameter(X)), rel=1e-14)
+    with arranged_as("cpu"):
+        want = float(diameter(X))
+    assert got == pytest.approx(want, rel=1e-14)
     assert np.isnan(blown).all() and same == 0.0
 
 
-@pytest.mark.requires_cpu("the CPU's forms outside the target")
-def test_the_choice_follows_the_target_and_returns():
-    """Under a GPU target (ahead-of-time compilation) the form is a GPU's; outside, this backend's again."""
-    from jaxattn.dynamics import _target
-
-    sphere = MODELS["sphere-d3"]
-    here = form_of(sphere, ja.D1, 32, "float32")
-    with _target.compiling_for(_target.Target("gpu", (), 0)):
-        there = form_of(sphere, ja.D1, 32, "float32")
-    assert (there.division, there.retract) == ("before", "scaled")
-    assert (here.division, here.retract) == ("after", "checked") == (form_of(sphere, ja.D1, 32, "float32").division,
-                                                                     form_of(sphere, ja.D1, 32, "float32").retract)
+@pytest.mark.parametrize("name", ["sphere-d3", "sphere-d4-2heads-causal", "clusters-d16", "paper-d3",
+                                  "gaussian-d6-3heads-local-biases"])
+def test_a_gpus_arrangement_of_every_form_is_the_cpus(name):
+    """Every form's block in a GPU's arrangement (the weights normalised before their sum, the sphere normalised by
+    its largest coordinate first) equals the CPU's and the NumPy reference, in float64."""
+    model = MODELS[name]
+    dyn, norm, S, X0, biases = _setting(model, "D1")
+    sets = weight_sets(model)
+    for g in range(model.layers.n_sets):
+        lw = model.layers.take(g)
+        X = jnp.asarray(X0[g % X0.shape[0]])
+        want = ref.step(np.asarray(X), sets[g], alpha=0.7, beta=1.3, norm=norm, S=S, biases=biases, uniform=False)
+        for form in _forms(model):
+            with arranged_as("gpu"):
+                got = np.asarray(ja.dynamics.discrete.block(X, lw, model, dyn, 0.7, 1.3, S, form=form))
+            np.testing.assert_allclose(got, want, rtol=0, atol=1e-13, err_msg=repr(form))
 
 
 @pytest.mark.parametrize("save", [ja.Save(), ja.Save(every="last"), ja.Save(every=3), ja.Save(steps=(0, 4, 9))],

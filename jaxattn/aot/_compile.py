@@ -24,12 +24,12 @@ def compile(driver: Callable, *args: Any, target: Target, **kwargs: Any) -> Prog
     ``driver`` is :func:`jaxattn.simulate`, :func:`jaxattn.solve`, :func:`jaxattn.repeated_passes` or anything that
     runs through them (a sweep's chunk: ``jaxattn.sweeps.Point.chunk``). Its arguments are the ones of a real call:
     the arrays give the shapes and dtypes and the facts that choose the form (identity weights, masks), their values
-    are not compiled in. Every choice that depends on the backend (the lane width, the memory budgets, the forms) is
-    taken for the target, not for this process's backend; ``batch`` (a :class:`jaxattn.Batch`) gets the target's
-    devices (a batch naming other devices is refused). equinox's run-time checks inside the program (diffrax's)
-    are compiled in their NaN form, since raising needs a host callback that only a local device can run. The first
-    program the call would run is returned: a driver that runs several (the passes of
-    :func:`jaxattn.repeated_passes`) compiles them alike.
+    are not compiled in. Every choice that depends on the backend (the lane width, the memory budgets, the
+    arithmetic's arrangement) is taken for the target, not for this process's backend; ``batch`` (a
+    :class:`jaxattn.Batch`) gets the target's devices (a batch naming other devices is refused). equinox's run-time
+    checks inside the program (diffrax's) are compiled in their NaN form, since raising needs a host callback that
+    only a local device can run. The first program the call would run is returned: a driver that runs several (the
+    passes of :func:`jaxattn.repeated_passes`) compiles them alike.
 
     Examples:
         On a machine without a GPU (the CUDA plugin installed, as ``make gpu-compile`` does):

@@ -1,7 +1,8 @@
 """The devices a run is compiled for, where they are not this process's default backend (ahead of time:
-:mod:`jaxattn.aot`). Every choice of a run that depends on the backend (lane widths, memory budgets, the forms of
-:mod:`jaxattn.model.forms`, the observables' arrangement) asks :func:`platform` here, never
-``jax.default_backend()`` directly, so that a program compiled for an H100 on a CPU is the one the H100 would run.
+:mod:`jaxattn.aot`). Every choice the host makes for a run that depends on the backend (lane widths, memory budgets)
+asks :func:`platform` here, never ``jax.default_backend()`` directly, so that a program compiled for an H100 on a
+CPU is the one the H100 would run; the arithmetic's own arrangements are chosen when the program is lowered
+(:mod:`jaxattn.model.backend`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax
 class Target(NamedTuple):
     """The devices a program is compiled for when they are not this process's default backend (ahead of time,
     :mod:`jaxattn.aot`): their ``platform`` (``'gpu'``, ``'tpu'``, ``'cpu'``), which takes every choice that
-    depends on the backend (lane width, memory budgets, forms), the ``devices`` and the bytes each one holds."""
+    depends on the backend (lane width, memory budgets), the ``devices`` and the bytes each one holds."""
 
     platform: str
     devices: tuple
@@ -54,8 +55,3 @@ def platform() -> str:
     target = _TARGET.get()
     return jax.default_backend() if target is None else target.platform
 
-
-def accelerated() -> bool:
-    """Whether the run is for a GPU, whose compiler fuses other forms (:mod:`jaxattn.model.forms`) into fewer
-    kernels."""
-    return platform() in ("gpu", "cuda", "rocm")

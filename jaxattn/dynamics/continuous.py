@@ -41,7 +41,6 @@ from jaxattn.dynamics._runner import (
     run,
     traced,
 )
-from jaxattn.dynamics._target import accelerated
 from jaxattn.dynamics.fields import C2, RESCALED_NEEDS_FLOAT64, Flow, attention_at, field, weights_at
 from jaxattn.dynamics.geometry import Geometry, check_spd
 from jaxattn.dynamics.observables import consensus_observables
@@ -532,8 +531,7 @@ def _form(model: Model, flow: Flow, n: int, dtype, form, weights_fn) -> Form:
         return check_form(form, model)
     if weights_fn is not None or flow.rescaled:
         return GENERAL
-    return choose(model, n, attention=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget(),
-                  gpu=accelerated())
+    return choose(model, n, attention=flow.attention, biases=flow.biases, dtype=dtype, budget=block_budget())
 
 
 def lanes_of(model: Model, n: int, *, flow: Flow = C2, batch: Batch = Batch(), dtype="float32",

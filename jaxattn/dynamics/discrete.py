@@ -58,7 +58,6 @@ from jaxattn.dynamics._runner import (
     wider_dtype,
     working_bytes,
 )
-from jaxattn.dynamics._target import accelerated
 from jaxattn.dynamics.geometry import FLAT, NEEDS_S, SPHERE, Geometry, check_spd
 from jaxattn.dynamics.labelled import finite_flags
 from jaxattn.dynamics.observables import consensus_observables
@@ -203,7 +202,7 @@ def _weights_at(X, lw, model, dyn, beta, form):
                    attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]), form=form)
 
 
-def _norm(y, w, b, model: Model, dyn: Dynamics, S=None, form: Form = GENERAL):
+def _norm(y, w, b, model: Model, dyn: Dynamics, S=None):
     """The block's normalisation of ``y``. A token whose update overflowed is non-finite whatever the norm makes of
     it: where the statistic a norm divides by is not finite (``y / inf`` is a zero token, read as a finite state at
     consensus; a LayerNorm then returns its bias), the token is NaN: the sphere's and the ellipsoid's squared norm
@@ -217,7 +216,7 @@ def _norm(y, w, b, model: Model, dyn: Dynamics, S=None, form: Form = GENERAL):
         return jnp.where(stat < jnp.inf, nn.affine_norm(y, w, b, model.ln_eps, model.norm_kind), jnp.nan)
     geom = geometry_of(dyn, S)
     assert geom is not None  # every norm but layernorm has a geometry
-    return geom.retract(y, scaled=form.retract == "scaled")  # NaN where the squared norm overflowed
+    return geom.retract(y)  # NaN where the squared norm overflowed
 
 
 @full_precision
@@ -236,9 +235,9 @@ def block(X: Float[Array, "n d"], lw: Layers, model: Model, dyn: Dynamics, alpha
     def ffn(y):  # check_dynamics refuses ffn=True on a model without FFN weights
         return nn.ffn(y, lw, model.activation, biases=dyn.biases)
 
-    form = GENERAL if form is None else form
-    norm = lambda y, w, b: _norm(y, w, b, model, dyn, S, form)
+    norm = lambda y, w, b: _norm(y, w, b, model, dyn, S)
     h = attention_input(X, lw, model, dyn)
+    form = GENERAL if form is None else form
     if probs is None and not return_probs:  # the weights are not needed: attend arranges the update freely
         A = None
         upd = attend(h, lw, beta, biases=dyn.biases, attention=dyn.attention, rope=_rope_tables(model, dyn, X.shape[0]),
@@ -284,7 +283,7 @@ def form_of(model: Model, dyn: Dynamics, n: int, dtype, form: Form | str = "auto
     if form != "auto":
         return check_form(form, model)
     return choose_form(model, n, attention=dyn.attention, biases=dyn.biases, rope=rope_of(model, dyn) is not None,
-                  dtype=dtype, budget=block_budget(), gpu=accelerated())
+                  dtype=dtype, budget=block_budget())
 
 
 def layer_index(model: Model, k: Int[ArrayLike, ""]) -> Int[Array, ""]:

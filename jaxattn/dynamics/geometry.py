@@ -27,6 +27,7 @@ from flax import struct
 from jaxtyping import ArrayLike, Float
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.backend import gpu_or
 
 SPACES = ("sphere", "ellipsoid", "flat")
 #: The spaces (and normalisations) that need the matrix ``S``, an array: Python arguments, not command-line or
@@ -50,21 +51,20 @@ class Geometry:
             return jnp.sum((X @ self.S) * V, axis=-1)
         return jnp.sum(X * V, axis=-1)
 
-    def retract(self, Y: jax.Array, *, scaled: bool = False) -> jax.Array:
+    def retract(self, Y: jax.Array) -> jax.Array:
         """Normalisation over the last axis (the discrete models' ``N`` or ``N_S``).
 
         A token whose squared norm overflowed (an update too large for the precision) comes out NaN, not
-        ``y / inf = 0``: a zero token would read as a finite state, at consensus with the others. ``scaled``
-        (the sphere; a GPU's form, :mod:`jaxattn.model.forms`): ``y`` divided by its largest coordinate first, so
-        that the sum of squares cannot overflow (a finite ``y`` gets its direction, an infinite one NaN), in one
-        fused kernel on a GPU where the select is a second one. The scale is a constant of the derivative: the
-        direction does not depend on it.
+        ``y / inf = 0``: a zero token would read as a finite state, at consensus with the others. In a program
+        compiled for a GPU the sphere divides ``y`` by its largest coordinate first (:func:`_scaled_unit`).
         """
         if self.kind == "flat":
             return Y
-        if scaled and self.kind == "sphere":
-            Z = Y / jax.lax.stop_gradient(jnp.abs(Y).max(axis=-1, keepdims=True))
-            return Z * jax.lax.rsqrt(jnp.sum(Z * Z, axis=-1, keepdims=True))
+        if self.kind == "sphere":
+            return gpu_or(Y, gpu=_scaled_unit, other=lambda Y: self._checked(Y))
+        return self._checked(Y)
+
+    def _checked(self, Y: jax.Array) -> jax.Array:
         m = self._metric(Y, Y)[..., None]
         return jnp.where(m < jnp.inf, Y / jnp.sqrt(m), jnp.nan)
 
@@ -79,6 +79,15 @@ class Geometry:
         if self.kind == "flat":
             return jnp.zeros(X.shape[:-1], X.dtype)
         return self._metric(X, X) - 1.0
+
+
+def _scaled_unit(Y: jax.Array) -> jax.Array:
+    """``y / ||y||`` with ``y`` divided by its largest coordinate first: no sum of squares can overflow (a finite ``y``
+    gets its direction, an infinite or NaN one is NaN), and XLA's GPU compiler fuses both reductions with the division
+    into one kernel, where the checked form's select after the division is a second (:mod:`jaxattn.model.backend`).
+    The scale is a constant of the derivative: the direction does not depend on it."""
+    Z = Y / jax.lax.stop_gradient(jnp.abs(Y).max(axis=-1, keepdims=True))
+    return Z * jax.lax.rsqrt(jnp.sum(Z * Z, axis=-1, keepdims=True))
 
 
 SPHERE = Geometry("sphere")

@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float
 
-from jaxattn.dynamics._target import accelerated
 from jaxattn.errors import ConfigError
+from jaxattn.model.backend import gpu_or
 
 
 def pairwise_distances(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, "n n"]:
@@ -53,9 +53,14 @@ def _max_squared_distance(X: jax.Array | np.ndarray, Y: jax.Array | np.ndarray, 
         for k in range(1, d):
             D = D + (X[:, None, k] - Y[None, :, k]) ** 2
         return D.max()
+    return _gram_squares(X, Y, rows, cols).max()
+
+
+def _gram_squares(X, Y, rows, cols) -> jax.Array:
+    """The squared distances ``[r, n]`` of the Gram form (d > :data:`DIRECT_MAX_D`)."""
+    d = X.shape[-1]
     G = sum(X[:, None, k] * Y[None, :, k] for k in range(d)) if d <= UNROLLED_MAX_D else X @ Y.T
-    D = rows[:, None] + cols[None, :] - 2.0 * G
-    return (jnp.where(jnp.inf > D, D, jnp.inf) if accelerated() else D).max()  # GPU: see _diameter_fused
+    return rows[:, None] + cols[None, :] - 2.0 * G
 
 
 def diameter(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, ""]:
@@ -67,13 +72,25 @@ def diameter(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, ""]:
     spread itself, so the form's round-off (relative to the spread) stays relative to the result, at any distance
     to consensus, and the products go through one loop (d ≤ :data:`UNROLLED_MAX_D`, summed over the coordinates)
     or a dot product. The square root is taken of the largest squared distance only (``sqrt`` is monotone). Many
-    tokens are compared in row chunks, so memory stays linear in ``n``.
+    tokens are compared in row chunks, so memory stays linear in ``n``. In a program compiled for a GPU, pairs that
+    fit one reduction are checked for a blown-up configuration inside it (:func:`_diameter_at_once`).
     """
+    X = jnp.asarray(X)
+    n = X.shape[0]
+    if max(1, min(n, DIAMETER_BYTES // (X.dtype.itemsize * n))) == n:
+        return gpu_or(X, gpu=_diameter_at_once, other=_diameter_by_rows)
+    return _diameter_by_rows(X)
+
+
+def _centred(X: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The tokens the diameter compares (centred for the Gram form) and their squared norms."""
+    Y = X - X.mean(axis=0, keepdims=True) if X.shape[1] > DIRECT_MAX_D else X
+    return Y, jnp.sum(Y * Y, axis=-1)  # the norms unused (and dropped by XLA) where the differences are squared
+
+
+def _diameter_by_rows(X: jax.Array) -> jax.Array:
     n, d = X.shape
-    if d <= DIRECT_MAX_D and accelerated() and n * n * d * X.dtype.itemsize <= DIAMETER_BYTES:
-        return _diameter_fused(jnp.asarray(X))
-    Y = X - X.mean(axis=0, keepdims=True) if d > DIRECT_MAX_D else X
-    s = jnp.sum(Y * Y, axis=-1)  # unused (and dropped by XLA) where the differences are squared directly
+    Y, s = _centred(X)
     r = max(1, min(n, DIAMETER_BYTES // (X.dtype.itemsize * n)))
     if r == n:
         mx = _max_squared_distance(Y, Y, s, s)
@@ -89,28 +106,21 @@ def diameter(X: Float[Array | np.ndarray, "n d"]) -> Float[Array, ""]:
     # squared norms (a NaN or an infinity in a token makes them non-finite), because XLA's vectorised max over the
     # pairs can drop NaNs (seen on a CPU at 1024 lanes). The n norms rather than the n d coordinates where the Gram
     # form computes them anyway: checking every coordinate cost a third of the diameter in a simulation at d = 16
-    if accelerated() and r == n and d > DIRECT_MAX_D:  # the blown-up check inside the reduction (_diameter_fused)
-        return _largest_root(mx)
     pos = mx > 0
     blown = ~jnp.isfinite(Y).all() if d <= DIRECT_MAX_D else ~jnp.isfinite(s).all()
     out = jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
     return jnp.where(blown | jnp.isnan(mx), jnp.nan, out)
 
 
-def _diameter_fused(X: jax.Array) -> jax.Array:
-    """:func:`diameter` at small d as a GPU compiles it into one kernel: the squared differences as one broadcast
-    (coordinate slices are kernels of their own there) and the blown-up check inside the same reduction: a pair that
-    is not finite (a NaN or an infinite token) counts as an infinite distance, and an infinite largest distance is
-    NaN. Equal to :func:`diameter`'s direct form to round-off (the same products, summed in another order)."""
-    D = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
-    return _largest_root(jnp.where(jnp.inf > D, D, jnp.inf).max())
-
-
-def _largest_root(mx: jax.Array) -> jax.Array:
-    """The diameter from the largest squared distance ``mx``, in which a pair that is not finite counted as an
-    infinite distance: NaN for a configuration that blew up, the square root otherwise (only of a positive ``mx``:
-    ``sqrt`` has an infinite derivative at 0)."""
-    pos = mx > 0
+def _diameter_at_once(X: jax.Array) -> jax.Array:
+    """:func:`diameter` as a GPU compiles it into one reduction: the blown-up check inside it (a pair that is not
+    finite, from a NaN or an infinite token, counts as an infinite distance, and an infinite largest distance is
+    NaN), and at small d the squared differences as one broadcast (coordinate slices are kernels of their own there).
+    Equal to :func:`_diameter_by_rows` to round-off (the same products, summed in another order)."""
+    Y, s = _centred(X)
+    D = ((Y[:, None, :] - Y[None, :, :]) ** 2).sum(-1) if X.shape[1] <= DIRECT_MAX_D else _gram_squares(Y, Y, s, s)
+    mx = jnp.where(jnp.inf > D, D, jnp.inf).max()
+    pos = mx > 0  # the square root only of a positive max (sqrt has an infinite derivative at 0)
     out = jnp.where(pos, jnp.sqrt(jnp.where(pos, mx, 1.0)), 0.0)
     return jnp.where(mx < jnp.inf, out, jnp.nan)
 

@@ -17,6 +17,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
 from jaxattn.errors import ConfigError
+from jaxattn.model.backend import gpu_or
 from jaxattn.model.forms import GENERAL, Form
 from jaxattn.model.params import Layers
 from jaxattn.model.precision import full_precision, rounded
@@ -301,15 +302,19 @@ def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False
 
     With ``form.key_chunk`` (and not ``return_probs``) the update is evaluated over chunks of keys without
     forming the ``[H, n, n]`` weights; otherwise, without ``return_probs``, softmax attention divides the
-    weighted sum by the row sums instead of normalising the weights first (same numbers to round-off), unless
-    ``form.division`` is ``'before'`` (a GPU's form: XLA fuses the normalisation into its softmax kernel)."""
+    weighted sum by the row sums instead of normalising the weights first (same numbers to round-off); in a program
+    compiled for a GPU the weights are normalised first (XLA fuses that into its softmax kernel)."""
     form = GENERAL if form is None else form
     if form.key_chunk is not None and not return_probs:
         if attention not in ATTENTIONS:
             raise ConfigError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
         return _attend_chunked(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
-    if attention == "softmax" and not return_probs and form.division == "after":
-        return _attend_softmax(X, lw, beta, biases=biases, rope=rope, form=form)
+    if attention == "softmax" and not return_probs:
+        # a GPU fuses the normalisation of the weights into its softmax kernel, where the row sums of the division
+        # after the sum are a reduction kernel of their own at every step (jaxattn.model.backend)
+        return gpu_or(X, gpu=lambda X: apply_weights(X, weights(X, lw, beta, biases=biases, attention=attention,
+                                                                rope=rope, form=form), lw, biases=biases, form=form),
+                      other=lambda X: _attend_softmax(X, lw, beta, biases=biases, rope=rope, form=form))
     A = weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
     out = apply_weights(X, A, lw, biases=biases, form=form)
     return (out, with_heads(A)) if return_probs else out

@@ -25,14 +25,6 @@ float64 every form agrees with every other to round-off, ≤ 1e-12 after the ste
 * **unmasked** (``masked=False``): where no weight set has a causal flag or a window (verified on the
   concrete model, like the identity members), the scores are used as they are, without forming the
   ``n × n`` mask and selecting through it at every step.
-* **where the softmax divides** (``division``): ``'after'`` the weighted sum (``Σ_j e_ij v_j / Σ_j e_ij``: ``n d_h``
-  divisions per head instead of ``n²`` and one pass fewer over the ``n × n`` array, 1.2-1.7x faster steps on a
-  CPU) or ``'before'`` it (the normalised weights, then their sum): XLA's GPU compiler fuses the normalisation into
-  its softmax kernel, where the row sums of ``'after'`` are a reduction kernel of their own at every step.
-* **how the sphere normalises** (``retract``): ``'checked'``, ``y / sqrt(Σ y²)`` and NaN where the sum overflowed
-  (a select after the division), or ``'scaled'``, ``z = y / max_k |y_k|`` then ``z / ||z||``: no sum can overflow,
-  a token that is itself not finite comes out NaN as before, and XLA's GPU compiler fuses both reductions with the
-  division into one kernel (``'checked'`` is two: the sum, then the select). Equal to round-off.
 * **key chunks** (``key_chunk``): the weighted sum evaluated over chunks of keys with a running maximum
   and sum (the online softmax of flash attention), so a configuration never holds its ``n × n``
   attention: memory grows like ``n`` instead of ``n²``. Chosen where the materialised attention of one
@@ -60,8 +52,6 @@ from jaxattn.model import concrete
 MEMBERS = ("q", "k", "v", "o")
 SIDES = ("heads", "bilinear")
 PRODUCTS = ("einsum", "broadcast")
-DIVISIONS = ("after", "before")
-RETRACTS = ("checked", "scaled")
 #: Bytes the key-chunked form may spend on one chunk of scores of one condition.
 CHUNK_BYTES = 2**26
 
@@ -78,10 +68,6 @@ class Form(eqx.Module):
         key_chunk: keys per chunk of the online softmax; ``None``: the ``n × n`` attention is formed.
         masked: apply the layers' causal flags and windows; ``False`` only where every weight set has
             neither (:func:`choose` verifies it).
-        division: ``'after'`` (the softmax divides the weighted sum) or ``'before'`` (the weights are normalised
-            first: one kernel fewer a step on a GPU).
-        retract: ``'checked'`` or ``'scaled'``, how the sphere normalises a token (``'scaled'``: one kernel a step
-            on a GPU instead of two).
 
     Examples:
         >>> import jaxattn as ja
@@ -99,8 +85,6 @@ class Form(eqx.Module):
     products: str = static("einsum")
     key_chunk: int | None = static(None, converter=lambda v: int(v) if is_integer(v) else v)
     masked: bool = static(True, converter=lambda v: bool(v) if isinstance(v, np.bool_) else v)
-    division: str = static("after")
-    retract: str = static("checked")
 
     def __check_init__(self):
         for name in ("scores", "values"):
@@ -112,9 +96,6 @@ class Form(eqx.Module):
             raise ConfigError(f"Form(identity=...) must name members among {', '.join(MEMBERS)}, got "
                               f"{self.identity!r}")
         integer("Form(key_chunk=...)", self.key_chunk, none=True)
-        for name, allowed in (("division", DIVISIONS), ("retract", RETRACTS)):
-            if getattr(self, name) not in allowed:
-                raise ConfigError(f"Form({name}=...) must be one of {', '.join(allowed)}, got {getattr(self, name)!r}")
         if not isinstance(self.masked, bool):
             raise ConfigError(f"Form(masked=...) must be True or False, got {self.masked!r}")
 
@@ -215,15 +196,13 @@ def key_chunk_for(n: int, heads: int, dtype) -> int:
 
 
 def choose(model, n: int, *, attention: str = "softmax", biases: bool = False, rope: bool = False, dtype=jnp.float32,
-           budget: int | None = None, gpu: bool = False) -> Form:
+           budget: int | None = None) -> Form:
     """The cheapest exact :class:`Form` of ``model``'s layers for configurations of ``n`` tokens.
 
     Static facts only: the shapes, the verified identity members (:func:`verified_identity`), whether
     biases (``biases``: the dynamics applies the model's biases) or RoPE are in effect, the attention kind, the
     causal flags and windows, and ``budget``, the bytes one condition's materialised attention may take
-    (``None``: no limit); beyond it the attention is evaluated over key chunks. ``gpu``: the program is compiled
-    for a GPU, where the weights are normalised before their sum and the sphere's normalisation is ``'scaled'``
-    (each fuses into one kernel fewer a step; see the module docstring); elsewhere ``'after'`` and ``'checked'``.
+    (``None``: no limit); beyond it the attention is evaluated over key chunks.
 
     Examples:
         >>> import jax, jaxattn as ja
@@ -247,12 +226,12 @@ def choose(model, n: int, *, attention: str = "softmax", biases: bool = False, r
         chunk = key_chunk_for(n, H, dtype)
     return _choose(n, H, lay.k.shape[1], lay.q.shape[2], lay.q.shape[3], verified_identity(model),
                    attention=attention, score_bias=has("bq", "bk"), value_bias=has("bv"), rope=rope, chunk=chunk,
-                   masked=not unmasked(lay), gpu=gpu)
+                   masked=not unmasked(lay))
 
 
 @functools.lru_cache(maxsize=256)
 def _choose(n: int, H: int, Hkv: int, dh: int, d: int, ids: tuple[str, ...], *, attention: str, score_bias: bool,
-            value_bias: bool, rope: bool, chunk: int | None, masked: bool, gpu: bool = False) -> Form:
+            value_bias: bool, rope: bool, chunk: int | None, masked: bool) -> Form:
     # the choice from the static facts alone, made once per set of them (a Form is immutable, so it is shared)
     cost = _costs(n, d, H, Hkv, dh, ids)
     scores = "heads"
@@ -260,8 +239,7 @@ def _choose(n: int, H: int, Hkv: int, dh: int, d: int, ids: tuple[str, ...], *, 
         scores = "bilinear" if cost["scores", "bilinear"] < cost["scores", "heads"] else "heads"
     values = "bilinear" if not value_bias and cost["values", "bilinear"] < cost["values", "heads"] else "heads"
     ids = tuple(m for m in ids if not ((m in "qk" and scores == "bilinear") or (m in "vo" and values == "bilinear")))
-    return Form(scores=scores, values=values, identity=ids, key_chunk=chunk, masked=masked,
-                division="before" if gpu else "after", retract="scaled" if gpu else "checked")
+    return Form(scores=scores, values=values, identity=ids, key_chunk=chunk, masked=masked)
 
 
 def check_form(form, model) -> Form:
@@ -295,7 +273,5 @@ def describe(form: Form) -> str:
         return "per-head projections" + (f" ({', '.join(skip)} read as reshapes)" if skip else "")
 
     chunk = f"online softmax over chunks of {form.key_chunk} keys" if form.key_chunk else "n x n attention formed"
-    gpu = [f"weights normalised {form.division} their sum" if form.division != "after" else "",
-           "sphere normalised by its largest coordinate first" if form.retract != "checked" else ""]
     return (f"scores: {side(form.scores, 'qk')}; values: {side(form.values, 'vo')}; {form.products} products; "
-            f"{chunk}" + ("" if form.masked else "; no mask") + "".join(f"; {g}" for g in gpu if g))
+            f"{chunk}" + ("" if form.masked else "; no mask"))
