@@ -9,6 +9,9 @@ inter-token diameter after every layer:
   command line makes one XLA device per core (``--cpu-devices``; XLA's ``--xla_force_host_platform_device_count``,
   set before JAX starts): XLA runs a batched product of small matrices (the attention's scores and weighted sums)
   on one thread, so one device per core is what puts every core to work on them. Left out with one device;
+* ``jaxattn-xla`` (asked for by name: ``make gpu-check`` times it on W1): the same without the one-kernel attention an
+  NVIDIA GPU runs (``Form(kernel=False)``: XLA's own kernels, the projections transposed and the scores in device
+  memory); on other devices the same program as ``jaxattn``;
 * ``torch``: a hand-written batched PyTorch loop (fused QKV projection, batched matmuls);
 * ``torch.compile``: the same layer function under ``torch.compile`` (inductor);
 * ``torch-sdpa``: the loop with ``torch.nn.functional.scaled_dot_product_attention``;
@@ -99,16 +102,21 @@ def _diameter_obs(t, X, ctx):
     return diameter(X)
 
 
-def make_jaxattn(model, X0, devices=None, precision="highest"):
+def make_jaxattn(model, X0, devices=None, precision="highest", kernel=True):
     """``simulate`` on the default device, or with the batch split over ``devices`` (``None`` where fewer than two:
-    that row is left out); ``precision`` of its float32 products (``Batch(precision=...)``)."""
+    that row is left out); ``precision`` of its float32 products (``Batch(precision=...)``); ``kernel=False``: the
+    chosen form without its one-kernel attention on an NVIDIA GPU (``Form(kernel=False)``, XLA's own kernels)."""
+    import dataclasses
+
     import jax
 
     import jaxattn as ja
 
     if devices is not None and len(devices) < 2:
         return None
-    batch = ja.Batch(precision=precision) if devices is None else ja.Batch(devices=devices, precision=precision)
+    opts = {} if kernel else {"form": dataclasses.replace(ja.model.forms.choose(model, X0.shape[1]), kernel=False)}
+    batch = ja.Batch(precision=precision, **opts) if devices is None else ja.Batch(devices=devices,
+                                                                                  precision=precision, **opts)
     X0 = jax.device_put(X0)  # on the device once: the clock measures the dynamics, not the transfer
 
     def run():
@@ -327,6 +335,7 @@ def bench_workload(name, repeats=3, quick=False, *, spec=None, n=None, B=None, n
     makers: dict[str, Callable] = {
         "jaxattn": lambda: make_jaxattn(model, X0),
         "jaxattn-cores": lambda: make_jaxattn(model, X0, jax.local_devices()),
+        "jaxattn-xla": lambda: make_jaxattn(model, X0, kernel=False),
         "torch": lambda: make_torch(ws, X0, "eager", device, torch_chunk),
         "torch.compile": lambda: make_torch(ws, X0, "compile", device, torch_chunk),
         "torch-sdpa": lambda: make_torch(ws, X0, "sdpa", device, torch_chunk),

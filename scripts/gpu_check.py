@@ -362,8 +362,8 @@ def stage_bench_run(ctx: Ctx) -> dict:
     if ctx.reduced:
         # torch.compile and Hugging Face's modules take tens of seconds to start on a CPU: the full form has the first
         workloads = {"W1-shaped (d=16, H=2, 3 layers, n=4, B=16)": (("random:16:2:3", 4, 16, 2),
-                                                                    ("jaxattn", "torch", "torch-sdpa", "jaxattn-tf32",
-                                                                     "numpy"))}
+                                                                    ("jaxattn", "jaxattn-xla", "torch", "torch-sdpa",
+                                                                     "jaxattn-tf32", "numpy"))}
         chunk = None
     else:
         # Within the window (docs/gpu.md): W1 against torch eager, torch.compile and SDPA (the first two H200 runs
@@ -371,8 +371,9 @@ def stage_bench_run(ctx: Ctx) -> dict:
         # MiniLM and GPT-2-small shapes against torch eager and SDPA (no compilation to wait for). W1 at a million
         # conditions and Hugging Face: benchmarks/run.py.
         vs = ("jaxattn", "torch", "torch-sdpa")
-        workloads = {"W1, B=131,072": (("random:64:4:24", 32, 131_072, 16), ("jaxattn", "torch", "torch.compile",
-                                                                            "torch-sdpa")),
+        # jaxattn-xla: the same form without the one-kernel attention (XLA's kernels), the kernel's A/B
+        workloads = {"W1, B=131,072": (("random:64:4:24", 32, 131_072, 16), ("jaxattn", "jaxattn-xla", "torch",
+                                                                            "torch.compile", "torch-sdpa")),
                      "MiniLM-shaped (d=384, H=12, 6 layers, n=10), B=131,072": (("random:384:12:6", 10, 131_072, 8),
                                                                                  vs),
                      "GPT-2-small-shaped (d=768, H=12, 12 layers, n=64), B=8,192": (("random:768:12:12", 64, 8192, 2),

@@ -160,12 +160,29 @@ def describe(prog: ja.aot.Program, steps: int, fitted: tuple[float, float]) -> d
             "estimate_us": max(a + b * kernels, roof["bound"] / per * 1e6)}
 
 
+def _without_kernel(case: Case):
+    """The form ``case``'s model runs in, without its one-kernel attention (``Form(kernel=False)``), where that
+    kernel applies (:mod:`jaxattn.model.fused`); ``None`` elsewhere."""
+    from jaxattn.model import forms, fused
+
+    model = case.model()
+    form = forms.choose(model, case.n)
+    H, dh = model.layers.q.shape[1:3]
+    if not (form.scores == form.values == "heads" and fused.applies(case.n, H, dh, np.float32, None)):
+        return None
+    return dataclasses.replace(form, kernel=False)
+
+
 def programs(case: Case, target: ja.aot.Target) -> dict[str, Callable[[], ja.aot.Program]]:
     """The programs compiled for ``case``: jaxattn's (every step observed, and the last step only where a map), and
     its floors with their iteration variants where it has one."""
     out: dict[str, Callable[[], ja.aot.Program]] = {"jaxattn": lambda: jaxattn_program(case, target)}
     if case.kind == "map":
         out["jaxattn-last"] = lambda: jaxattn_program(case, target, last=True)
+        xla = _without_kernel(case)
+        if xla is not None:  # the one-kernel attention's A/B: the same form with XLA's own kernels
+            out["jaxattn-last-xla"] = functools.partial(jaxattn_program, case, target, last=True,
+                                                        batch=ja.Batch(form=xla))
     if case.floor:  # the iteration variants (Batch(unroll=k)), observing the last step
         for k in (4, 8):
             out[f"jaxattn-last-unroll{k}"] = functools.partial(jaxattn_program, case, target, last=True,

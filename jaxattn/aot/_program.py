@@ -18,6 +18,8 @@ import re
 from collections import Counter
 from typing import Any
 
+from jaxattn.model import fused
+
 #: Bytes of an element by HLO type.
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s4": 1, "u4": 1, "f8e4m3fn": 1, "f8e5m2": 1, "bf16": 2, "f16": 2, "s16": 2,
           "u16": 2, "f32": 4, "s32": 4, "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8, "c128": 16, "token": 0}
@@ -32,6 +34,8 @@ _ARITHMETIC = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "n
                "is-finite"} | _TRANSCENDENTAL
 
 _SHAPE = re.compile(r"([a-z0-9]+)\[([0-9,]*)\]")
+#: The custom call of a Pallas kernel compiled by Triton.
+_TRITON = "__gpu$xla.gpu.triton"
 
 
 def _elements(dims: str) -> int:
@@ -112,7 +116,9 @@ class Kernel:
         name: the instruction's name in the program.
         kind: what it is: ``'gemm'`` (a product, fused or a library call), ``'softmax'`` (XLA's fused reductions
             with their elementwise producers and consumers: a softmax, a normalisation), ``'reduction'``,
-            ``'elementwise'``, ``'copy'``, ``'update-slice'`` (a row written into a carried buffer), ``'other'``.
+            ``'elementwise'``, ``'copy'``, ``'update-slice'`` (a row written into a carried buffer), ``'pallas'`` (a
+            Pallas kernel compiled by Triton; :mod:`jaxattn.model.fused`'s attention has its arithmetic counted from
+            its sizes), ``'other'``.
         shape: its result's HLO shape.
         flops: arithmetic from the shapes (``2 M N K`` per product, one per element of every other operation).
         transcendentals: exponentials, square roots and the like, per call.
@@ -135,6 +141,8 @@ def _kind(ins: Instruction, called: list[Instruction]) -> str:
         return "copy"
     if ins.op == "custom-call":
         target = re.search(r'custom_call_target="([^"]*)"', ins.attrs)
+        if target and target.group(1) == _TRITON:
+            return "pallas"
         return "gemm" if target and re.search(r"gemm|matmul|dot", target.group(1), re.I) else "other"
     if "gemm" in emitter or ops & {"dot", "convolution"} or ins.op in ("dot", "convolution"):  # a TPU's: convolutions
         return "gemm"
@@ -181,8 +189,24 @@ def _kernel(comps: dict[str, list[Instruction]], shapes: dict[str, str], ins: In
         lhs = _SHAPE.findall(shapes.get(ins.operands[0], ""))
         k = int(lhs[0][1].split(",")[-1]) if lhs and lhs[0][1] else 1
         flops = 2 * shape_elements(_SHAPE.findall(ins.shape)[0][0] + "[" + _SHAPE.findall(ins.shape)[0][1] + "]") * k
+    if _kind(ins, called) == "pallas":
+        flops, trans = _pallas_cost(ins, shapes)
     read = sum(shape_bytes(shapes.get(o, "")) for o in dict.fromkeys(ins.operands))
     return Kernel(ins.name, _kind(ins, called), ins.shape.split("{")[0], flops, trans, read + shape_bytes(ins.shape))
+
+
+def _pallas_cost(ins: Instruction, shapes: dict[str, str]) -> tuple[int, int]:
+    """FLOPs and transcendentals of a Pallas kernel: counted from the sizes of jaxattn's fused attention (its name,
+    its grid and its queries' block ``[..., n, H·d_h]``); nothing known of any other (a Triton program is opaque)."""
+    heads = re.search(rf'name = "{fused.NAME}(\d+)"', ins.attrs)
+    q = _SHAPE.findall(shapes.get(ins.operands[0], "")) if ins.operands else []
+    if not heads or not q:
+        return 0, 0
+    dims = [int(x) for x in q[0][1].split(",") if x]
+    H, (n, hd) = int(heads.group(1)), dims[-2:]
+    programs = math.prod(int(g) for g in re.findall(r"grid_[xyz] = (\d+)", ins.attrs)) or 1  # one a head
+    flops, trans = fused.cost(n, H, hd // H)
+    return programs * flops // H, programs * trans // H
 
 
 @dataclasses.dataclass(frozen=True)

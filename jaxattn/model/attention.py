@@ -17,6 +17,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Bool, Float
 
 from jaxattn.errors import ConfigError
+from jaxattn.model import fused, precision
 from jaxattn.model.backend import gpu_or
 from jaxattn.model.forms import GENERAL, Form
 from jaxattn.model.params import Layers
@@ -295,6 +296,41 @@ def _attend_chunked(X: jax.Array, lw: Layers, beta, *, biases: bool, attention: 
     return _output(heads, lw, biases=biases, form=form)
 
 
+def _fusable(X: jax.Array, lw: Layers, rope, form: Form) -> bool:
+    """Whether :func:`_attend_fused` computes this update: per-head projections as dot products, the attention
+    formed whole, no RoPE, and sizes, dtype and precision the kernel takes (:func:`jaxattn.model.fused.applies`)."""
+    H, dh = lw.q.shape[:2]
+    return (form.kernel and form.scores == form.values == "heads" and form.products == "einsum"
+            and form.key_chunk is None and rope is None
+            and fused.applies(X.shape[0], H, dh, X.dtype, precision.setting()))
+
+
+def _attend_fused(X: jax.Array, lw: Layers, beta, *, biases: bool, form: Form) -> jax.Array:
+    """The softmax update with the attention in one kernel (:func:`jaxattn.model.fused.softmax_attention`): the
+    projections written tokens major, ``[n, H·d_h]``, the layout the kernel reads and the output product takes, so
+    nothing is transposed; the scores stay in the kernel."""
+    n = X.shape[0]
+    H, dh = lw.q.shape[:2]
+
+    def project(w, b, member):  # [n, H_w d_h], the heads side by side
+        p = X if member in form.identity else _contract("nd,hkd->nhk", X, w, form).reshape(n, -1)
+        if biases and b is not None:
+            p = p + jnp.reshape(b, -1)[None, :]
+        if p.shape[1] != H * dh:  # grouped-query attention: each key/value head serves H / H_kv query heads
+            p = jnp.repeat(p.reshape(n, -1, dh), H // (p.shape[1] // dh), axis=1).reshape(n, H * dh)
+        return p
+
+    q = project(lw.q, lw.bq, "q") * (beta * lw.scale)
+    k, v = project(lw.k, lw.bk, "k"), project(lw.v, lw.bv, "v")
+    ok = _mask(n, lw, form)
+    bias = None if ok is None else jnp.where(ok, 0.0, -jnp.inf).astype(X.dtype)
+    heads = fused.softmax_attention(q, k, v, H, bias=bias, precision=precision.setting())
+    out = heads if "o" in form.identity else _contract("nhk,hdk->nd", heads.reshape(n, H, dh), lw.o, form)
+    if biases and lw.bo is not None:
+        out = out + lw.bo[None, :]
+    return out
+
+
 @full_precision
 def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False, attention: str = "softmax",
            return_probs: bool = False, rope=None, form: Form | None = None):
@@ -311,10 +347,12 @@ def attend(X: Float[Array, "n d"], lw: Layers, beta=1.0, *, biases: bool = False
         return _attend_chunked(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
     if attention == "softmax" and not return_probs:
         # a GPU fuses the normalisation of the weights into its softmax kernel, where the row sums of the division
-        # after the sum are a reduction kernel of their own at every step (jaxattn.model.backend)
+        # after the sum are a reduction kernel of their own at every step (jaxattn.model.backend); on an NVIDIA GPU
+        # a few tokens' attention is one Triton kernel where it applies (jaxattn.model.fused)
+        cuda = (lambda X: _attend_fused(X, lw, beta, biases=biases, form=form)) if _fusable(X, lw, rope, form) else None
         return gpu_or(X, gpu=lambda X: apply_weights(X, weights(X, lw, beta, biases=biases, attention=attention,
                                                                 rope=rope, form=form), lw, biases=biases, form=form),
-                      other=lambda X: _attend_softmax(X, lw, beta, biases=biases, rope=rope, form=form))
+                      cuda=cuda, other=lambda X: _attend_softmax(X, lw, beta, biases=biases, rope=rope, form=form))
     A = weights(X, lw, beta, biases=biases, attention=attention, rope=rope, form=form)
     out = apply_weights(X, A, lw, biases=biases, form=form)
     return (out, with_heads(A)) if return_probs else out

@@ -20,12 +20,14 @@ import jax
 _FORCED: contextvars.ContextVar[str | None] = contextvars.ContextVar("jaxattn_arrangement", default=None)
 
 
-def gpu_or(*args: Any, gpu: Callable, other: Callable) -> Any:
-    """``gpu(*args)`` in a program compiled for an NVIDIA or AMD GPU, ``other(*args)`` elsewhere (CPU, TPU)."""
+def gpu_or(*args: Any, gpu: Callable, other: Callable, cuda: Callable | None = None) -> Any:
+    """``gpu(*args)`` in a program compiled for an NVIDIA or AMD GPU, ``other(*args)`` elsewhere (CPU, TPU);
+    ``cuda``, where given, replaces ``gpu`` on an NVIDIA GPU (a Triton kernel: :mod:`jaxattn.model.fused`)."""
+    cuda = gpu if cuda is None else cuda
     forced = _FORCED.get()
     if forced is not None:
-        return (gpu if forced == "gpu" else other)(*args)
-    return jax.lax.platform_dependent(*args, cuda=gpu, rocm=gpu, default=other)
+        return (cuda if forced == "gpu" else other)(*args)
+    return jax.lax.platform_dependent(*args, cuda=cuda, rocm=gpu, default=other)
 
 
 @contextlib.contextmanager

@@ -25,6 +25,10 @@ float64 every form agrees with every other to round-off, ≤ 1e-12 after the ste
 * **unmasked** (``masked=False``): where no weight set has a causal flag or a window (verified on the
   concrete model, like the identity members), the scores are used as they are, without forming the
   ``n × n`` mask and selecting through it at every step.
+* **one kernel** (``kernel``): in a program compiled for an NVIDIA GPU, the softmax attention of a few tokens
+  (16 to 128, heads 16 to 128 wide, float32) is one Triton kernel that reads the projections as they are written
+  and keeps the scores on chip (:mod:`jaxattn.model.fused`); XLA's own program transposes the projections and
+  passes the ``n × n`` scores through device memory three times. On by default; nothing changes on other devices.
 * **key chunks** (``key_chunk``): the weighted sum evaluated over chunks of keys with a running maximum
   and sum (the online softmax of flash attention), so a configuration never holds its ``n × n``
   attention: memory grows like ``n`` instead of ``n²``. Chosen where the materialised attention of one
@@ -68,6 +72,9 @@ class Form(eqx.Module):
         key_chunk: keys per chunk of the online softmax; ``None``: the ``n × n`` attention is formed.
         masked: apply the layers' causal flags and windows; ``False`` only where every weight set has
             neither (:func:`choose` verifies it).
+        kernel: in a program compiled for an NVIDIA GPU, a few tokens' softmax attention as one Triton kernel
+            whose scores stay on chip (:mod:`jaxattn.model.fused`), where it applies; ``False``: XLA's own kernels
+            (the comparison ``make gpu-check`` times). Nothing changes elsewhere.
 
     Examples:
         >>> import jaxattn as ja
@@ -85,6 +92,7 @@ class Form(eqx.Module):
     products: str = static("einsum")
     key_chunk: int | None = static(None, converter=lambda v: int(v) if is_integer(v) else v)
     masked: bool = static(True, converter=lambda v: bool(v) if isinstance(v, np.bool_) else v)
+    kernel: bool = static(True)
 
     def __check_init__(self):
         for name in ("scores", "values"):
@@ -96,8 +104,9 @@ class Form(eqx.Module):
             raise ConfigError(f"Form(identity=...) must name members among {', '.join(MEMBERS)}, got "
                               f"{self.identity!r}")
         integer("Form(key_chunk=...)", self.key_chunk, none=True)
-        if not isinstance(self.masked, bool):
-            raise ConfigError(f"Form(masked=...) must be True or False, got {self.masked!r}")
+        for name in ("masked", "kernel"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"Form({name}=...) must be True or False, got {getattr(self, name)!r}")
 
 
 def _members(ids):
@@ -274,4 +283,4 @@ def describe(form: Form) -> str:
 
     chunk = f"online softmax over chunks of {form.key_chunk} keys" if form.key_chunk else "n x n attention formed"
     return (f"scores: {side(form.scores, 'qk')}; values: {side(form.values, 'vo')}; {form.products} products; "
-            f"{chunk}" + ("" if form.masked else "; no mask"))
+            f"{chunk}" + ("" if form.masked else "; no mask") + ("" if form.kernel else "; XLA's kernels on a GPU"))

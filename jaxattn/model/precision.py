@@ -47,6 +47,11 @@ def full_precision(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
+def setting() -> str | None:
+    """XLA's matmul precision setting in force as JAX traces (``None``: none set)."""
+    return jax.config.jax_default_matmul_precision  # type: ignore[attr-defined]  # set at run time
+
+
 def rounded(*operands: jax.Array) -> tuple[jax.Array, ...]:
     """The operands of a matrix product as the precision in force takes them: under XLA's ``'bfloat16'`` setting
     float32 operands rounded to bfloat16 (and back to float32, so that the product accumulates in float32), on every
