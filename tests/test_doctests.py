@@ -178,3 +178,32 @@ def test_nothing_points_outside_the_repository():
             if needle in data:
                 offenders.append(f"{path.relative_to(ROOT)}: {needle.decode()}")
     assert not offenders, "files refer to paths outside the repository:\n" + "\n".join(offenders)
+
+
+#: Runs the ```python blocks of README.md one after the other in one namespace, as a reader pastes them.
+_RUN_README = r"""
+import re, sys
+blocks = re.findall(r"(?ms)^```python\n(.*?)^```", open(sys.argv[1], encoding="utf-8").read())
+assert len(blocks) >= 2, blocks
+namespace = {}
+for i, block in enumerate(blocks):
+    exec(compile(block, f"README.md, python block {i + 1}", "exec"), namespace)
+print("ran", len(blocks), "blocks")
+"""
+
+
+@pytest.mark.e2e
+def test_the_readmes_python_blocks_run_as_written(tmp_path):
+    """README.md's Python blocks run as written, in a process and a working directory of their own (a user's session);
+    ``path/to/gpt2`` is a tiny random GPT-2 built there, as for the docs pages."""
+    import subprocess
+    import sys
+
+    from . import hf_models
+    from .subprocess_env import one_device_env
+
+    assert "path/to/gpt2" in (ROOT / "README.md").read_text(encoding="utf-8")
+    hf_models.build("gpt2", tmp_path / "path" / "to" / "gpt2", n_positions=64)
+    r = subprocess.run([sys.executable, "-c", _RUN_README, str(ROOT / "README.md")], cwd=tmp_path,
+                       env=one_device_env(quick=False), capture_output=True, text=True)
+    assert r.returncode == 0 and "ran 2 blocks" in r.stdout, r.stdout[-5000:] + r.stderr[-5000:]
