@@ -213,3 +213,29 @@ def test_signed_alignment_tells_the_sides_apart():
     c, _, _ = steered_alignment(model, u, 100.0, X0, signed=True)
     np.testing.assert_allclose(np.abs(c), a, rtol=0, atol=1e-15)
     assert (c > 0.9).any() and (c < -0.9).any(), c
+
+
+def test_the_steering_figures_key_covers_no_curve_and_the_eigenvalues_have_one():
+    """steering.png's key sits beside the axes (it covered the curves inside them), and eigenvalues.png says which
+    colour is which weight set (a colour bar) and what the crosses are (λ1)."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from jaxattn.studies.plots import eigenvalues_figure, steering_figure
+
+    rows = [{"dynamics": dyn, "gamma": g, "align_mean": min(1.0, 0.2 + 0.1 * i), "align_q01": 0.1 * i,
+             "found_by": "grid"} for dyn in ("D1", "D6") for i, g in enumerate((0.0, 1.0, 10.0, 100.0, 1000.0))]
+    rows.append({"dynamics": "D1", "gamma": 300.0, "align_mean": 0.9, "align_q01": 0.5, "found_by": "bisection"})
+    fig = steering_figure(plt, rows)
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    key, frame = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert key.x0 >= frame.x1  # wholly to the right of the axes
+    plt.close(fig)
+    eig = np.random.default_rng(0).normal(size=(3, 8)) + 1j * np.random.default_rng(1).normal(size=(3, 8))
+    fig = eigenvalues_figure(plt, eig, "model")
+    labels = [a.get_ylabel() for a in fig.axes]
+    assert "weight set" in labels and len(fig.axes) == 3
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["λ1"]
+    plt.close(fig)
+    fig = eigenvalues_figure(plt, eig[:1], "model")  # one weight set: nothing to tell apart, no colour bar
+    assert len(fig.axes) == 2
+    plt.close(fig)

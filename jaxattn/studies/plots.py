@@ -62,6 +62,56 @@ def from_tables(run: Path, dest: Path | None, figures: Sequence[tuple[str, Seque
     return names
 
 
+def eigenvalues_figure(plt, eigvals: np.ndarray, name: str):
+    """The eigenvalues of every weight set's ``F`` (``eigvals: [G, d]``, λ1 first) in the complex plane, coloured by
+    weight set with its key (a colour bar), λ1 marked; beside them the histogram of all their real parts."""
+    fig, ax = plt.subplots(1, 2, figsize=(11.5, 4.2))
+    G = eigvals.shape[0]
+    cmap = plt.get_cmap("viridis")
+    norm = plt.Normalize(0, max(G - 1, 1))
+    for g in range(G):
+        lam = eigvals[g]
+        ax[0].scatter(lam.real, lam.imag, s=6, color=cmap(norm(g)), alpha=0.6)
+        ax[0].scatter([lam[0].real], [lam[0].imag], s=40, marker="x", color="red", label="λ1" if g == 0 else None)
+    ax[0].axhline(0, color="k", lw=0.5)
+    ax[0].axvline(0, color="k", lw=0.5)
+    ax[0].set(xlabel="Re λ", ylabel="Im λ", title=f"{name}: eigenvalues of F, {G} weight set(s)")
+    ax[0].legend(fontsize=8, loc="upper left")
+    if G > 1:  # which colour is which weight set (one set: one colour, nothing to tell apart)
+        bar = fig.colorbar(plt.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax[0], pad=0.02)
+        bar.set_label("weight set")
+    ax[1].hist(eigvals.real.reshape(-1), bins=60, color="steelblue")
+    ax[1].set(xlabel="Re λ", ylabel="count", title="real parts of all eigenvalues")
+    return fig
+
+
+def steering_figure(plt, rows: Sequence[dict]):
+    """The alignment with ``u`` after the last layer against the steering gain (``rows``: the steering table), per
+    dynamics its mean and 1% quantile, the unsteered mean and the smallest gain found for the target; the key
+    beside the axes, where it covers no curve."""
+    fig, ax = plt.subplots(figsize=(8.5, 4))
+    for dyn in sorted({r["dynamics"] for r in rows}):
+        sel = [r for r in rows if r["dynamics"] == dyn and r["gamma"] > 0]
+        if sel:
+            sel = sorted(sel, key=lambda r: r["gamma"])
+            gam = np.array([r["gamma"] for r in sel])
+            m = np.array([r["align_mean"] for r in sel])
+            q = np.array([r["align_q01"] for r in sel])
+            ax.plot(gam, m, "o-", label=f"{dyn}: mean")
+            ax.plot(gam, q, ":", label=f"{dyn}: 1% quantile")
+    base = [r for r in rows if r["gamma"] == 0]
+    if base:
+        ax.axhline(base[0]["align_mean"], color="k", lw=0.6, label="unsteered mean")
+    for r in rows:
+        if r.get("found_by", "grid").startswith("bisection"):
+            ax.plot([r["gamma"]], [r["align_mean"]], "*", ms=12, color="k",
+                    label=f"smallest γ for the target: {r['gamma']:.4g}")
+    ax.set(xscale="log", xlabel="gain γ", ylabel="|<x, u>| / ||x|| after the last layer", ylim=(0, 1.02),
+           title="rank-1 steering of the last layer")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+    return fig
+
+
 def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str) -> list[Path]:
     """Write the study's figures into ``out``; return their paths (empty without matplotlib)."""
     plt = pyplot()
@@ -70,21 +120,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
     out = Path(out)
     paths = []
 
-    # eigenvalues in the complex plane and the histogram of their real parts
-    fig, ax = plt.subplots(1, 2, figsize=(11, 4.2))
-    G = spec.eigvals.shape[0]
-    cmap = plt.get_cmap("viridis")
-    for g in range(G):
-        lam = spec.eigvals[g]
-        ax[0].scatter(lam.real, lam.imag, s=6, color=cmap(g / max(G - 1, 1)), alpha=0.6)
-        ax[0].scatter([lam[0].real], [lam[0].imag], s=40, marker="x", color="red")
-    ax[0].axhline(0, color="k", lw=0.5)
-    ax[0].axvline(0, color="k", lw=0.5)
-    ax[0].set(xlabel="Re λ", ylabel="Im λ", title=f"{name}: eigenvalues of F (× = λ1), {G} weight set(s)")
-    ax[1].hist(spec.eigvals.real.reshape(-1), bins=60, color="steelblue")
-    ax[1].set(xlabel="Re λ", ylabel="count", title="real parts of all eigenvalues")
-    paths.append(save(fig, out / "eigenvalues.png"))
-    plt.close(fig)
+    paths.append(save(eigenvalues_figure(plt, spec.eigvals, name), out / "eigenvalues.png"))
 
     # per-layer metrics with bands
     runs = [r for r in ("main", "prolonged", "ffn_layernorm") if r in tables]
@@ -151,30 +187,7 @@ def power_method_figures(out: Path, spec, tables: dict, finals: dict, name: str)
         paths.append(save(fig, out / "sensitivity.png"))
         plt.close(fig)
 
-    # steering: alignment with u against the gain
-    fig, ax = plt.subplots(figsize=(6, 4))
-    rows = tables["steering"]
-    for dyn in sorted({r["dynamics"] for r in rows}):
-        sel = [r for r in rows if r["dynamics"] == dyn and r["gamma"] > 0]
-        if sel:
-            sel = sorted(sel, key=lambda r: r["gamma"])
-            gam = np.array([r["gamma"] for r in sel])
-            m = np.array([r["align_mean"] for r in sel])
-            q = np.array([r["align_q01"] for r in sel])
-            ax.plot(gam, m, "o-", label=f"{dyn}: mean")
-            ax.plot(gam, q, ":", label=f"{dyn}: 1% quantile")
-    base = [r for r in rows if r["gamma"] == 0]
-    if base:
-        ax.axhline(base[0]["align_mean"], color="k", lw=0.6, label="unsteered mean")
-    for r in rows:
-        if r.get("found_by", "grid").startswith("bisection"):
-            ax.plot([r["gamma"]], [r["align_mean"]], "*", ms=12, color="k",
-                    label=f"smallest γ for the target: {r['gamma']:.4g}")
-    ax.set(xscale="log", xlabel="gain γ", ylabel="|<x, u>| / ||x|| after the last layer", ylim=(0, 1.02),
-           title="rank-1 steering of the last layer")
-    ax.legend(fontsize=7)
-    paths.append(save(fig, out / "steering.png"))
-    plt.close(fig)
+    paths.append(save(steering_figure(plt, tables["steering"]), out / "steering.png"))
 
     # the paper's Fig. 2: ρ1, Δρ1, P1 in every layer, unmodified and with the last layer steered
     if "steered" in tables:
