@@ -478,10 +478,10 @@ def stage_bench_papers(ctx: Ctx) -> dict:
 #: The suite stage's selection on a GPU (``--suite gpu``, the default), in order of value (what the budget leaves out
 #: comes last): the tests of what a GPU computes differently: products at full precision in the compiled programs,
 #: the drivers' agreement and batch-split independence (the second H200 run's 1-ulp difference), the maps, the
-#: structured forms, the flows, repeated passes and the matmul-precision option. ``--suite all``: every test (a call
-#: of its own: about 450 s).
+#: structured forms, the one-kernel attention (Triton on the device, against NumPy and XLA's arrangement), the flows,
+#: repeated passes and the matmul-precision option. ``--suite all``: every test (a call of its own: about 450 s).
 SUITE_GPU = ("tests/test_precision.py", "tests/test_options.py", "tests/test_discrete.py", "tests/test_forms.py",
-             "tests/test_continuous.py", "tests/test_passes.py", "tests/test_shared_options.py")
+             "tests/test_fused.py", "tests/test_continuous.py", "tests/test_passes.py", "tests/test_shared_options.py")
 #: the reduced form's one fast test (from the selection's second file): the machinery, not the suite
 SUITE_REDUCED = "tests/test_options.py::test_batch_is_hashable_and_compares_by_value"
 

@@ -1,7 +1,8 @@
 """The attention of a few tokens in one kernel (jaxattn.model.fused): Pallas' interpreter runs on this CPU the kernel an
 NVIDIA GPU compiles through Triton, checked against a NumPy softmax, against the XLA arrangement it replaces inside
 ``attend`` (forms, masks, biases, grouped-query heads), and through ``grad`` and ``jacfwd``. The compile tier
-(tests/test_compile.py) holds what it does to W1's H100 program."""
+(tests/test_compile.py) holds what it does to W1's H100 program. On an NVIDIA GPU (``make gpu-check``'s suite stage)
+the same tests run the kernel Triton compiled."""
 
 import equinox as eqx
 import jax
@@ -37,7 +38,8 @@ def _qkv(n, hd, seed=0, B=None):
 @pytest.mark.parametrize("mask", [None, "causal", "window"])
 @pytest.mark.parametrize("n,heads,width", [(16, 1, 16), (32, 4, 16), (64, 2, 32)])
 def test_the_kernel_is_the_softmax_attention_of_every_head(n, heads, width, mask):
-    """The kernel (in Pallas' interpreter) against NumPy in float64, from the same float32 inputs."""
+    """The kernel (Pallas' interpreter on a CPU, Triton on an NVIDIA GPU) against NumPy in float64, from the same
+    float32 inputs."""
     q, k, v = _qkv(n, heads * width, seed=n + heads)
     ok = {None: None, "causal": attention.allowed(n, 1.0, 0), "window": attention.allowed(n, 0.0, 3)}[mask]
     bias = None if ok is None else jnp.where(ok, 0.0, -jnp.inf).astype(jnp.float32)
