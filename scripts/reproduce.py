@@ -113,10 +113,10 @@ RUNS: tuple[Run, ...] = (
     # rtol 1e-9) took 79 minutes on two cores shared with other runs, and held the whole consensus run hostage. The
     # passes and the small theorem settings around it are the least the command runs.
     Run("co_theorem51",
-        ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
-         "--synthetic-num", "1", "--t1", "40", "--gpt2-like-n", "200"),
-        ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--block", "1",
-         "--synthetic-num", "1", "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
+        ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--synthetic-num", "1",
+         "--t1", "40", "--gpt2-like-n", "200"),
+        ("consensus", "minilm", "--prompts", "1", "--tokens", "3", "--passes", "1", "--synthetic-num", "1",
+         "--t1", "3", "--gpt2-like-n", "5", "--gpt2-like-d", "4")),
     # the consensus paper's Theorem 3.1 (its potential, with two controls that break the hypothesis), Theorem 5.2 with
     # time-varying Q, K and Theorem 5.3 (a rotating V): small float64 flows, most of the time compiling them
     Run("co_theorems", ("--sizes", "8x3,16x8", "--betas", "1,2,4", "--models", "4", "--starts", "16", "--t1", "10",

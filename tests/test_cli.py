@@ -281,7 +281,45 @@ def test_negative_numbers_and_minus_inf_are_values_of_every_numeric_option(tmp_p
     assert np.isnan(float(parser.parse_args(["simulate", "--alpha", "-nan"]).alpha))
     path = tmp_path / "m.safetensors"
     ja.save_checkpoint(ja.random_model(jax.random.key(0), 4, 1, 2, shared=False), path)
-    assert main(["spectrum", str(path), "--order", "step", "--alpha", "-1e-1"]) == 0
+    # a value, refused by the option's own check (a step size is > 0, issue 66), not argparse's "expected one argument"
+    assert main(["spectrum", str(path), "--order", "step", "--alpha", "-1e-1"]) == 2
+    assert capsys.readouterr().err == "jaxattn: error: --alpha: must be > 0, got -0.1\n"
+    assert main(["spectrum", str(path), "--order", "step", "--alpha", "1e-1"]) == 0
+
+
+def test_a_step_size_that_is_not_positive_is_refused(tmp_path, capsys):
+    """Issue 66: ``--alpha -1`` (the step size of the maps) was accepted, run and recorded: refused in one line
+    before anything is written, in the command's words; the library refuses it too (also a traced one)."""
+    small = ["--d", "4", "--heads", "1", "--depth", "2", "--num-init", "4", "--n", "3", "--no-progress"]
+    config = tmp_path / "c.toml"
+    config.write_text("alpha = -1\n")
+    for argv, want in ((["simulate", *small, "--alpha", "-1"], "--alpha: must be > 0, got -1"),
+                       (["simulate", *small, "--alpha", "0"], "--alpha: must be > 0, got 0"),
+                       (["simulate", *small, "--config", str(config)], "alpha: must be > 0, got -1"),
+                       (["analyze", "random", *small, "--alpha", "-1"], "--alpha: must be > 0, got -1")):
+        assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("jaxattn: error: ") and want in err and err.count("\n") == 1, (argv, err)
+        assert not (tmp_path / "o").exists()
+    model, X0 = ja.random_model(jax.random.key(0), 4, 1, 2), ja.init_tokens(jax.random.key(1), 2, 3, 4)
+    for alpha in (-1.0, 0.0):
+        with pytest.raises(ja.ConfigError, match="alpha must be a finite number > 0"):
+            ja.simulate(model, X0, 2, alpha=alpha)
+    with pytest.raises(RuntimeError, match="alpha must be finite and > 0"):  # equinox's check inside the program
+        jax.block_until_ready(jax.jit(lambda a: ja.simulate(model, X0, 2, alpha=a).final)(-1.0))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_inspect_of_a_save_checkpoint_file_says_its_dtype_and_that_no_source_is_recorded(dtype, tmp_path, capsys):
+    """Issue 66: a file written by save_checkpoint (no conversion, no provenance) was shown as ``dtype None`` and
+    ``source ?``: its tensors' own dtype, and a plain word that it records no source."""
+    path = tmp_path / "m.safetensors"
+    ja.save_checkpoint(ja.random_model(jax.random.key(0), 4, 1, 2, shared=False, dtype=dtype), path)
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"dtype        {jnp.dtype(dtype).name}\n" in out
+    assert "source       not recorded (written by jaxattn.save_checkpoint" in out
+    assert "None" not in out and "?" not in out
 
 
 @pytest.mark.e2e

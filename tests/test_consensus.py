@@ -96,6 +96,23 @@ def test_consensus_bad_input(gpt2_file, tmp_path, capsys, args, match):
     assert not out.exists()
 
 
+def test_block_without_until_is_refused_as_changing_nothing(gpt2_file, tmp_path, capsys):
+    """Issue 66: ``--block`` without ``--until`` was accepted and recorded, though the passes then run at once (the
+    blocks are those between the checks of ``--until``): refused in one line, on the command line and in Python."""
+    from jaxattn.errors import ConfigError
+    from jaxattn.studies import consensus
+
+    out = tmp_path / "c"
+    assert main(["consensus", str(gpt2_file), "--block", "5", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxattn: error: --block does nothing with --until 0 (") and err.count("\n") == 1, err
+    assert not out.exists()
+    with pytest.raises(ConfigError, match=r"^block does nothing with until = 0 \("):
+        consensus.Config(block=5).check()
+    consensus.Config(block=5, until=1e-3).check()  # with --until it sets the blocks
+    consensus.Config(until=1e-3).check()
+
+
 def test_passes_figure_marks_at_most_twenty_passes_and_draws_the_range_over_prompts(tmp_path, monkeypatch):
     """A thousand passes: a line every 50 passes, not a thousand grey lines; the band is the range over the prompts
     at the pass boundaries (read from CSV text), which stays on a log axis where the mean minus one standard

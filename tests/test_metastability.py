@@ -359,6 +359,23 @@ def test_config_refusals(bad, match):
         ms.Config(**(TINY | bad)).check()
 
 
+def test_the_summary_says_why_a_point_has_no_dwell(tmp_path, monkeypatch, capsys):
+    """Issue 66: a point without a metastable plateau printed ``dwell (median) nan`` (and one whose Kaplan-Meier
+    median is beyond the horizon ``inf``): the line says why instead."""
+    row = {"n": 4, "d": 2, "beta": 3.0, "plateaus": 0, "dwell_median": math.nan, "strict_saddles": 0,
+           "classified": 0, "single_at_t1": 1.0}
+    rows = [row, dict(row, beta=1.0, plateaus=3, dwell_median=math.inf), dict(row, beta=2.0, plateaus=3,
+                                                                             dwell_median=2.5)]
+    monkeypatch.setattr(ms, "run", lambda out, config, progress=None: {"points": rows, "claims": []})
+    assert main(["metastability", "--dims", "2", "--n", "4", "--betas", "1,2,3", "--no-figures", "--no-movie",
+                 "--no-progress", "--out", str(tmp_path / "r")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "plateaus     0  dwell (median) none (no metastable plateau) " in lines[0]
+    assert "dwell (median) longer than observed (censored at t1) " in lines[1]
+    assert "dwell (median) 2.5        strict saddles" in lines[2]
+    assert not any("nan" in line or "inf" in line for line in lines)
+
+
 def test_the_command(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["metastability", "--dims", "2", "--n", "4", "--betas", "3", "--num", "3", "--t1", "20", "--saves", "20",

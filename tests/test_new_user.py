@@ -378,7 +378,8 @@ ROUND_2026_11_27 = [
     ("simulate --config typo.toml (num_inti = 4)", "rc 2 'unknown option(s) in config file: num_inti': no file, no "
      "hint", "awkward", "fixed: names the file and the option meant (test_cli)"),
     ("simulate --config neg.toml (n = -3) | type.toml (num_init = 'four')", "rc 2 'config value n: must be > 0, got "
-     "-3': the file is not named", "awkward", "remains (the wording is pinned by many tests)"),
+     "-3': the file is not named", "awkward",
+     "fixed: '... (in neg.toml)', also solve's and a grid's (test_store_messages)"),
     ("simulate --config empty.toml ; --config RUN/config.json (replay)", "rc 0, the defaults; the replayed run",
      "good", ""),
     ("simulate S --out r/sim (tiny run)", "rc 0 in 8.5 s, summary printed, 3 files and the marker", "good", ""),
@@ -395,7 +396,7 @@ ROUND_2026_11_27 = [
     ("analyze random --gammas 1,,2 | --gammas inf | --steer-target nan | --num-init 0 | --n -1 | --order x | "
      "--chunk -5 | --prolong nan", "rc 2, one line each", "good", ""),
     ("analyze random --alpha -1", "rc 0, a negative step size accepted and run (64 s at default sizes)",
-     "unclear message", "remains: accepted by design in every command (spectrum --order step too), not documented"),
+     "unclear message", "fixed: a step size <= 0 refused by simulate, analyze, spectrum and ja.simulate (test_cli)"),
     ("analyze random S --no-figures --out r/an (tiny run)", "rc 0 in 24 s, report.md", "good", ""),
     ("solve S --t1 -1 | nan | --dt 0 | -0.1 | --space torus | --solver rk99 | --rtol 0 | --atol inf | --saves 0 | "
      "--max-steps -3", "rc 2, one line each", "good", ""),
@@ -407,19 +408,21 @@ ROUND_2026_11_27 = [
     ("solve S --t1 0.3 --overwrite --out r/so", "rc 0, replaced", "good", ""),
     ("solve (4000 conditions) SIGINT after the first chunk, then the same command", "rc 130; rerun 1500 computed, "
      "2500 resumed", "good", ""),
-    ("solve S | head -1", "rc 0; the progress bar on stderr is labelled 'sweep:'", "awkward", "remains"),
+    ("solve S | head -1", "rc 0; the progress bar on stderr is labelled 'sweep:'", "awkward",
+     "fixed: 'solve:' (sweep_grid's label, not recorded; test_store_messages)"),
     ("sweep ; nosuch.toml ; a folder ; truncated TOML", "rc 2, one line each", "good", ""),
     ("sweep empty.toml", "rc 0, the defaults (1,000 conditions)", "good", ""),
     ("sweep gridrep.toml (n = [3, 3]) | gridneg.toml (n = -3) | gridtypo.toml ([modle])", "rc 2, one line each "
      "(the known keys listed)", "good", ""),
     ("sweep RUN/config.json (a finished simulate run's)", "rc 2 \"unknown key 'command' (known: ...)\": not that it "
-     "is a run's config.json, not a grid", "unclear message", "remains"),
+     "is a run's config.json, not a grid", "unclear message",
+     "fixed: said to be a `simulate` run's, replayed with `jaxattn simulate --config` (test_store_messages)"),
     ("sweep grid.toml --out '' | under a file | a simulate run | a solve store", "rc 2, one line each", "good", ""),
     ("sweep grid.toml --chunk 0", "rc 2 'unrecognized arguments' (chunk is a key of the grid)", "good", ""),
     ("sweep (40000 conditions) SIGINT, changed grid, the same grid", "rc 130; rc 2 naming model.depth; rc 0, "
      "24,000 resumed", "good", ""),
     ("sweep --overwrite on a finished store of the same grid", "rc 0, 40,000 resumed, nothing recomputed (simulate "
-     "--overwrite recomputes)", "awkward", "remains (documented: a store of the same configuration resumes)"),
+     "--overwrite recomputes)", "awkward", "fixed: resumed as documented, and said in one line (test_store_messages)"),
     ("consensus random | nosuch.safetensors | bad.safetensors", "rc 2, one line each", "good", ""),
     ("consensus --prompts 0 | --tokens -3 | --until nan | -1 | --block 0 | --dtype float8 | --gpt2-like-n -1 | "
      "--no-synthetic --t1 5", "rc 2, one line each", "good", ""),
@@ -429,7 +432,8 @@ ROUND_2026_11_27 = [
      "rc 0", "good", ""),
     ("consensus tiny | head -1", "rc 0, the run complete", "good", ""),
     ("consensus --block 5 without --until", "rc 0, --block changes nothing and is recorded", "silent",
-     "remains (docs/reproductions.md's CO12 command passes --block 1 without --until)"),
+     "fixed: refused, --block does nothing with --until 0 (ConsensusConfig.inert); CO12's command drops it "
+     "(test_consensus, test_reproduce)"),
     ("clusters --n 0 | --t1 inf | --beta nan | --num -1 | --table-n 3,x | --table-beta 1,1 | --good-d 0 | "
      "--ensembles gaussian | --good-samples 0 | --high-dim-d 0 | --rate-n 1", "rc 2, one line each", "good", ""),
     ("clusters --high-dim-n 64 | --rate-n 5,8 (no --check-num)", "rc 0, Fig. 7(b) and the rate check silently not "
@@ -437,7 +441,8 @@ ROUND_2026_11_27 = [
     ("clusters --n 4 --n-1d 4 --t1 1 --num 4 --table-n 4 --table-d 2 --table-beta 1 --good-d 1,2 ... (tiny run)",
      "rc 0 in 80 s (compilation on the busy 2-core machine)", "awkward", "remains: slow for the smallest options"),
     ("clusters tiny --overwrite, SIGINT after 20 s", "rc 130; the old run whole, the replacement removed; the line "
-     "says 'nothing was kept' while the old run is kept", "unclear message", "remains"),
+     "says 'nothing was kept' while the old run is kept", "unclear message",
+     "fixed: 'OUT is left as it was found (the earlier run in it is whole)' (test_robustness)"),
     ("stability --d 0 | --tokens 2,70 | --models 0 | --alpha nan | --beta -1 | --time x | --time discrete --t1 5 | "
      "--steps -1 | --perturb-num -2 | --exhaustive-max -1", "rc 2, one line each", "good", ""),
     ("stability --d 3 --heads 2 ; --basin-starts 3", "rc 0 (67 s), --heads / --basin-starts changed nothing (no "

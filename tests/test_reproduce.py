@@ -205,6 +205,33 @@ def test_the_page_is_completed_run_by_run(reduced, tmp_path):
     assert e.value.code == 2 and not (tmp_path / "g").exists()
 
 
+def test_the_pages_study_commands_pass_the_checks_made_before_any_work():
+    """Issue 66: CO12's command passed ``--block`` without ``--until``, which changes nothing and is now refused:
+    every study command of the registry (full and reduced) and of the page runs as written, at least as far as the
+    checks that come before any work."""
+    import shlex
+
+    from jaxattn.cli import build_parser
+    from jaxattn.cli._config import resolve
+    from jaxattn.cli._study import config_of
+    from jaxattn.studies import clusters, consensus, power_method, stability
+
+    configs = {"consensus": consensus.Config, "clusters": clusters.Config, "stability": stability.Config,
+               "analyze": power_method.Config}
+    commands = {" ".join(r.argv(reduced)) for r in rep.RUNS if not r.extra for reduced in (False, True)}
+    page = (ROOT / "docs" / "reproductions.md").read_text()
+    commands |= {m.group(1) for m in re.finditer(r"`jaxattn ([a-z]+ [^`]*)`", page)}
+    checked = set()
+    for command in commands:
+        argv = shlex.split(command)
+        if argv[0] in configs:
+            args = build_parser().parse_args(argv)
+            config_of(configs[argv[0]], resolve(args, args.defaults))
+            checked.add(argv[0])
+    assert checked == set(configs)
+    assert any("--gpt2-like-n 200" in c for c in commands)  # CO12's own
+
+
 def test_recorded_commands_name_no_path_of_this_machine(tmp_path):
     """The page shows each run's command as a reader would type it: the default run directory, whatever directory
     (absolute, or another) the run was made in, also for a timing recorded that way by an older reproduce.py."""

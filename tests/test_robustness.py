@@ -374,5 +374,32 @@ def test_an_interrupted_study_leaves_its_directory_as_it_found_it(tmp_path, monk
         if out.name == "empty":
             out.mkdir()
         assert main(["stability", "--out", str(out), "--no-progress", "--no-figures"]) == 130
-        assert "nothing was kept" in capsys.readouterr().err
+        assert f"{out} is left as it was found (nothing of this run was kept)" in capsys.readouterr().err
         assert (not out.exists()) if out.name == "new" else (out.is_dir() and not any(out.iterdir()))
+
+
+def test_an_interrupted_overwrite_of_a_study_says_the_earlier_run_is_whole(tmp_path, monkeypatch, capsys):
+    """Ctrl-C during ``--overwrite`` of a finished study: the line says the earlier run is whole (it is: the
+    replacement was built beside it and removed), not that nothing was kept."""
+    import collections
+
+    import jaxattn.studies.stability as study
+    from jaxattn.io.results import atomic_write_text
+
+    def finished(out, cfg, progress=None):
+        atomic_write_text(out / "report.md", "the earlier run")
+        return collections.defaultdict(list)  # no rows in the tables the command prints
+
+    def interrupted(out, cfg, progress=None):
+        atomic_write_text(out / "half.csv", "partial")
+        raise KeyboardInterrupt
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(study, "run", finished)
+    assert main(["stability", "--out", str(out), "--no-progress", "--no-figures"]) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(study, "run", interrupted)
+    assert main(["stability", "--out", str(out), "--no-progress", "--no-figures", "--overwrite"]) == 130
+    err = capsys.readouterr().err
+    assert f"{out} is left as it was found (the earlier run in it is whole)" in err and "nothing" not in err
+    assert (out / "report.md").read_text() == "the earlier run" and not (out / "half.csv").exists()

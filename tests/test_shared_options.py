@@ -40,7 +40,8 @@ def test_simulate_refuses_a_bad_matmul_precision_in_one_line(tmp_path, capsys):
     (tmp_path / "c.toml").write_text('matmul_precision = "fp8"\n')
     assert main([*SIM, "--config", str(tmp_path / "c.toml"), "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
-    assert err == "jaxattn: error: config value matmul_precision: must be one of highest, tf32, bf16, got 'fp8'\n"
+    assert err == ("jaxattn: error: config value matmul_precision: must be one of highest, tf32, bf16, got 'fp8' "
+                   f"(in {tmp_path / 'c.toml'})\n")
     assert not (tmp_path / "b").exists()
 
 

@@ -298,7 +298,7 @@ def test_full_disk_is_one_clear_error_and_keeps_finished_chunks(tmp_path, monkey
 
     class Args:
         process_id = num_processes = coordinator = None
-        progress, overwrite = False, False
+        progress, overwrite, command = False, False, "sweep"
 
     with pytest.raises(DiskFullError, match=f"^writing {out} failed: the disk is full; finished chunks are kept, "
                                             "run the same command again to resume$"):

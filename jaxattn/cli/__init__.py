@@ -101,7 +101,11 @@ def _main(argv: Sequence[str] | None) -> int:
         if getattr(args, "resumes", True):
             print("jaxattn: interrupted; run the same command again to resume", file=sys.stderr)
         else:
-            print("jaxattn: interrupted; nothing was kept, run the same command again to start over", file=sys.stderr)
+            # a study removes what it wrote (jaxattn.studies.skeleton.run_into): an earlier run there is untouched
+            kept = ("the earlier run in it is whole" if getattr(args, "overwrite", False)
+                    else "nothing of this run was kept")
+            print(f"jaxattn: interrupted; {cfg.get('out', 'the output directory')} is left as it was found ({kept}), "
+                  "run the same command again to start over", file=sys.stderr)
         return _interrupted(as_program=argv is None)
 
 

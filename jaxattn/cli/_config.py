@@ -28,12 +28,13 @@ def _load_config(path: str) -> dict:
     return out
 
 
-def _check(key: str, value, option: Spec, prefix: str = "config value "):
-    """A value checked by its option's :class:`~jaxattn.config.Spec` (one ``JaxattnError`` line)."""
+def _check(key: str, value, option: Spec, path: str | None = None):
+    """A value checked by its option's :class:`~jaxattn.config.Spec` (one ``JaxattnError`` line); one from the
+    config file ``path`` is said to be: ``config value n: must be > 0, got -3 (in c.toml)``."""
     try:
         return check_value(key, option, value)
     except ConfigError as e:
-        raise JaxattnError(f"{prefix}{e}") from None
+        raise JaxattnError(f"config value {e} (in {path})" if path else str(e)) from None
 
 
 def resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
@@ -69,12 +70,12 @@ def resolve(args: argparse.Namespace, defaults: Mapping[str, Spec]) -> dict:
         hint = "; ".join(f"{k}: did you mean {c[0]}?" for k, c in close.items() if c)
         raise JaxattnError(f"unknown option(s) in config file: {', '.join(unknown)} (in {args.config}"
                            + (f"; {hint})" if hint else ")"))
-    cfg = {k: _check(k, v, defaults[k]) for k, v in cfg.items()}
+    cfg = {k: _check(k, v, defaults[k], args.config) for k, v in cfg.items()}
     out = {}
     for k, default in defaults.items():
         v = getattr(args, k, None)
         if v is not None:  # argparse checked the type and the choices, not the rest
-            v = _check(default.cli, v, default, prefix="")
+            v = _check(default.cli, v, default)
         out[k] = v if v is not None else cfg.get(k, default.default)
     # a replay records every option: those at their default were not chosen (an option that changes nothing in
     # that run is refused only if the run set it)
@@ -123,14 +124,14 @@ def replayed(run: dict, defaults: Mapping, path: str = "config.json") -> dict:
         if len(masks) == 1 and "mask" in defaults:  # recorded per weight set as 'full', 'causal', 'causal/local:W'
             cfg["mask"] = masks.pop().replace("causal/local:", "local:")
     # runs before list options were lists recorded them as the command line's text ("gammas": "1,10,100")
-    return {k: _listed(k, defaults[k], v) if isinstance(v, str) and getattr(defaults[k], "is_list", False) else v
-            for k, v in cfg.items()}
+    return {k: _listed(k, defaults[k], v, path) if isinstance(v, str) and getattr(defaults[k], "is_list", False)
+            else v for k, v in cfg.items()}
 
 
-def _listed(key: str, option: Spec, text: str) -> list:
-    """The comma-separated ``text`` of a list option, parsed as on the command line."""
+def _listed(key: str, option: Spec, text: str, path: str) -> list:
+    """The comma-separated ``text`` of a list option in the file ``path``, parsed as on the command line."""
     try:
         return parse_list(option, text)
     except argparse.ArgumentTypeError as e:
-        raise JaxattnError(f"config value {key}: {e}") from None
+        raise JaxattnError(f"config value {key}: {e} (in {path})") from None
 

@@ -17,6 +17,8 @@ from jaxattn.config import Spec, specs
 from jaxattn.studies.skeleton import refuse_inert, run_into, stages
 
 T = TypeVar("T")
+#: A line of a study command's summary: a format of a table's row (``format.format(**row)``), or a function of it
+Line = str | Callable[[dict], str]
 
 
 def formatter(prog: str) -> argparse.HelpFormatter:
@@ -29,22 +31,22 @@ def command(sub, name: str, *, help: str, description: str) -> argparse.Argument
 
 
 def study_command(sub, name: str, study, *, help: str, description: str,
-                  summary: Sequence[tuple[str, str]]) -> None:
+                  summary: Sequence[tuple[str, Line]]) -> None:
     """Study command ``name`` of ``study`` (a module with ``Config`` and ``run(out, config, progress=)``): its options
     from ``study.Config`` (output into ``runs/<name>``); it runs the study into its run directory and prints a line
-    for every row of the tables ``summary`` names (``(table, format)``: ``format.format(**row)``), then where the
-    report is."""
+    for every row of the tables ``summary`` names (``(table, line)``: ``line.format(**row)``, or ``line(row)`` for
+    a function), then where the report is."""
     p = command(sub, name, help=help, description=description)
     p.set_defaults(func=functools.partial(_run_study, name, study, summary),
                    defaults=study_options(p, study.Config, out=f"runs/{name}"))
 
 
-def _run_study(name: str, study, summary: Sequence[tuple[str, str]], args, cfg: dict) -> int:
+def _run_study(name: str, study, summary: Sequence[tuple[str, Line]], args, cfg: dict) -> int:
     config = config_of(study.Config, cfg)
     tables = run_in_out(name, cfg, lambda out, say: study.run(out, config, progress=say))
     for table, line in summary:
         for row in tables[table]:
-            print(line.format(**row))
+            print(line(row) if callable(line) else line.format(**row))
     print(f"report       {cfg['out']}/report.md")
     return 0
 

@@ -88,7 +88,7 @@ def register(sub) -> None:
 def run(args, cfg) -> int:
     run_dir = Path(args.run_dir)
     if not run_dir.is_dir():
-        raise ConfigError(f"{run_dir} is not a directory")
+        raise ConfigError(f"{run_dir} {'is not a directory' if run_dir.exists() else 'does not exist'}")
     if args.conditions is not None and args.conditions < 1:
         raise ConfigError(f"--conditions must be >= 1, got {args.conditions}")
     integer("--max-frames", args.max_frames, minimum=2)

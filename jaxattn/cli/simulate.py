@@ -21,7 +21,7 @@ from jaxattn.cli._shared import (
 )
 from jaxattn.cli._study import command
 from jaxattn.cli.movie import movie_option, write_movie
-from jaxattn.config import Spec
+from jaxattn.config import Spec, positive
 from jaxattn.dynamics.discrete import check_dynamics
 from jaxattn.dynamics.options import Batch
 from jaxattn.errors import JaxattnError
@@ -36,12 +36,17 @@ def _of(section: str, *keys: str) -> list[Spec]:
     return [SCHEMA[section][k] for k in keys]
 
 
+#: The step size, refused unless > 0 before anything is written (a sweep's key declares a number only; the library
+#: refuses it too, but only once the run has started).
+ALPHA = dataclasses.replace(SCHEMA["dynamics"]["alpha"], check=positive)
+
+
 #: simulate's options: the keys of a sweep configuration that a map of one configuration uses (their help, checks
 #: and choices come from there; the chunk size is chosen from a memory budget unless given).
 GROUPS = {
     "model": _of("model", "source", "d", "heads", "depth", "shared", "weights", "value", "mask", "scale"),
-    "dynamics": _of("dynamics", "steps", "alpha", "beta", "norm", "ffn", "pre_ln", "biases", "drop_ln2", "unit_output",
-                    "attention", "rope"),
+    "dynamics": [*_of("dynamics", "steps"), ALPHA, *_of("dynamics", "beta", "norm", "ffn", "pre_ln", "biases",
+                                                        "drop_ln2", "unit_output", "attention", "rope")],
     "initial conditions and run": [*_of("init", "n"), *_of("", "num_init"), *_of("init", "kind"),
                                    *_of("", "seed", "dtype", "matmul_precision"),
                                    dataclasses.replace(SCHEMA[""]["chunk"], default=None,
@@ -64,7 +69,7 @@ def register(sub):
 
 #: simulate's options that are keys of a sweep, by key (``dynamics.beta``): the sweep's rules name them so.
 OPTIONS = {f"{sec}.{key}" if sec else key: spec for sec, keys in SCHEMA.items() for key, spec in keys.items()
-           if any(spec is mine for group in GROUPS.values() for mine in group)}
+           if any(spec is mine for group in GROUPS.values() for mine in group)} | {"dynamics.alpha": ALPHA}
 
 #: The defaults of every option, by name (the command line's and a config file's).
 SIM_DEFAULTS = {k: s.default for k, s in [(sp.dest, sp) for g in GROUPS.values() for sp in g]} | {

@@ -74,7 +74,9 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _point_config(args) -> dict:
+def _point_config(args) -> tuple[dict, dict[str, str]]:
+    """The point's configuration, and how the config file wrote each key it set that the command line did not
+    (by ``section.key``: an error about its value names the file, :func:`_in_file`)."""
     base = load_config(args.config) if args.config else {}
     if not isinstance(base, dict):
         raise ConfigError("--config must hold a table of option = value")
@@ -116,6 +118,7 @@ def _point_config(args) -> dict:
             v = getattr(args, _flag(sec, key).replace("-", "_"))
             if v is not None:
                 flat_cfg[(sec, key)] = v
+                written.pop((sec, key), None)
     cfg: dict = {"dynamics": {"kind": "continuous"}}
     for (sec, key), v in flat_cfg.items():
         if (sec and key not in KEYS.get(sec, ())) or (not sec and key not in KEYS[""]):
@@ -123,7 +126,17 @@ def _point_config(args) -> dict:
         if isinstance(v, list) and key != "observables":
             raise ConfigError(f"{key}: solve runs one point; use `jaxattn sweep` for a grid")
         (cfg.setdefault(sec, {}) if sec else cfg)[key] = v
-    return cfg
+    return cfg, {(f"{sec}.{key}" if sec else key): name for (sec, key), name in written.items()}
+
+
+def _in_file(message: str, filed: dict[str, str], path) -> str | None:
+    """A value error about a key the config file set (``init.n: must be > 0, got -3``) in the other commands' words,
+    naming the file: ``config value n: must be > 0, got -3 (in c.toml)``; ``None`` for any other error."""
+    key, sep, rest = message.partition(": ")
+    m = re.fullmatch(r"([\w.]+)(\[\d+\])?", key)
+    if not sep or m is None or m[1] not in filed:
+        return None
+    return f"config value {filed[m[1]]}{m[2] or ''}: {rest} (in {path})"
 
 
 #: What to do about a failed solve, by diffrax's result (jaxattn.dynamics.continuous.RESULT_NAMES).
@@ -152,11 +165,11 @@ def _recorded(resolved: dict) -> tuple[dict, dict]:
 def run(args, cfg) -> int:
     import numpy as np
 
-    point = _point_config(args)
+    point, filed = _point_config(args)
     try:
         resolved = validate_config(point)
     except ConfigError as e:
-        raise ConfigError(_as_flags(str(e))) from None
+        raise ConfigError(_in_file(str(e), filed, args.config) or _as_flags(str(e))) from None
     out = dir_out("runs/solve" if args.out is None else args.out)
     sw = execute(point, out, args)
     p = point_of(expand(resolved)[0])

@@ -24,6 +24,8 @@ def register(sub):
 def run(args, cfg) -> int:
     if args.alpha is not None:  # refused rather than recorded: it would change nothing, or order by NaN
         check_number("alpha", args.alpha)
+        if args.alpha <= 0:  # a step size: |1 + αλ| with α <= 0 orders by no step of D1
+            raise JaxattnError(f"--alpha: must be > 0, got {args.alpha:g}")
         if args.order != "step":
             raise JaxattnError(f"--alpha only applies to --order step (--order {args.order} does not depend on α)")
     alpha = 1.0 if args.alpha is None else args.alpha

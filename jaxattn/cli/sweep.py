@@ -65,13 +65,22 @@ def register(sub) -> None:
 
 def execute(config, out: Path, args):
     """Run ``sweep_grid`` with the CLI's output and process options; disk errors become one clear line (a full
-    disk: the :class:`jaxattn.errors.DiskFullError` every writer raises, naming ``out``)."""
+    disk: the :class:`jaxattn.errors.DiskFullError` every writer raises, naming ``out``). ``--overwrite`` of a store
+    of this configuration resumes it (nothing is replaced): said in one line, not left to the counts."""
+    held = out / "manifest.json"
+    before = held.read_bytes() if args.overwrite and held.is_file() else None
     try:
         with full_disk(out, RESUME):
-            return sweep_grid(config, out, process_id=args.process_id, num_processes=args.num_processes,
-                              coordinator=args.coordinator, progress=args.progress, overwrite=args.overwrite)
+            sw = sweep_grid(config, out, process_id=args.process_id, num_processes=args.num_processes,
+                            coordinator=args.coordinator, progress=args.progress, overwrite=args.overwrite,
+                            label=args.command)
     except OSError as e:
         raise ConfigError(f"writing {out} failed: {e.strerror or e}; {RESUME}") from None
+    if before is not None and held.read_bytes() == before:  # a replacement writes its own manifest
+        print(f"jaxattn: note: {out} already holds this configuration: --overwrite kept it and resumed it "
+              f"({sw.summary['resumed']:,} conditions kept, {sw.summary['computed']:,} computed); to start over, "
+              "remove it or choose another --out", file=sys.stderr)
+    return sw
 
 
 def run(args, cfg) -> int:

@@ -636,7 +636,7 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
         X0: ``[B, n, d]`` initial configurations (``[n, d]`` is taken as ``B = 1``).
         steps: number of steps (may exceed the depth: prolonged / repeated passes).
         dynamics: which model (see the module docstring).
-        alpha: step size α; beta: inverse temperature β (both traced: changing them does not
+        alpha: step size α (> 0); beta: inverse temperature β (both traced: changing them does not
             recompile). S: ``[d, d]`` matrix for ellipsoid normalisation.
         save: what is kept (:class:`jaxattn.Save`): the steps at which the observable is evaluated
             (``every``: every step by default, every m-th and the last, or the last only), the observable
@@ -679,7 +679,8 @@ def simulate(model: Model, X0: Float[ArrayLike, "*B n d"], steps: int, *, dynami
     save = check_save(save, "simulate", kind="map")
     batch = check_batch(batch, "simulate")
     X0 = check_states(X0, model.d_model, normalised=dynamics.norm in ("l2", "ellipsoid"))
-    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    # α is the step size: α <= 0 is no step of the papers' maps (α -> 0+ is their flow), refused rather than run
+    alpha, beta = check_scalar("alpha", alpha, positive=True), check_scalar("beta", beta)
     steps = check_steps(steps)
     S = check_dynamics(model, dynamics, S)
     dtype = resolve_dtype(dtype, X0)

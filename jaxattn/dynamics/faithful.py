@@ -105,7 +105,7 @@ def forward(model: Model, X: Float[ArrayLike, "n d"], *, dynamics: Dynamics = FA
     check_dynamics(model, dynamics)
     dtype = X.dtype if dtype is None else resolve_dtype(dtype, X)
     m = model.replace(embeddings=None).astype(dtype)  # the blocks need no embedding table
-    alpha, beta = check_scalar("alpha", alpha), check_scalar("beta", beta)
+    alpha, beta = check_scalar("alpha", alpha, positive=True), check_scalar("beta", beta)  # α: a step size
     return _forward(X.astype(dtype), m, jnp.asarray(alpha, dtype), jnp.asarray(beta, dtype), dyn=dynamics,
                     steps=int(steps), final_norm=final_norm)
 

@@ -100,6 +100,8 @@ class SweepStore:
         if root.exists() and not root.is_dir():
             raise ConfigError(f"{root} exists and is not a directory")
         if manifest is None:
+            if not root.exists():  # "not a jaxattn sweep store" would hide a mistyped path
+                raise ConfigError(f"{root} does not exist")
             if not path.is_file():
                 command = _run_of(root) if root.is_dir() else None
                 raise ConfigError(f"{root} is not a jaxattn sweep store (no manifest.json)" + (

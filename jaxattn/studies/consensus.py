@@ -82,10 +82,12 @@ class ConsensusConfig:
 
     def inert(self) -> dict[str, str]:
         """The options that change nothing with the others, each with the reason (refused when set)."""
+        # without until the passes run in one call: block is only the passes between until's checks
+        inert = {} if self.until > 0 else {"block": "until = 0 (the passes run at once, not in blocks between checks)"}
         if self.synthetic:
-            return {}
-        return dict.fromkeys(("synthetic_d", "synthetic_n", "synthetic_num", "t1"),
-                             "synthetic = false (the theorem settings are not run)")
+            return inert
+        return inert | dict.fromkeys(("synthetic_d", "synthetic_n", "synthetic_num", "t1"),
+                                     "synthetic = false (the theorem settings are not run)")
 
 
 def synthetic_settings(cfg: ConsensusConfig) -> dict:

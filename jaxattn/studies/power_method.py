@@ -59,7 +59,7 @@ class PowerMethodConfig:
     seed: int = option(0, "random seed", check=seed_check)
     init: str = option("gaussian", "initial token distribution",  # the paper: Gaussian tokens of the model dimension
                        choices=tuple(k for k in INIT_KINDS if k not in NEEDS_ARRAY))
-    alpha: float = option(1.0, "step size α")
+    alpha: float = option(1.0, "step size α", check=positive)
     beta: float = option(1.0, "inverse temperature β")
     order: str = option("real", "principal eigenvalue: largest real part, modulus or |1+αλ|", choices=ORDERS)
     prolong: int = option(10, "shared-weight models: also run PROLONG × depth steps", check=positive)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -113,10 +114,16 @@ def _merged(config, save: Save | None, batch: Batch | None) -> dict:
     configuration sets to another value is refused (given twice), so a store records one value, and its fingerprint
     is the same whether a value came from the configuration or from an object."""
     raw = load_config(config)
+    if "command" in raw and isinstance(raw.get("config"), dict):  # what a run's --out records: `unknown key 'command'`
+        cmd = raw["command"]
+        named = isinstance(config, (str, os.PathLike))
+        raise ConfigError(f"{config if named else 'the configuration'} is the config.json of a `jaxattn {cmd}` run, "
+                          f"not a grid: replay that run with `jaxattn {cmd} --config {config if named else 'FILE'}`, "
+                          "or give a grid of the keys `jaxattn sweep --help` lists")
     keys = keys_of(save, batch)
     if not keys:
         return raw
-    own = validate_config(raw)
+    own = _validated(raw, config)
     by_save = keys_of(save, None)
     for dotted, value in keys.items():
         sec, _, key = dotted.rpartition(".")
@@ -133,10 +140,20 @@ def _merged(config, save: Save | None, batch: Batch | None) -> dict:
     return raw
 
 
+def _validated(raw: dict, source) -> dict:
+    """:func:`validate_config` of ``raw``, read from ``source``: an error in a file's grid names the file."""
+    try:
+        return validate_config(raw)
+    except ConfigError as e:
+        if not isinstance(source, (str, os.PathLike)):
+            raise
+        raise ConfigError(f"config file {source}: {e}") from None
+
+
 @moved
 def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = None, process_id: int | None = None,
                num_processes: int | None = None, coordinator: str | None = None, progress: bool = True, log=None,
-               overwrite: bool = False):
+               overwrite: bool = False, label: str = "sweep"):
     """Run every grid point of ``config`` into the store ``out`` (created, or resumed if it holds this
     configuration; a store of another configuration is refused, or with ``overwrite`` replaced: the new store is
     built beside it, in the hidden ``.NAME.jaxattn-replace``, and swapped in when finished, so the old one stays
@@ -153,7 +170,8 @@ def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = N
     ``process_id``/``num_processes``/``coordinator``: several cooperating processes (one per host)
     under ``jax.distributed``; see :func:`distributed_from_env`. ``progress``: a bar of the conditions done (on
     stderr); a flow's shows beside it the time its solver has reached (:func:`jaxattn.solve`'s ``progress``), the
-    numbers being the same bits without it.
+    numbers being the same bits without it. ``label``: the bar's word (a command's own: ``solve`` for
+    a solve); only shown, never recorded in the store.
 
     Examples:
         >>> import os, shutil, tempfile, jaxattn as ja
@@ -171,14 +189,16 @@ def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = N
     if batch is not None:
         check_batch(batch, "sweep_grid")
     out = path_arg("sweep_grid: out", out)
+    source = config
     config = _merged(config, save, batch)  # what the objects say, as the configuration's keys
     batch = None if batch is None else Batch(size=batch.size, devices=batch.devices)
-    cfg = validate_config(config)
+    cfg = _validated(config, source)
     points = [point_of(p) for p in expand(cfg)]
     if any(p.dtype == "float64" for p in points) and not jax.config.read("jax_enable_x64"):
         with jax.enable_x64(True):  # asked for in the configuration, for this call only: the caller's setting stays
             return sweep_grid(config, out, process_id=process_id, num_processes=num_processes,
-                              coordinator=coordinator, progress=progress, batch=batch, log=log, overwrite=overwrite)
+                              coordinator=coordinator, progress=progress, batch=batch, log=log, overwrite=overwrite,
+                              label=label)
     pid, nproc, coord = distributed_from_env(process_id, num_processes, coordinator)
     if overwrite and nproc > 1:  # each process would clear what the others have started writing
         raise ConfigError("overwrite with several processes would let each clear the others' chunks: replace the "
@@ -232,7 +252,7 @@ def sweep_grid(config, out, *, save: Save | None = None, batch: Batch | None = N
             failed += int(np.sum(arrays["result"] != 0))
         return arrays
 
-    ran = run_chunks(store, mine, compute, rows=[p.num_init for p in points], chunk=chunk, desc="sweep",
+    ran = run_chunks(store, mine, compute, rows=[p.num_init for p in points], chunk=chunk, desc=label,
                      progress=progress, process=pid, info={"process": pid}, discard_if_empty=not existed)
     computed, seconds = ran.computed, ran.seconds
     summary = {"points": len(points), "conditions": sum(p.num_init for p in points), "computed": computed,

@@ -119,8 +119,11 @@ def inspect(path) -> str:
     meta = read_meta(path)
     model = load(path)
     src = meta.get("source", {})
-    origin = src.get("path") or src.get("hub_id") or "?"
-    lines = [model.summary(), f"dtype        {meta.get('dtype')}", f"source       {origin}",
+    # convert records where the weights came from; save_checkpoint records only what its caller passed as info
+    origin = src.get("path") or src.get("hub_id") or ("not recorded (written by jaxattn.save_checkpoint, not "
+                                                      "converted from a checkpoint)")
+    # the stored tensors' own dtype: convert also records it, save_checkpoint does not
+    lines = [model.summary(), f"dtype        {model.layers.q.dtype}", f"source       {origin}",
              f"format       jaxattn safetensors v{meta.get('format_version')}"]
     for name, digest in sorted(src.get("sha256", {}).items()):
         lines.append(f"sha256       {name}  {digest}")
